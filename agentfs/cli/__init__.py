@@ -1,0 +1,36 @@
+"""The `agentfs` command: thin click commands over the core.
+
+This is the only layer that reads environment variables (the Anthropic key
+and base URL) and passes them down as settings.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from agentfs.errors import AgentfsError
+
+
+def main() -> None:
+    """Entry point: expected failures print one line and exit 1; usage errors exit 2."""
+    from agentfs.cli.commands import cli
+
+    try:
+        code = cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except AgentfsError as exc:
+        click.echo(f"agentfs: error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("\nagentfs: interrupted; everything committed so far is kept", err=True)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,318 @@
+"""The `agentfs` commands. Each parses its options, calls the core once, prints."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agentfs.cli.render import message_record, show_text
+from agentfs.config import DEFAULT_MODEL
+from agentfs.core.runner import Runner
+from agentfs.core.workspace import Project, init_workspace, read_message_file
+from agentfs.errors import AgentfsError
+from agentfs.models.resolve import ProviderSettings, resolve_model
+from agentfs.resources import example_workspace_dir
+from agentfs.store.commits import parse_trailers, subject
+from agentfs.store.messages import parse_dropped
+from agentfs.store.workspace import check_trace_id
+
+EXAMPLE_TRACE = "demo"
+
+
+def _settings() -> ProviderSettings:
+    """Provider secrets from the environment; nothing else reads it."""
+    return ProviderSettings(
+        anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
+        anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
+    )
+
+
+def _project(trace_ref: str | None = None) -> Project:
+    """The workspace around the current directory, or around a trace path."""
+    start = Path(trace_ref) if trace_ref and os.path.exists(trace_ref) else None
+    return Project.open(start)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="agentfs-workspace", prog_name="agentfs")
+def cli() -> None:
+    """Run LLM agents whose whole state is plain files in a Git repository.
+
+    A workspace is a Git repository with an agentfs.toml. Each trace is a
+    directory traces/<id>/ of message files; every step is a commit on main.
+    Commands find the workspace by walking up from the current directory.
+    """
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), default=".")
+def init(directory: Path) -> None:
+    """Make DIRECTORY (default: here) a workspace.
+
+    Creates the Git repository if needed, agentfs.toml, skills/, traces/,
+    inbox/ and knowledge/, and commits them. In an existing repository or
+    workspace only what is missing is added; nothing is overwritten.
+    """
+    workspace, created = init_workspace(directory)
+    if created:
+        click.echo(f"initialized workspace {workspace.root} (added {', '.join(created)})")
+    else:
+        click.echo(f"{workspace.root} is already a workspace; nothing to add")
+
+
+@cli.command()
+@click.argument("trace_id", metavar="TRACE")
+@click.option("-m", "--message", help="Text of the first user message.")
+@click.option(
+    "-f", "--file", "file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Read the first user message from a Markdown file (frontmatter optional).",
+)
+@click.option("--preset", help="Preset from agentfs.toml for the system prompt.")
+@click.option("--model", help="Model this trace uses by default (e.g. replay:script.json).")
+def new(trace_id: str, message: str | None, file: Path | None, preset: str | None,
+        model: str | None) -> None:
+    """Create trace TRACE with its first user message (-m TEXT or -f FILE).
+
+    Makes traces/TRACE/ with trace.json, the system message and the user
+    message, as two commits. Run it with `agentfs run TRACE`.
+    """
+    if (message is None) == (file is None):
+        raise click.UsageError("give the first message with exactly one of -m TEXT or -f FILE")
+    check_trace_id(trace_id)
+    project = _project()
+    first = read_message_file(file) if file else parse_dropped(Path("<-m>"), message.encode())  # type: ignore[union-attr]
+    trace = project.new_trace(trace_id, first, preset=preset, model=model)
+    click.echo(f"created trace {trace.id} in {trace.dir}")
+
+
+@cli.command()
+@click.argument("trace_ref", metavar="TRACE")
+@click.option("-m", "--message", "messages", multiple=True, help="Append a user message first.")
+@click.option("--model", help="Model to use: replay:PATH or anthropic:MODEL-ID.")
+@click.option("--max-iterations", type=click.IntRange(min=1),
+              help="Stop after this many model calls (default: max_iterations in agentfs.toml).")
+@click.option("-q", "--quiet", is_flag=True, help="Do not print tool calls.")
+def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
+        max_iterations: int | None, quiet: bool) -> None:
+    """Run TRACE until the model stops, streaming its text.
+
+    TRACE is a trace id or a path to a trace directory. Before running,
+    edits you made under the trace are committed (kind `edit`) so the model
+    sees them, files in traces/TRACE/inbox/ become user messages, and an
+    interrupted earlier run is resumed. Model: --model, else the trace's,
+    else the preset's, else `model` in agentfs.toml.
+    """
+    project = _project(trace_ref)
+    trace = project.trace(trace_ref)
+    chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
+    terminal = _Terminal(quiet)
+    runner = Runner(project.workspace, project.repo, chosen, config=project.config,
+                    on_text=terminal.text, on_event=terminal.event)
+    result = runner.run(trace.id, messages, max_iterations=max_iterations)
+    terminal.end_line()
+    if result.stop == "nothing_to_do":
+        click.echo(
+            f"trace {trace.id} is waiting for a user message: "
+            f"agentfs run {trace.id} -m '...' (or drop a file into {trace.inbox_dir})",
+            err=True,
+        )
+    elif result.stop == "max_iterations":
+        click.echo(
+            f"stopped after {result.iterations} model calls (--max-iterations); "
+            f"`agentfs run {trace.id}` continues", err=True,
+        )
+
+
+def _choose_model(project: Project, trace_model: str | None, preset: str | None,
+                  flag: str | None):  # noqa: ANN202 - returns a Model
+    preset_model = project.config.presets[preset].model if preset in project.config.presets else None
+    if flag:
+        return resolve_model(flag, base_dir=Path.cwd(), settings=_settings())
+    name = trace_model or preset_model or project.config.model or DEFAULT_MODEL
+    return resolve_model(name, base_dir=project.workspace.root, settings=_settings())
+
+
+class _Terminal:
+    """Streams assistant text to stdout and run events to stderr, keeping lines apart."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.mid_line = False
+
+    def text(self, chunk: str) -> None:
+        sys.stdout.write(chunk)
+        sys.stdout.flush()
+        self.mid_line = bool(chunk) and not chunk.endswith("\n")
+
+    def end_line(self) -> None:
+        if self.mid_line:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.mid_line = False
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "assistant":
+            self.end_line()
+        if self.quiet:
+            return
+        line = _event_line(kind, data)
+        if line:
+            self.end_line()
+            click.echo(line, err=True)
+
+
+def _event_line(kind: str, data: dict[str, Any]) -> str | None:
+    if kind == "tool_call":
+        args = ", ".join(
+            f"{k}={json.dumps(v, ensure_ascii=False)[:50]}" for k, v in data["input"].items()
+        )
+        return f"  → {data['name']}({args})"
+    if kind == "tool_result" and data["is_error"]:
+        first = data["text"].splitlines()[0] if data["text"] else "error"
+        return f"  ✗ {first}"
+    if kind == "ingested":
+        return f"  ingested {data['file']} as #{data['sequence']}"
+    if kind == "recovered":
+        return f"  resumed: answered {len(data['interrupted'])} interrupted tool call(s)"
+    return None
+
+
+@cli.command()
+@click.argument("trace_ref", metavar="TRACE")
+@click.option("--all", "show_all", is_flag=True, help="Also list messages off the main path.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--full", is_flag=True, help="Do not shorten long messages.")
+def show(trace_ref: str, show_all: bool, as_json: bool, full: bool) -> None:
+    """Print TRACE's main path (with --all, every message, off-path ones marked)."""
+    project = _project(trace_ref)
+    trace = project.trace(trace_ref)
+    messages = trace.messages()
+    on_path = {m.sequence for m in trace.main_path(messages)}
+    chosen = [(m, m.sequence in on_path) for m in messages.values() if show_all or m.sequence in on_path]
+    if as_json:
+        body = {
+            "trace": trace.id,
+            "head": trace.meta.head,
+            "messages": [message_record(m, p) for m, p in chosen],
+        }
+        click.echo(json.dumps(body, indent=2, ensure_ascii=False))
+    else:
+        click.echo(show_text(chosen, full=full))
+
+
+@cli.command()
+@click.argument("trace_ref", metavar="TRACE")
+@click.option("-n", "--max-count", type=int, help="Show at most this many commits.")
+def log(trace_ref: str, max_count: int | None) -> None:
+    """List TRACE's commits on main, newest first: commit, kind, sequence, summary."""
+    project = _project(trace_ref)
+    trace = project.trace(trace_ref)
+    shown = 0
+    for sha, commit in project.repo.first_parent_log():
+        trailers = parse_trailers(commit.message)
+        if trailers.get("Agentfs-Trace") != trace.id:
+            continue
+        kind = trailers.get("Agentfs-Kind", "?")
+        sequence = trailers.get("Agentfs-Sequence", "")
+        summary = subject(commit.message).split(f"#{sequence}", 1)[-1].strip() if sequence else ""
+        seq_text = f"#{sequence}" if sequence else ""
+        click.echo(f"{sha.decode()[:10]} {kind:<9} {seq_text:<6} {summary}".rstrip())
+        shown += 1
+        if max_count is not None and shown >= max_count:
+            break
+
+
+@cli.command()
+@click.argument("trace_ref", metavar="TRACE")
+@click.argument("sequence", type=int)
+def rewind(trace_ref: str, sequence: int) -> None:
+    """Move TRACE's head back to message SEQUENCE (a `rewind` commit).
+
+    Later messages stay on disk, off the main path (`agentfs show --all`);
+    the next run continues from SEQUENCE.
+    """
+    project = _project(trace_ref)
+    trace = project.trace(trace_ref)
+    with trace.lock():
+        trace.recover()
+        previous = trace.meta.head
+        trace.rewind(sequence)
+    click.echo(f"{trace.id}: head moved from #{previous} to #{sequence}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(as_json: bool) -> None:
+    """List the workspace's traces: head, running or idle, pending inbox files."""
+    project = _project()
+    rows = []
+    for trace_id in project.workspace.trace_ids():
+        trace = project.trace(trace_id)
+        try:
+            head = trace.meta.head
+            problem = None
+        except AgentfsError as exc:
+            head, problem = None, str(exc)
+        rows.append({
+            "trace": trace_id,
+            "head": head,
+            "running": trace.is_running(),
+            "pending_inbox": [p.name for p in trace.pending_inbox()],
+            **({"error": problem} if problem else {}),
+        })
+    inbox = project.workspace.inbox_dir
+    new_files = sorted(
+        p.name for p in inbox.iterdir() if p.is_file() and p.name != ".gitkeep"
+    ) if inbox.is_dir() else []
+    if as_json:
+        click.echo(json.dumps({"workspace": str(project.workspace.root), "traces": rows,
+                               "inbox": new_files}, indent=2))
+        return
+    if not rows:
+        click.echo("no traces yet: agentfs new TRACE -m '...'")
+    for row in rows:
+        state = "running" if row["running"] else "idle"
+        pending = f", {len(row['pending_inbox'])} in inbox" if row["pending_inbox"] else ""
+        error = f"  ERROR: {row['error']}" if "error" in row else ""
+        click.echo(f"{row['trace']:<24} head #{row['head']}  {state}{pending}{error}")
+    if new_files:
+        click.echo(f"inbox/: {len(new_files)} file(s) waiting to start new traces")
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path), required=False)
+def demo(directory: Path | None) -> None:
+    """Copy the example workspace to DIRECTORY (default: a new temp dir) and run it.
+
+    Runs offline on the replay model; your own repositories are not touched.
+    """
+    source = example_workspace_dir()
+    if directory is None:
+        directory = Path(tempfile.mkdtemp(prefix="agentfs-demo-"))
+    elif directory.exists() and any(directory.iterdir()):
+        raise click.UsageError(f"{directory} is not empty; give a new or empty directory")
+    shutil.copytree(source, directory, dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns(".git", "__pycache__"))
+    init_workspace(directory, commit_existing=True)
+    click.echo(f"example workspace copied to {directory.resolve()}\n", err=True)
+    project = Project.open(directory)
+    trace = project.trace(EXAMPLE_TRACE)
+    chosen = _choose_model(project, trace.meta.model, trace.meta.preset, None)
+    terminal = _Terminal()
+    runner = Runner(project.workspace, project.repo, chosen, config=project.config,
+                    on_text=terminal.text, on_event=terminal.event)
+    runner.run(trace.id)
+    terminal.end_line()
+    root = project.workspace.root
+    click.echo(
+        f"\ndone. Look around:\n  cd {root}\n  git log --oneline\n"
+        f"  agentfs show {trace.id}\n  agentfs log {trace.id}",
+        err=True,
+    )

@@ -1,0 +1,71 @@
+"""`agentfs.toml`: the workspace configuration."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentfs.errors import ConfigError
+
+DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+
+DEFAULT_CONFIG_TEXT = f'''\
+# agentfs workspace configuration. See docs/configuration.md.
+format = 1
+
+# Model used when `agentfs run` gets no --model:
+#   "anthropic:<model-id>"  needs ANTHROPIC_API_KEY in the environment
+#   "replay:<path>"         a scripted, offline model (path relative to this file)
+model = "{DEFAULT_MODEL}"
+
+# Model calls per `agentfs run` before it stops (run again to continue).
+max_iterations = 50
+'''
+
+
+class Preset(BaseModel):
+    """A named bundle of run settings (`agentfs run --preset NAME`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_prompt: str | None = Field(default=None, description="Role prompt for new traces")
+    model: str | None = None
+
+
+class ToolsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bash: bool = Field(default=False, description="Allow the bash tool")
+
+
+class WorkspaceConfig(BaseModel):
+    """Settings from `agentfs.toml`; every key is optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: int = 1
+    model: str | None = Field(default=None, description="Default model, e.g. replay:PATH")
+    max_iterations: int = Field(default=50, ge=1, description="Model calls per run")
+    system_prompt: str | None = Field(default=None, description="Role prompt for new traces")
+    max_tokens: int = Field(default=4096, ge=1, description="Output tokens per model call")
+    presets: dict[str, Preset] = Field(default_factory=dict)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+
+
+def load_config(path: Path) -> WorkspaceConfig:
+    """Parse `agentfs.toml`; errors name the file and the key."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist", hint="run `agentfs init`") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: invalid TOML ({exc})") from None
+    try:
+        return WorkspaceConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+        )
+        raise ConfigError(f"{path}: {problems}") from None

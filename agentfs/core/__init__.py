@@ -1,0 +1,1 @@
+"""The agent: runner loop, system prompt, workspace operations."""

@@ -1,0 +1,56 @@
+"""Errors agentfs reports to users.
+
+Every expected failure is an `AgentfsError`: it names what is wrong (usually a
+file or a trace) and how to fix it, so the CLI can print one line and exit
+without a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class AgentfsError(Exception):
+    """An expected failure with a message fit for the user."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} ({self.hint})"
+        return self.message
+
+
+class WorkspaceNotFound(AgentfsError):
+    """No `agentfs.toml` in the directory or any parent."""
+
+
+class TraceNotFound(AgentfsError):
+    """The named trace has no directory or no `trace.json`."""
+
+
+class MessageFileError(AgentfsError):
+    """A message file cannot be read: bad name, encoding, frontmatter or fields."""
+
+    def __init__(self, path: Path | str, problem: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{path}: {problem}", hint=hint)
+        self.path = Path(path)
+
+
+class TraceLocked(AgentfsError):
+    """Another process is running the trace."""
+
+
+class GitStateError(AgentfsError):
+    """The repository is in a state agentfs cannot commit to (e.g. HEAD not on main)."""
+
+
+class ConfigError(AgentfsError):
+    """`agentfs.toml` or a script it points at is invalid."""
+
+
+class ModelError(AgentfsError):
+    """A model could not be set up or failed after its retries."""

@@ -1,0 +1,45 @@
+"""Model names (`replay:PATH`, `anthropic:MODEL-ID`) → model objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentfs.errors import ConfigError, ModelError
+from agentfs.models.base import Model
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """Secrets and endpoints, passed down from the CLI (the only layer reading the environment)."""
+
+    anthropic_api_key: str | None = None
+    anthropic_base_url: str | None = None
+
+
+def resolve_model(name: str, *, base_dir: Path, settings: ProviderSettings) -> Model:
+    """The model called `name`; relative replay paths are taken from `base_dir`."""
+    provider, sep, rest = name.partition(":")
+    if not sep or not rest:
+        raise ConfigError(
+            f"model {name!r} is not PROVIDER:NAME",
+            hint="use replay:PATH or anthropic:MODEL-ID",
+        )
+    if provider == "replay":
+        from agentfs.models.replay import ReplayModel
+
+        path = Path(rest)
+        return ReplayModel(path if path.is_absolute() else base_dir / path)
+    if provider == "anthropic":
+        if not settings.anthropic_api_key:
+            raise ModelError(
+                f"model {name} needs ANTHROPIC_API_KEY, which is not set",
+                hint="export ANTHROPIC_API_KEY=..., or run offline with --model replay:SCRIPT "
+                "(or set model = \"replay:...\" in agentfs.toml)",
+            )
+        from agentfs.models.anthropic import AnthropicModel
+
+        return AnthropicModel(
+            rest, api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url
+        )
+    raise ConfigError(f"unknown model provider {provider!r} in {name!r}", hint="use replay or anthropic")

@@ -1,0 +1,327 @@
+"""The workspace's Git repository, driven at the object level with dulwich.
+
+Each step becomes one commit built directly in the object store: blobs for
+the changed files, the new tree derived from the branch head's tree, the
+commit, then a compare-and-swap of the branch ref. Porcelain add+commit is
+avoided on purpose: it rescans the whole index and runs dulwich's foreground
+auto-gc on every commit (see docs/decisions.md).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dulwich.file import FileLocked
+from dulwich.index import IndexEntry, index_entry_from_stat
+from dulwich.object_store import commit_tree_changes
+from dulwich.objects import Blob, Commit, Tree
+from dulwich.repo import Repo
+
+from agentfs.errors import GitStateError
+from agentfs.store.index import update_index
+
+MAIN = b"refs/heads/main"
+DEFAULT_IDENTITY = b"agentfs <agentfs@localhost>"
+FILE_MODE = 0o100644
+EXEC_MODE = 0o100755
+
+#: Attempts at moving a ref before giving up (another process keeps winning).
+CAS_ATTEMPTS = 200
+
+
+@dataclass(frozen=True)
+class Change:
+    """A path's new content for a commit: `data` None deletes it."""
+
+    path: str
+    data: bytes | None
+    mode: int = FILE_MODE
+
+
+def init_repo(root: Path) -> bool:
+    """Make `root` a Git repository on branch `main` unless it is one; True if created."""
+    if (root / ".git").exists():
+        return False
+    repo = Repo.init(str(root), default_branch=b"main")
+    config = repo.get_config()
+    config.set((b"core",), b"autocrlf", b"false")
+    config.write_to_path()
+    repo.close()
+    return True
+
+
+class GitRepo:
+    """Commits, branches and history of one workspace repository."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        try:
+            self.repo = Repo(str(root))
+        except Exception as exc:  # dulwich raises NotGitRepository and others
+            raise GitStateError(
+                f"{root}: not a Git repository ({exc})", hint="run `agentfs init` there"
+            ) from None
+        self.store = self.repo.object_store
+        self.index_path = Path(self.repo.index_path())
+        self._identity: bytes | None = None
+
+    def close(self) -> None:
+        self.repo.close()
+
+    # --- reading -----------------------------------------------------------
+
+    def head(self, ref: bytes = MAIN) -> bytes | None:
+        """Commit id `ref` points at, or None for an unborn branch."""
+        try:
+            return self.repo.refs[ref]
+        except KeyError:
+            return None
+
+    def check_on_main(self) -> None:
+        """Refuse to commit when the work tree is not `main`'s (HEAD elsewhere)."""
+        target = self.repo.refs.read_ref(b"HEAD")
+        if target != b"ref: " + MAIN:
+            where = target.decode() if target else "nothing"
+            raise GitStateError(
+                f"{self.root}: HEAD is {where}, but agentfs keeps traces on branch main",
+                hint="run `git checkout main` (or `git switch main`) first",
+            )
+
+    def commit(self, sha: bytes) -> Commit:
+        obj = self.store[sha]
+        assert isinstance(obj, Commit)
+        return obj
+
+    def tree_lookup(self, commit_sha: bytes | None, path: str) -> tuple[int, bytes] | None:
+        """(mode, sha) of `path` in the commit's tree, or None."""
+        if commit_sha is None:
+            return None
+        tree_sha = self.commit(commit_sha).tree
+        try:
+            mode, sha = _lookup(self.store, tree_sha, path.encode())
+        except KeyError:
+            return None
+        return mode, sha
+
+    def read_file(self, commit_sha: bytes | None, path: str) -> bytes | None:
+        """Contents of `path` at a commit, or None."""
+        found = self.tree_lookup(commit_sha, path)
+        if found is None or stat.S_ISDIR(found[0]):
+            return None
+        blob = self.store[found[1]]
+        assert isinstance(blob, Blob)
+        return blob.as_raw_string()
+
+    def list_dir(self, commit_sha: bytes | None, path: str) -> dict[str, tuple[int, bytes]]:
+        """Entries (name → (mode, sha)) of a directory at a commit; empty if absent."""
+        if commit_sha is None:
+            return {}
+        if path:
+            found = self.tree_lookup(commit_sha, path)
+            if found is None:
+                return {}
+            tree_sha = found[1]
+        else:
+            tree_sha = self.commit(commit_sha).tree
+        tree = self.store[tree_sha]
+        if not isinstance(tree, Tree):
+            return {}
+        return {e.path.decode(): (e.mode, e.sha) for e in tree.iteritems()}
+
+    def walk(self, commit_sha: bytes | None, prefix: str) -> dict[str, tuple[int, bytes]]:
+        """Every file below directory `prefix` at a commit: path → (mode, blob id)."""
+        found = self.tree_lookup(commit_sha, prefix)
+        if found is None or not stat.S_ISDIR(found[0]):
+            return {}
+        files: dict[str, tuple[int, bytes]] = {}
+        pending = [(prefix, found[1])]
+        while pending:
+            directory, tree_sha = pending.pop()
+            tree = self.store[tree_sha]
+            assert isinstance(tree, Tree)
+            for entry in tree.iteritems():
+                path = f"{directory}/{entry.path.decode()}"
+                if stat.S_ISDIR(entry.mode):
+                    pending.append((path, entry.sha))
+                else:
+                    files[path] = (entry.mode, entry.sha)
+        return files
+
+    def first_parent_log(self, ref: bytes = MAIN) -> Iterator[tuple[bytes, Commit]]:
+        """Commits from `ref` back along first parents (cheap: no tree diffs)."""
+        sha = self.head(ref)
+        while sha is not None:
+            commit = self.commit(sha)
+            yield sha, commit
+            sha = commit.parents[0] if commit.parents else None
+
+    def branches(self, prefix: str) -> list[str]:
+        """Branch names under `prefix` (e.g. `agentfs/demo/`)."""
+        base = b"refs/heads/" + prefix.encode()
+        return sorted(
+            (b"refs/heads/" + name).decode()[len("refs/heads/") :]
+            for name in self.repo.refs.keys(base=b"refs/heads/")
+            if (b"refs/heads/" + name).startswith(base)
+        )
+
+    # --- writing -----------------------------------------------------------
+
+    def identity(self) -> bytes:
+        """`user.name <user.email>` from Git config, or agentfs' own identity."""
+        if self._identity is None:
+            config = self.repo.get_config_stack()
+            try:
+                name = config.get((b"user",), b"name")
+                email = config.get((b"user",), b"email")
+                self._identity = name + b" <" + email + b">"
+            except KeyError:
+                self._identity = DEFAULT_IDENTITY
+        return self._identity
+
+    def commit_worktree(
+        self,
+        paths: Iterable[str],
+        message: bytes,
+        *,
+        extra_parents: Sequence[bytes] = (),
+    ) -> bytes:
+        """Commit the work tree's current state of `paths` on main; refresh their index entries.
+
+        A path missing from the work tree is deleted. Only these paths change:
+        commits other processes made meanwhile (other traces) are kept, by
+        rebuilding on the new head and retrying the compare-and-swap.
+        """
+        self.check_on_main()
+        changes: list[Change] = []
+        index_changes: dict[bytes, IndexEntry | None] = {}
+        for path in sorted(set(paths)):
+            full = self.root / path
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                changes.append(Change(path, None))
+                index_changes[path.encode()] = None
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                data, mode = os.readlink(full).encode(), stat.S_IFLNK
+            elif stat.S_ISREG(st.st_mode):
+                data = full.read_bytes()
+                mode = EXEC_MODE if st.st_mode & 0o100 else FILE_MODE
+            else:
+                continue
+            change = Change(path, data, mode)
+            changes.append(change)
+            index_changes[path.encode()] = index_entry_from_stat(
+                st, Blob.from_string(data).id, mode=mode
+            )
+        sha = self.commit_changes(MAIN, changes, message, extra_parents=extra_parents)
+        update_index(self.index_path, index_changes)
+        return sha
+
+    def commit_changes(
+        self,
+        ref: bytes,
+        changes: Sequence[Change],
+        message: bytes,
+        *,
+        extra_parents: Sequence[bytes] = (),
+        start: bytes | None = None,
+    ) -> bytes:
+        """Commit `changes` on top of `ref` (created from `start` if it does not exist).
+
+        The work tree and the index are not touched: this is how side
+        branches are written, and the object half of `commit_worktree`.
+        """
+        blobs: dict[str, tuple[int, bytes]] = {}
+        for change in changes:
+            if change.data is not None:
+                blob = Blob.from_string(change.data)
+                self.store.add_object(blob)
+                blobs[change.path] = (change.mode, blob.id)
+        tree_changes = [
+            (c.path.encode(), *(blobs[c.path] if c.path in blobs else (None, None)))
+            for c in changes
+        ]
+        delay = 0.001
+        for _ in range(CAS_ATTEMPTS):
+            current = self.head(ref)
+            parent = current if current is not None else start
+            base_tree: bytes | Tree = self.commit(parent).tree if parent is not None else Tree()
+            present = [
+                change
+                for change in tree_changes
+                if change[2] is not None
+                or (isinstance(base_tree, bytes) and _exists(self.store, base_tree, change[0]))
+            ]
+            tree = commit_tree_changes(self.store, base_tree, present)
+            parents = ([parent] if parent is not None else []) + list(extra_parents)
+            commit = self._make_commit(tree, message, parents)
+            if self._swap(ref, current, commit.id, message):
+                return commit.id
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 0.05)
+        raise GitStateError(
+            f"could not update {ref.decode()}: it kept moving during {CAS_ATTEMPTS} attempts",
+            hint="another process is committing heavily; try again",
+        )
+
+    def _swap(self, ref: bytes, old: bytes | None, new: bytes, message: bytes) -> bool:
+        """Move `ref` from `old` (None: must not exist) to `new`; False if it moved meanwhile."""
+        reflog = b"agentfs: " + message.split(b"\n", 1)[0]
+        try:
+            if old is None:
+                return self.repo.refs.add_if_new(ref, new, message=reflog)
+            return self.repo.refs.set_if_equals(ref, old, new, message=reflog)
+        except FileLocked:
+            return False
+
+    def create_branch(self, name: str, start: bytes) -> None:
+        """Create `refs/heads/<name>` at `start`; an existing branch is an error."""
+        ref = b"refs/heads/" + name.encode()
+        if not self.repo.refs.add_if_new(ref, start):
+            raise GitStateError(f"branch {name} already exists")
+
+    def delete_branch(self, name: str) -> None:
+        self.repo.refs.remove_if_equals(b"refs/heads/" + name.encode(), None)
+
+    def _make_commit(self, tree: bytes, message: bytes, parents: list[bytes]) -> Commit:
+        commit = Commit()
+        commit.tree = tree
+        commit.parents = parents
+        commit.author = commit.committer = self.identity()
+        now = int(time.time())
+        offset = -time.timezone if not time.localtime(now).tm_isdst else -time.altzone
+        commit.author_time = commit.commit_time = now
+        commit.author_timezone = commit.commit_timezone = offset
+        commit.encoding = b"UTF-8"
+        commit.message = message
+        self.store.add_object(commit)
+        return commit
+
+
+def _exists(store: object, tree_sha: bytes, path: bytes) -> bool:
+    try:
+        _lookup(store, tree_sha, path)
+    except KeyError:
+        return False
+    return True
+
+
+def _lookup(store: object, tree_sha: bytes, path: bytes) -> tuple[int, bytes]:
+    """(mode, sha) of a slash-separated path below a tree; KeyError if absent."""
+    mode, sha = stat.S_IFDIR, tree_sha
+    for part in path.split(b"/"):
+        if not part:
+            continue
+        if not stat.S_ISDIR(mode):
+            raise KeyError(path)
+        tree = store[sha]  # type: ignore[index]
+        mode, sha = tree[part]
+    return mode, sha
+

@@ -1,0 +1,455 @@
+"""A trace on disk: `trace.json`, `messages/`, `inbox/`, and the commits that record them.
+
+This is the storage API the agent core uses. It knows messages, sequences,
+paths and commits; it knows nothing about models or tools.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentfs.errors import AgentfsError, MessageFileError, TraceNotFound
+from agentfs.store.atomic import atomic_write
+from agentfs.store.commits import Step
+from agentfs.store.gitrepo import GitRepo
+from agentfs.store.lock import TraceLock, is_locked
+from agentfs.store.messages import (
+    Message,
+    authored_fields,
+    load_message,
+    parse_dropped,
+    parse_file_name,
+    render_message,
+)
+from agentfs.store.workspace import (
+    INBOX_DIR,
+    MESSAGES_DIR,
+    TRACE_FILE,
+    Workspace,
+    check_trace_id,
+)
+
+#: Version of the on-disk trace format this agentfs writes and reads.
+FORMAT_VERSION = 1
+
+
+class InjectedSkill(BaseModel):
+    """Where a declared skill was last injected."""
+
+    message_id: str
+    sequence: int
+
+
+class TraceMeta(BaseModel):
+    """Contents of `trace.json`: the trace's metadata and runtime context."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format_version: int = Field(default=FORMAT_VERSION, description="On-disk format version")
+    id: str
+    head: int | None = Field(default=None, description="Last message of the main path")
+    next_sequence: int = Field(default=1, description="Sequence the next message will get")
+    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    model: str | None = Field(default=None, description="Model used when none is given")
+    preset: str | None = None
+    iterations: int = Field(default=0, description="Model calls made on the main path")
+    injected_skills: dict[str, InjectedSkill] = Field(default_factory=dict)
+    context: dict[str, Any] = Field(default_factory=dict, description="Free-form runtime state")
+
+
+def is_ignored_name(name: str) -> bool:
+    """Editor and agentfs temporary files that are never messages or edits."""
+    return (
+        name.startswith(".")
+        or name.endswith("~")
+        or (name.startswith("#") and name.endswith("#"))
+        or name.endswith((".swp", ".swo", ".swx", ".tmp", ".part"))
+        or name == "4913"
+    )
+
+
+class Trace:
+    """One trace directory, its messages and its commits on `main`.
+
+    Callers that change a trace hold its lock (`with trace.lock():`).
+    """
+
+    def __init__(self, workspace: Workspace, repo: GitRepo, trace_id: str) -> None:
+        self.workspace = workspace
+        self.repo = repo
+        self.id = check_trace_id(trace_id)
+        self.dir = workspace.trace_dir(trace_id)
+        self.messages_dir = self.dir / MESSAGES_DIR
+        self.inbox_dir = self.dir / INBOX_DIR
+        self.meta_path = self.dir / TRACE_FILE
+        self._meta: TraceMeta | None = None
+        self._cache: dict[str, tuple[tuple[int, int, int], Message]] = {}
+
+    # --- metadata ----------------------------------------------------------
+
+    @classmethod
+    def create(cls, workspace: Workspace, repo: GitRepo, meta: TraceMeta) -> Trace:
+        """Make the directory and `trace.json` of a new trace (not yet committed)."""
+        trace = cls(workspace, repo, meta.id)
+        if trace.meta_path.exists():
+            raise AgentfsError(
+                f"trace {meta.id!r} already exists ({trace.dir})",
+                hint="choose another id, or continue it with `agentfs run`",
+            )
+        trace.messages_dir.mkdir(parents=True, exist_ok=True)
+        trace._meta = meta
+        trace.save_meta()
+        return trace
+
+    @property
+    def meta(self) -> TraceMeta:
+        if self._meta is None:
+            self._meta = self._load_meta()
+        return self._meta
+
+    def reload(self) -> None:
+        """Forget cached metadata (files may have changed on disk)."""
+        self._meta = None
+
+    def _load_meta(self) -> TraceMeta:
+        try:
+            data = json.loads(self.meta_path.read_bytes())
+        except FileNotFoundError:
+            raise TraceNotFound(f"{self.meta_path}: missing", hint="is this a trace?") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise AgentfsError(
+                f"{self.meta_path}: not valid JSON ({exc})",
+                hint="fix it, or restore it with `git checkout -- " f"{self.rel(self.meta_path)}`",
+            ) from None
+        version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else None
+        if isinstance(version, int) and version > FORMAT_VERSION:
+            raise AgentfsError(
+                f"{self.meta_path}: written by a newer agentfs (format {version})",
+                hint="upgrade agentfs to read this trace",
+            )
+        try:
+            return TraceMeta.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+            )
+            raise AgentfsError(f"{self.meta_path}: invalid fields: {problems}") from None
+
+    def save_meta(self) -> None:
+        data = self.meta.model_dump(mode="json")
+        atomic_write(
+            self.meta_path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
+        )
+
+    def lock(self) -> TraceLock:
+        return TraceLock(self.workspace.state_dir / "locks", self.id)
+
+    def is_running(self) -> bool:
+        return is_locked(self.workspace.state_dir / "locks", self.id)
+
+    def rel(self, path: Path) -> str:
+        return self.workspace.relpath(path)
+
+    # --- messages ----------------------------------------------------------
+
+    def messages(self) -> dict[int, Message]:
+        """Every message file in `messages/` by sequence; re-reads only changed files."""
+        found: dict[int, Message] = {}
+        seen: set[str] = set()
+        try:
+            entries = list(os.scandir(self.messages_dir))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            name = entry.name
+            if is_ignored_name(name) or not entry.is_file(follow_symlinks=False):
+                if entry.is_symlink():
+                    raise MessageFileError(
+                        Path(entry.path), "is a symlink", hint="message files must be regular files"
+                    )
+                continue
+            st = entry.stat(follow_symlinks=False)
+            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            cached = self._cache.get(name)
+            if cached is not None and cached[0] == key:
+                message = cached[1]
+            else:
+                message = load_message(Path(entry.path))
+                self._cache[name] = (key, message)
+            seen.add(name)
+            if message.sequence in found:
+                raise MessageFileError(
+                    Path(entry.path),
+                    f"sequence {message.sequence} is also used by "
+                    f"{found[message.sequence].file_name()}",
+                    hint="each sequence number may be used by one file only; rename one",
+                )
+            found[message.sequence] = message
+        for stale in set(self._cache) - seen:
+            del self._cache[stale]
+        return dict(sorted(found.items()))
+
+    def parent_of(self, message: Message, ordered: Sequence[int]) -> int | None:
+        """The message's parent; without `parent_sequence`, the file before it."""
+        if message.parent_sequence is not None:
+            return message.parent_sequence
+        earlier = [s for s in ordered if s < message.sequence]
+        return earlier[-1] if earlier else None
+
+    def path_to(self, sequence: int | None, messages: dict[int, Message] | None = None) -> list[Message]:
+        """Messages from the first one to `sequence`, following parents."""
+        messages = self.messages() if messages is None else messages
+        ordered = list(messages)
+        path: list[Message] = []
+        seen: set[int] = set()
+        current = sequence
+        while current is not None:
+            message = messages.get(current)
+            if message is None:
+                child = path[-1].file_name() if path else TRACE_FILE
+                raise AgentfsError(
+                    f"{self.dir}: the main path needs message #{current} "
+                    f"(parent of {child}) but there is no such file",
+                    hint="restore it with git, or `agentfs rewind` to an existing message",
+                )
+            if current in seen:
+                raise AgentfsError(
+                    f"{self.messages_dir / message.file_name()}: parent_sequence makes a cycle",
+                    hint="fix parent_sequence so it points at an earlier message",
+                )
+            seen.add(current)
+            path.append(message)
+            current = self.parent_of(message, ordered)
+        path.reverse()
+        return path
+
+    def main_path(self, messages: dict[int, Message] | None = None) -> list[Message]:
+        """The main path: from the first message to the head in `trace.json`."""
+        return self.path_to(self.meta.head, messages)
+
+    def next_sequence(self) -> int:
+        highest = max(self.messages(), default=0)
+        return max(self.meta.next_sequence, highest + 1)
+
+    def new_message(self, role: str, content: Any = "", **fields: Any) -> Message:
+        """A message with the next sequence, parented on the head (not yet written)."""
+        sequence = self.next_sequence()
+        self.meta.next_sequence = sequence + 1
+        return Message(
+            id=f"msg-{sequence:06d}",
+            sequence=sequence,
+            parent_sequence=self.meta.head,
+            role=role,  # type: ignore[arg-type]
+            content=content,
+            **fields,
+        )
+
+    def message_path(self, message: Message) -> Path:
+        return self.messages_dir / message.file_name()
+
+    def write_message(self, message: Message) -> Path:
+        path = self.message_path(message)
+        atomic_write(path, render_message(message))
+        return path
+
+    # --- steps (one commit each) -------------------------------------------
+
+    def commit_step(
+        self,
+        kind: str,
+        messages: Sequence[Message] = (),
+        *,
+        extra_paths: Iterable[str] = (),
+        summary: str | None = None,
+        move_head: bool = True,
+    ) -> bytes:
+        """Write `messages`, move the head to the last one, commit it all as one step.
+
+        Order matters for crash safety: message files first, then
+        `trace.json`, then the commit; `recover()` adopts what a crash left.
+        """
+        paths = [self.rel(self.write_message(m)) for m in messages]
+        if messages and move_head:
+            self.meta.head = messages[-1].sequence
+        if messages:
+            self.meta.next_sequence = max(self.meta.next_sequence, messages[-1].sequence + 1)
+        self.save_meta()
+        paths.append(self.rel(self.meta_path))
+        last = messages[-1] if messages else None
+        step = Step(
+            trace_id=self.id,
+            kind=kind,
+            sequence=last.sequence if last else self.meta.head,
+            summary=summary if summary is not None else (_summary_of(messages) if messages else ""),
+            goal_id=last.goal_id if last else None,
+        )
+        return self.repo.commit_worktree([*paths, *extra_paths], step.message())
+
+    def ingest(self, source: Path, *, kind: str = "user") -> Message:
+        """Move a dropped file (e.g. from `inbox/`) into `messages/` as the next user message.
+
+        The file is renamed into place first, so it is taken exactly once even
+        if the process dies right after; `recover()` finishes the step.
+        """
+        probe = _read_dropped(source)
+        message = self.new_message("user", probe.content, **authored_fields(probe))
+        target = self.message_path(message)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(source, target)
+        source_rel = self.workspace.relpath(source)
+        self.commit_step(kind, [message], extra_paths=[source_rel])
+        return message
+
+    def pending_inbox(self) -> list[Path]:
+        """Files waiting in this trace's `inbox/`, oldest name first."""
+        if not self.inbox_dir.is_dir():
+            return []
+        return sorted(
+            p for p in self.inbox_dir.iterdir() if p.is_file() and not is_ignored_name(p.name)
+        )
+
+    def recover(self) -> list[str]:
+        """Commit what is on disk but not committed under the trace; kinds committed.
+
+        New message files that continue the head (an interrupted step, or a
+        file the user added to `messages/`) are adopted onto the main path
+        as kind `recover`; any other change is the user's and becomes `edit`.
+        """
+        head_commit = self.repo.head()
+        prefix = self.rel(self.dir)
+        committed = self.repo.walk(head_commit, prefix)
+        on_disk = self._worktree_files()
+        changed = sorted(
+            path
+            for path in set(committed) | set(on_disk)
+            if path not in on_disk
+            or path not in committed
+            or on_disk[path] != committed[path][1]
+        )
+        changed = [p for p in changed if not p.startswith(f"{prefix}/{INBOX_DIR}/")]
+        if not changed:
+            return []
+        kinds: list[str] = []
+        adopted = self._adopt(committed)
+        if adopted:
+            extra = [f for m in adopted for f in (m.files_changed or [])]
+            self.commit_step(
+                "recover",
+                adopted,
+                extra_paths=extra,
+                summary=f"adopted {len(adopted)} uncommitted message(s)",
+            )
+            kinds.append("recover")
+            done = {self.rel(self.message_path(m)) for m in adopted} | {self.rel(self.meta_path)}
+            changed = [p for p in changed if p not in done]
+        if changed:
+            self.reload()
+            step = Step(
+                self.id,
+                "edit",
+                self.meta.head,
+                summary=", ".join(p[len(prefix) + 1 :] for p in changed[:3])
+                + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""),
+            )
+            self.repo.commit_worktree(changed, step.message())
+            kinds.append("edit")
+        return kinds
+
+    def _adopt(self, committed: dict[str, tuple[int, bytes]]) -> list[Message]:
+        """Uncommitted new message files continuing the head, in order, parented on it."""
+        messages = self.messages()
+        messages_prefix = self.rel(self.messages_dir) + "/"
+        committed_sequences = [
+            parsed[0]
+            for path in committed
+            if path.startswith(messages_prefix)
+            and (parsed := parse_file_name(path[len(messages_prefix) :])) is not None
+        ]
+        newest_committed = max(committed_sequences, default=0)
+        adopted: list[Message] = []
+        head = self.meta.head
+        for sequence, message in messages.items():
+            if sequence <= newest_committed:
+                continue
+            if message.parent_sequence not in (None, head):
+                continue
+            if message.parent_sequence is None and head is not None:
+                message.parent_sequence = head
+            adopted.append(message)
+            head = sequence
+        return adopted
+
+    def _worktree_files(self) -> dict[str, bytes]:
+        """Files under the trace directory (editor temp files left out): path → blob id."""
+        from dulwich.objects import Blob
+
+        files: dict[str, bytes] = {}
+        for directory, dirnames, filenames in os.walk(self.dir):
+            dirnames[:] = [d for d in dirnames if not is_ignored_name(d)]
+            for name in filenames:
+                if is_ignored_name(name):
+                    continue
+                full = Path(directory) / name
+                if full.is_symlink():
+                    data = os.readlink(full).encode()
+                else:
+                    data = full.read_bytes()
+                files[self.rel(full)] = Blob.from_string(data).id
+        return files
+
+    def rewind(self, sequence: int) -> bytes:
+        """Move the head to `sequence` (a message of this trace) as a `rewind` commit."""
+        messages = self.messages()
+        target = messages.get(sequence)
+        if target is None:
+            raise AgentfsError(
+                f"trace {self.id!r} has no message #{sequence}",
+                hint="`agentfs show --all` lists the sequences",
+            )
+        if target.branch_type:
+            raise AgentfsError(
+                f"message #{sequence} belongs to a {target.branch_type} side branch",
+                hint="rewind to a message of the main history",
+            )
+        if target.role == "assistant" and target.tool_calls:
+            later = [
+                s
+                for s in messages
+                if s > sequence and self.parent_of(messages[s], list(messages)) == sequence
+            ]
+            hint = f"rewind to #{later[-1]} (its results) or earlier" if later else "rewind earlier"
+            raise AgentfsError(
+                f"message #{sequence} asks for tool calls; rewinding there would leave them "
+                "unanswered",
+                hint=hint,
+            )
+        self.path_to(sequence, messages)  # the new path must be complete
+        self.meta.head = sequence
+        return self.commit_step(
+            "rewind", [], summary=f"head moved to #{sequence} ({target.role})"
+        )
+
+
+def _summary_of(messages: Sequence[Message]) -> str:
+    last = messages[-1]
+    if last.tool_calls and not last.text.strip():
+        return "calls " + ", ".join(c.name for c in last.tool_calls)
+    if last.role == "tool" and len(messages) > 1:
+        return f"{len(messages)} tool results"
+    return last.text
+
+
+def _read_dropped(source: Path) -> Message:
+    """Validate a dropped file as a user message before it is moved."""
+    try:
+        data = source.read_bytes()
+    except OSError as exc:
+        raise MessageFileError(source, f"cannot read: {exc.strerror}") from None
+    return parse_dropped(source, data)

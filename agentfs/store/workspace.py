@@ -1,0 +1,118 @@
+"""The workspace: a Git repository holding `agentfs.toml`, traces, skills and user files."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentfs.errors import AgentfsError, TraceNotFound, WorkspaceNotFound
+
+CONFIG_FILE = "agentfs.toml"
+TRACES_DIR = "traces"
+INBOX_DIR = "inbox"
+SKILLS_DIR = "skills"
+KNOWLEDGE_DIR = "knowledge"
+MESSAGES_DIR = "messages"
+TRACE_FILE = "trace.json"
+GOALS_FILE = "goals.json"
+
+TRACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+def check_trace_id(trace_id: str) -> str:
+    """Return `trace_id` if it is usable as a directory and a Git ref component."""
+    if not TRACE_ID.match(trace_id):
+        raise AgentfsError(
+            f"invalid trace id {trace_id!r}",
+            hint="use 1-64 letters, digits, '-' or '_', starting with a letter or digit",
+        )
+    return trace_id
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Paths of one workspace; `root` is the directory holding `agentfs.toml`."""
+
+    root: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / CONFIG_FILE
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.root / TRACES_DIR
+
+    @property
+    def inbox_dir(self) -> Path:
+        return self.root / INBOX_DIR
+
+    @property
+    def skills_dir(self) -> Path:
+        return self.root / SKILLS_DIR
+
+    @property
+    def knowledge_dir(self) -> Path:
+        return self.root / KNOWLEDGE_DIR
+
+    @property
+    def state_dir(self) -> Path:
+        """agentfs' private state (locks, caches), inside `.git` so Git never sees it."""
+        return self.root / ".git" / "agentfs"
+
+    def trace_dir(self, trace_id: str) -> Path:
+        return self.traces_dir / check_trace_id(trace_id)
+
+    def relpath(self, path: Path) -> str:
+        """`path` relative to the root, with forward slashes (a Git path)."""
+        return path.relative_to(self.root).as_posix()
+
+    def trace_ids(self) -> list[str]:
+        """Ids of the traces in `traces/` (directories holding a `trace.json`), sorted."""
+        if not self.traces_dir.is_dir():
+            return []
+        return sorted(
+            entry.name
+            for entry in self.traces_dir.iterdir()
+            if TRACE_ID.match(entry.name) and (entry / TRACE_FILE).is_file()
+        )
+
+    def resolve_trace(self, ref: str) -> str:
+        """Trace id from an id or a path to a trace directory (or a file inside it)."""
+        candidate = Path(ref)
+        if ("/" in ref or ref in (".", "..")) or (
+            candidate.exists() and not TRACE_ID.match(ref)
+        ):
+            resolved = candidate.resolve()
+            traces = self.traces_dir.resolve()
+            try:
+                parts = resolved.relative_to(traces).parts
+            except ValueError:
+                raise TraceNotFound(
+                    f"{ref}: not inside this workspace's traces/ directory ({traces})"
+                ) from None
+            if not parts:
+                raise TraceNotFound(f"{ref}: name a trace directory, not traces/ itself")
+            ref = parts[0]
+        trace_id = check_trace_id(ref)
+        if not (self.trace_dir(trace_id) / TRACE_FILE).is_file():
+            raise TraceNotFound(
+                f"no trace {trace_id!r} in {self.root}",
+                hint="`agentfs status` lists traces; `agentfs new` creates one",
+            )
+        return trace_id
+
+
+def find_workspace(start: Path | None = None) -> Workspace:
+    """The workspace containing `start` (default: the current directory)."""
+    here = (start or Path.cwd()).resolve()
+    if here.is_file():
+        here = here.parent
+    for directory in (here, *here.parents):
+        if (directory / CONFIG_FILE).is_file():
+            return Workspace(directory)
+    raise WorkspaceNotFound(
+        f"no {CONFIG_FILE} in {here} or any parent directory",
+        hint="run `agentfs init` to make this directory a workspace, or cd into one",
+    )
