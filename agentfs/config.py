@@ -34,12 +34,6 @@ class Preset(BaseModel):
     model: str | None = None
 
 
-class ToolsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    bash: bool = Field(default=False, description="Allow the bash tool")
-
-
 class WorkspaceConfig(BaseModel):
     """Settings from `agentfs.toml`; every key is optional."""
 
@@ -51,7 +45,6 @@ class WorkspaceConfig(BaseModel):
     system_prompt: str | None = Field(default=None, description="Role prompt for new traces")
     max_tokens: int = Field(default=4096, ge=1, description="Output tokens per model call")
     presets: dict[str, Preset] = Field(default_factory=dict)
-    tools: ToolsConfig = Field(default_factory=ToolsConfig)
 
 
 def load_config(path: Path) -> WorkspaceConfig:

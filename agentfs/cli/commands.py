@@ -283,7 +283,7 @@ def status(as_json: bool) -> None:
         error = f"  ERROR: {row['error']}" if "error" in row else ""
         click.echo(f"{row['trace']:<24} head #{row['head']}  {state}{pending}{error}")
     if new_files:
-        click.echo(f"inbox/: {len(new_files)} file(s) waiting to start new traces")
+        click.echo(f"inbox/: {len(new_files)} file(s) waiting")
 
 
 @cli.command()

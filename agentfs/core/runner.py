@@ -2,14 +2,15 @@
 
 Every persisted step is one commit (see `agentfs/store/trace.py:Trace.commit_step`).
 A run first brings the trace up to date with the disk: it commits the
-user's edits, adopts what an interrupted run left, answers tool calls that
-never got results, and takes files waiting in the trace's `inbox/`.
+user's edits, adopts what an interrupted run left, finishes a tool step that
+was cut short, and takes files waiting in the trace's `inbox/`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from agentfs.config import WorkspaceConfig
@@ -79,7 +80,7 @@ class Runner:
         with trace.lock():
             trace.reload()
             result.steps.extend(trace.recover())
-            self._answer_interrupted(trace, result)
+            self._finish_interrupted_step(trace, result)
             for path in trace.pending_inbox():
                 message = trace.ingest(path)
                 self._emit("ingested", trace=trace.id, sequence=message.sequence, file=path.name)
@@ -147,51 +148,76 @@ class Runner:
                    tool_calls=[c.name for c in response.tool_calls])
         return message
 
-    def _run_tools(self, trace: Trace, assistant: Message) -> None:
-        """Run each tool call; commit all results and the files they changed together."""
-        context = ToolContext(self.workspace.root, trace.id)
-        results: list[Message] = []
-        parent = assistant.sequence
-        for call in assistant.tool_calls or []:
-            self._emit("tool_call", trace=trace.id, name=call.name, input=call.input)
-            before = set(context.changed)
-            outcome = self.tools.call(call.name, call.input, context)
-            message = trace.new_message(
-                "tool",
-                outcome.content,
-                tool_call_id=call.id,
-                is_error=True if outcome.is_error else None,
-                files_changed=sorted(context.changed - before) or None,
-            )
-            message.parent_sequence = parent
-            parent = message.sequence
-            results.append(message)
-            self._emit("tool_result", trace=trace.id, name=call.name, is_error=outcome.is_error,
-                       text=message.text)
-        trace.commit_step("tool", results, extra_paths=sorted(context.changed))
+    def _run_tools(self, trace: Trace, assistant: Message, after: Message | None = None) -> None:
+        """Run the assistant's tool calls that have no result yet; commit all results and
+        the files they changed together.
 
-    def _answer_interrupted(self, trace: Trace, result: RunResult) -> None:
-        """Give tool calls left without results an explicit 'interrupted' result."""
-        path = trace.main_path()
-        calls_at = max((i for i, m in enumerate(path) if m.role == "assistant"), default=None)
-        if calls_at is None or not path[calls_at].tool_calls:
-            return
-        answered = {m.tool_call_id for m in path[calls_at + 1 :] if m.role == "tool"}
-        missing = [c for c in path[calls_at].tool_calls or [] if c.id not in answered]
-        if not missing or any(m.role != "tool" for m in path[calls_at + 1 :]):
-            return
-        results = []
-        parent = path[-1].sequence
-        for call in missing:
-            message = trace.new_message(
-                "tool", INTERRUPTED, tool_call_id=call.id, is_error=True, synthetic="recovery"
-            )
+        A call that had started when an earlier run died gets an "interrupted"
+        result instead: it may have had effects, and agentfs never re-runs a tool.
+        """
+        context = ToolContext(self.workspace.root, trace.id, tmp_dir=trace.tmp_dir)
+        parent = (after or assistant).sequence
+        answered = self._answered(trace, assistant)
+        in_flight = trace.in_flight()
+        started = set(in_flight.started)
+        results: list[Message] = []
+        interrupted: list[str] = []
+        for call in assistant.tool_calls or []:
+            if call.id in answered:
+                continue
+            if call.id in started:
+                touched = in_flight.files.get(call.id, [])
+                context.changed.update(touched)
+                message = trace.new_message(
+                    "tool", INTERRUPTED, tool_call_id=call.id, is_error=True,
+                    synthetic="recovery", files_changed=touched or None,
+                )
+                interrupted.append(call.name)
+            else:
+                self._emit("tool_call", trace=trace.id, name=call.name, input=call.input)
+                trace.mark_started(call.id)
+                context.before_change = partial(trace.record_change, call.id)
+                before = set(context.changed)
+                outcome = self.tools.call(call.name, call.input, context)
+                message = trace.new_message(
+                    "tool",
+                    outcome.content,
+                    tool_call_id=call.id,
+                    is_error=True if outcome.is_error else None,
+                    files_changed=sorted(context.changed - before) or None,
+                )
+                self._emit("tool_result", trace=trace.id, name=call.name,
+                           is_error=outcome.is_error, text=message.text)
             message.parent_sequence = parent
             parent = message.sequence
             results.append(message)
-        trace.commit_step("tool", results, summary=f"{len(results)} interrupted tool call(s)")
+        if results:
+            summary = f"{len(interrupted)} interrupted tool call(s)" if interrupted else None
+            trace.commit_step("tool", results, extra_paths=sorted(context.changed), summary=summary)
+        trace.clear_in_flight()
+        if interrupted:
+            self._emit("recovered", trace=trace.id, interrupted=interrupted)
+
+    @staticmethod
+    def _answered(trace: Trace, assistant: Message) -> set[str]:
+        path = trace.main_path()
+        at = next(i for i, m in enumerate(path) if m.sequence == assistant.sequence)
+        return {m.tool_call_id for m in path[at + 1 :] if m.role == "tool" and m.tool_call_id}
+
+    def _finish_interrupted_step(self, trace: Trace, result: RunResult) -> None:
+        """If the head is an assistant turn (or some of its results) whose tool calls
+        are not all answered, finish that tool step before anything else."""
+        path = trace.main_path()
+        at = max((i for i, m in enumerate(path) if m.role == "assistant"), default=None)
+        if at is None or not path[at].tool_calls:
+            return
+        if any(m.role != "tool" for m in path[at + 1 :]):
+            return
+        assistant = path[at]
+        if {c.id for c in assistant.tool_calls or []} <= self._answered(trace, assistant):
+            return
+        self._run_tools(trace, assistant, after=path[-1])
         result.steps.append("tool")
-        self._emit("recovered", trace=trace.id, interrupted=[c.name for c in missing])
 
     def _emit(self, kind: str, **data: Any) -> None:
         if self.on_event is not None:

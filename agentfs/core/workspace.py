@@ -36,7 +36,7 @@ class Project:
     config: WorkspaceConfig
 
     @classmethod
-    def open(cls, start: Path | None = None) -> Project:
+    def open(cls, start: Path | str | None = None) -> Project:
         """The workspace containing `start` (default: the current directory)."""
         workspace = find_workspace(start)
         config = load_config(workspace.config_path)
@@ -63,6 +63,7 @@ class Project:
                 f"unknown preset {preset!r} (presets: {known})",
                 hint=f"define [presets.{preset}] in {CONFIG_FILE}",
             )
+        self.repo.check_on_main()
         meta = TraceMeta(id=trace_id, preset=preset, model=model)
         trace = Trace.create(self.workspace, self.repo, meta)
         with trace.lock():
@@ -92,6 +93,12 @@ def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[W
     created: list[str] = []
     new_repo = init_repo(directory)
     workspace = Workspace(directory.resolve())
+    repo = GitRepo(workspace.root)
+    try:
+        _point_unborn_head_at_main(repo)
+        repo.check_on_main()  # before writing anything
+    finally:
+        repo.close()
     to_commit: list[str] = []
     if new_repo:
         created.append(".git")
@@ -110,7 +117,6 @@ def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[W
             to_commit.append(f"{name}/{KEEP}")
     repo = GitRepo(workspace.root)
     try:
-        _point_unborn_head_at_main(repo)
         if to_commit:
             repo.commit_worktree(to_commit, Step("", "init", summary="agentfs workspace").message())
     finally:

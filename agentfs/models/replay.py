@@ -89,7 +89,7 @@ class ReplayModel:
         if request.call_index >= len(turns):
             text = (
                 f"[replay script {self.script_path.name} has no more '{list_name}' entries "
-                f"({len(turns)} used); stopping.]"
+                f"(all {len(turns)} used); stopping.]"
             )
             turn = ReplayTurn(text=text)
         else:

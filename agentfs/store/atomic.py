@@ -2,24 +2,42 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, *, tmp_dir: Path | None = None, durable: bool = True) -> None:
     """Replace `path` with `data` so a reader sees the old or the new bytes, never a mix.
 
-    With `durable` the data and the rename are fsynced, so the write also
-    survives a power loss, not only a killed process.
+    The temp file is made in `tmp_dir` when given (agentfs passes a folder
+    inside `.git`, so a crash never leaves a stray file where Git or the
+    user would see it), else beside `path`. With `durable` the data and the
+    rename are fsynced, so the write survives a power loss, not only a kill.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    if tmp_dir is not None:
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            _write_via(tmp_dir / _temp_name(path), path, data, durable)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:  # another filesystem: fall back to a temp beside it
+                raise
+    _write_via(path.with_name("." + _temp_name(path)), path, data, durable)
+
+
+def _temp_name(path: Path) -> str:
+    return f"{os.getpid()}-{secrets.token_hex(4)}-{path.name}.tmp"
+
+
+def _write_via(tmp: Path, path: Path, data: bytes, durable: bool) -> None:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         view = memoryview(data)
         while view:
-            written = os.write(fd, view)
-            view = view[written:]
+            view = view[os.write(fd, view) :]
         if durable:
             os.fsync(fd)
     finally:
@@ -40,3 +58,25 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def purge_stale_temps(tmp_dir: Path) -> None:
+    """Delete temp files in `tmp_dir` whose writing process no longer exists."""
+    try:
+        names = os.listdir(tmp_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        pid_text = name.split("-", 1)[0]
+        if pid_text.isdigit() and not _alive(int(pid_text)):
+            (tmp_dir / name).unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

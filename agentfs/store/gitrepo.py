@@ -17,14 +17,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dulwich.file import FileLocked
 from dulwich.index import IndexEntry, index_entry_from_stat
 from dulwich.object_store import commit_tree_changes
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
+from agentfs.store.gitlocks import GitLockFile
 from agentfs.store.index import update_index
+from agentfs.store.intents import dead_intents, index_intent
+from agentfs.store.objects import ObjectWriter
 
 MAIN = b"refs/heads/main"
 DEFAULT_IDENTITY = b"agentfs <agentfs@localhost>"
@@ -68,6 +70,9 @@ class GitRepo:
                 f"{root}: not a Git repository ({exc})", hint="run `agentfs init` there"
             ) from None
         self.store = self.repo.object_store
+        self.git_dir = Path(self.repo.controldir())
+        self.state_dir = self.git_dir / "agentfs"
+        self.objects = ObjectWriter(self.store, self.git_dir / "objects")
         self.index_path = Path(self.repo.index_path())
         self._identity: bytes | None = None
 
@@ -85,13 +90,23 @@ class GitRepo:
 
     def check_on_main(self) -> None:
         """Refuse to commit when the work tree is not `main`'s (HEAD elsewhere)."""
-        target = self.repo.refs.read_ref(b"HEAD")
-        if target != b"ref: " + MAIN:
-            where = target.decode() if target else "nothing"
-            raise GitStateError(
-                f"{self.root}: HEAD is {where}, but agentfs keeps traces on branch main",
-                hint="run `git checkout main` (or `git switch main`) first",
-            )
+        target = self.repo.refs.read_ref(b"HEAD") or b""
+        if target == b"ref: " + MAIN:
+            return
+        if target.startswith(b"ref: refs/heads/"):
+            branch = target[len(b"ref: refs/heads/") :].decode()
+            where = f"on branch {branch!r}"
+        else:
+            branch, where = None, "detached"
+        if self.head() is not None:
+            hint = "run `git checkout main` first"
+        elif branch:
+            hint = f"there is no main branch yet: rename yours with `git branch -m {branch} main`"
+        else:
+            hint = "run `git checkout -b main`"
+        raise GitStateError(
+            f"{self.root}: HEAD is {where}, but agentfs keeps traces on branch main", hint=hint
+        )
 
     def commit(self, sha: bytes) -> Commit:
         obj = self.store[sha]
@@ -198,6 +213,7 @@ class GitRepo:
         rebuilding on the new head and retrying the compare-and-swap.
         """
         self.check_on_main()
+        self.repair_index()
         changes: list[Change] = []
         index_changes: dict[bytes, IndexEntry | None] = {}
         for path in sorted(set(paths)):
@@ -220,9 +236,38 @@ class GitRepo:
             index_changes[path.encode()] = index_entry_from_stat(
                 st, Blob.from_string(data).id, mode=mode
             )
-        sha = self.commit_changes(MAIN, changes, message, extra_parents=extra_parents)
-        update_index(self.index_path, index_changes)
+        with index_intent(self.state_dir, [p.decode() for p in index_changes]):
+            sha = self.commit_changes(MAIN, changes, message, extra_parents=extra_parents)
+            update_index(self.index_path, self.state_dir, index_changes)
         return sha
+
+    def repair_index(self) -> None:
+        """Bring index entries left behind by a process that died mid-commit in line
+        with HEAD (see `agentfs/store/intents.py`)."""
+        for intent, paths in dead_intents(self.state_dir):
+            head = self.head()
+            changes: dict[bytes, IndexEntry | None] = {}
+            for path in paths:
+                found = self.tree_lookup(head, path)
+                changes[path.encode()] = None if found is None else self._entry_for(path, *found)
+            update_index(self.index_path, self.state_dir, changes)
+            intent.unlink(missing_ok=True)
+
+    def _entry_for(self, path: str, mode: int, sha: bytes) -> IndexEntry:
+        """Index entry for a committed blob; stat data only if the work tree matches it,
+        so Git re-reads a file that differs instead of trusting its stat."""
+        full = self.root / path
+        try:
+            st = os.lstat(full)
+            data = os.readlink(full).encode() if stat.S_ISLNK(st.st_mode) else full.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            st, data = None, None
+        if st is not None and data is not None and Blob.from_string(data).id == sha:
+            return index_entry_from_stat(st, sha, mode=mode)
+        return IndexEntry(
+            ctime=(0, 0), mtime=(0, 0), dev=0, ino=0, mode=mode, uid=0, gid=0, size=0,
+            sha=sha, flags=0, extended_flags=0,
+        )
 
     def commit_changes(
         self,
@@ -242,7 +287,7 @@ class GitRepo:
         for change in changes:
             if change.data is not None:
                 blob = Blob.from_string(change.data)
-                self.store.add_object(blob)
+                self.objects.add_object(blob)
                 blobs[change.path] = (change.mode, blob.id)
         tree_changes = [
             (c.path.encode(), *(blobs[c.path] if c.path in blobs else (None, None)))
@@ -259,7 +304,7 @@ class GitRepo:
                 if change[2] is not None
                 or (isinstance(base_tree, bytes) and _exists(self.store, base_tree, change[0]))
             ]
-            tree = commit_tree_changes(self.store, base_tree, present)
+            tree = commit_tree_changes(self.objects, base_tree, present)  # type: ignore[arg-type]
             parents = ([parent] if parent is not None else []) + list(extra_parents)
             commit = self._make_commit(tree, message, parents)
             if self._swap(ref, current, commit.id, message):
@@ -272,19 +317,46 @@ class GitRepo:
         )
 
     def _swap(self, ref: bytes, old: bytes | None, new: bytes, message: bytes) -> bool:
-        """Move `ref` from `old` (None: must not exist) to `new`; False if it moved meanwhile."""
-        reflog = b"agentfs: " + message.split(b"\n", 1)[0]
+        """Move `ref` from `old` (None: must not exist) to `new`; False if it moved meanwhile.
+
+        Git's protocol: under `<ref>.lock`, check the current value, write the
+        new one, append to the reflog, rename the lock over the ref.
+        """
+        path = self.git_dir / ref.decode()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with GitLockFile(path, self.state_dir) as lock:
+            if self._read_ref(ref) != old:
+                lock.abort()
+                return False
+            lock.write(new + b"\n")
+            self._append_reflog(ref, old, new, message)
+        return True
+
+    def _read_ref(self, ref: bytes) -> bytes | None:
         try:
-            if old is None:
-                return self.repo.refs.add_if_new(ref, new, message=reflog)
-            return self.repo.refs.set_if_equals(ref, old, new, message=reflog)
-        except FileLocked:
-            return False
+            value = (self.git_dir / ref.decode()).read_bytes().strip()
+        except (FileNotFoundError, NotADirectoryError):
+            return self.repo.refs.get_packed_refs().get(ref)
+        return value or None
+
+    def _append_reflog(self, ref: bytes, old: bytes | None, new: bytes, message: bytes) -> None:
+        log = self.git_dir / "logs" / ref.decode()
+        log.parent.mkdir(parents=True, exist_ok=True)
+        now = int(time.time())
+        offset = _utc_offset(now) // 60
+        tz = f"{'+' if offset >= 0 else '-'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
+        subject_line = message.split(b"\n", 1)[0]
+        line = (
+            (old or b"0" * 40) + b" " + new + b" " + self.identity()
+            + f" {now} {tz}\t".encode() + b"agentfs: " + subject_line + b"\n"
+        )
+        with open(log, "ab") as f:
+            f.write(line)
 
     def create_branch(self, name: str, start: bytes) -> None:
         """Create `refs/heads/<name>` at `start`; an existing branch is an error."""
         ref = b"refs/heads/" + name.encode()
-        if not self.repo.refs.add_if_new(ref, start):
+        if not self._swap(ref, None, start, b"branch: created " + name.encode()):
             raise GitStateError(f"branch {name} already exists")
 
     def delete_branch(self, name: str) -> None:
@@ -296,13 +368,18 @@ class GitRepo:
         commit.parents = parents
         commit.author = commit.committer = self.identity()
         now = int(time.time())
-        offset = -time.timezone if not time.localtime(now).tm_isdst else -time.altzone
+        offset = _utc_offset(now)
         commit.author_time = commit.commit_time = now
         commit.author_timezone = commit.commit_timezone = offset
         commit.encoding = b"UTF-8"
         commit.message = message
-        self.store.add_object(commit)
+        self.objects.add_object(commit)
         return commit
+
+
+def _utc_offset(timestamp: int) -> int:
+    """Local time's offset from UTC in seconds at `timestamp`."""
+    return time.localtime(timestamp).tm_gmtoff
 
 
 def _exists(store: object, tree_sha: bytes, path: bytes) -> bool:

@@ -2,18 +2,16 @@
 
 The index is shared by every process working in the workspace (other traces,
 the user's `git`), so each update reads, patches and writes it while holding
-Git's own `index.lock`, retrying while somebody else holds it.
+Git's own `index.lock` (see `agentfs/store/gitlocks.py:GitLockFile`).
 """
 
 from __future__ import annotations
 
+import io
 import os
-import random
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from dulwich.file import FileLocked, GitFile
 from dulwich.index import (
     IndexChecksumReader,
     IndexChecksumWriter,
@@ -22,52 +20,36 @@ from dulwich.index import (
     write_index_dict,
 )
 
-from agentfs.errors import GitStateError
-
-#: How long to wait for another process's `index.lock` before giving up.
-LOCK_TIMEOUT_S = 30.0
+from agentfs.store.gitlocks import GitLockFile
 
 # The cache-tree (TREE) and untracked-cache (UNTR) extensions describe
 # directories; after we change entries they may be stale, and Git rebuilds them.
 _DROP_EXTENSIONS = {b"TREE", b"UNTR"}
 
 
-def update_index(index_path: Path, changes: Mapping[bytes, IndexEntry | None]) -> None:
+def update_index(
+    index_path: Path, state_dir: Path, changes: Mapping[bytes, IndexEntry | None]
+) -> None:
     """Set (or with None remove) the given index entries, atomically and under Git's lock."""
     if not changes:
         return
-    deadline = time.monotonic() + LOCK_TIMEOUT_S
-    delay = 0.001
-    while True:
-        try:
-            lock = GitFile(index_path, "wb")
-            break
-        except FileLocked:
-            if time.monotonic() > deadline:
-                raise GitStateError(
-                    f"{index_path}.lock has been held for {LOCK_TIMEOUT_S:.0f}s",
-                    hint="if no git process is running, delete the stale .git/index.lock",
-                ) from None
-            time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 0.05)
-    try:
+    with GitLockFile(index_path, state_dir) as lock:
         entries, version, extensions = _read(index_path)
         for path, entry in changes.items():
             if entry is None:
                 entries.pop(path, None)
             else:
                 entries[path] = entry
-        writer = IndexChecksumWriter(lock)
+        buffer = io.BytesIO()
+        writer = IndexChecksumWriter(buffer)
         write_index_dict(
             writer,
             entries,
             version=version,
             extensions=[e for e in extensions if _signature(e) not in _DROP_EXTENSIONS],
         )
-        writer.close()
-    except BaseException:
-        lock.abort()
-        raise
+        writer.write_checksum()
+        lock.write(buffer.getvalue())
 
 
 def _read(index_path: Path) -> tuple[dict, int | None, list]:

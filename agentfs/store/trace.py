@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentfs.errors import AgentfsError, MessageFileError, TraceNotFound
-from agentfs.store.atomic import atomic_write
+from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.commits import Step
 from agentfs.store.gitrepo import GitRepo
 from agentfs.store.lock import TraceLock, is_locked
@@ -45,6 +45,13 @@ class InjectedSkill(BaseModel):
 
     message_id: str
     sequence: int
+
+
+class InFlight(BaseModel):
+    """Tool calls of the current step that started, and the files they announced."""
+
+    started: list[str] = Field(default_factory=list)
+    files: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class TraceMeta(BaseModel):
@@ -145,7 +152,9 @@ class Trace:
     def save_meta(self) -> None:
         data = self.meta.model_dump(mode="json")
         atomic_write(
-            self.meta_path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
+            self.meta_path,
+            (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode(),
+            tmp_dir=self.tmp_dir,
         )
 
     def lock(self) -> TraceLock:
@@ -153,6 +162,44 @@ class Trace:
 
     def is_running(self) -> bool:
         return is_locked(self.workspace.state_dir / "locks", self.id)
+
+    # --- tool calls in flight ----------------------------------------------
+
+    @property
+    def _in_flight_path(self) -> Path:
+        return self.workspace.state_dir / "in-flight" / f"{self.id}.json"
+
+    def in_flight(self) -> InFlight:
+        """Tool calls that began running, and files they announced, not yet committed."""
+        try:
+            return InFlight.model_validate_json(self._in_flight_path.read_bytes())
+        except (FileNotFoundError, ValidationError):
+            return InFlight()
+
+    def mark_started(self, call_id: str) -> None:
+        """Record durably that a tool call is about to run (so a crash never re-runs it)."""
+        record = self.in_flight()
+        record.started.append(call_id)
+        self._save_in_flight(record)
+
+    def record_change(self, call_id: str, path: str) -> None:
+        """Record durably that a running tool call is about to change a workspace file."""
+        record = self.in_flight()
+        files = record.files.setdefault(call_id, [])
+        if path not in files:
+            files.append(path)
+            self._save_in_flight(record)
+
+    def _save_in_flight(self, record: InFlight) -> None:
+        atomic_write(self._in_flight_path, record.model_dump_json().encode(), tmp_dir=self.tmp_dir)
+
+    def clear_in_flight(self) -> None:
+        self._in_flight_path.unlink(missing_ok=True)
+
+    @property
+    def tmp_dir(self) -> Path:
+        """Where agentfs makes temp files for atomic writes (inside `.git`)."""
+        return self.workspace.state_dir / "tmp"
 
     def rel(self, path: Path) -> str:
         return self.workspace.relpath(path)
@@ -256,7 +303,7 @@ class Trace:
 
     def write_message(self, message: Message) -> Path:
         path = self.message_path(message)
-        atomic_write(path, render_message(message))
+        atomic_write(path, render_message(message), tmp_dir=self.tmp_dir)
         return path
 
     # --- steps (one commit each) -------------------------------------------
@@ -316,54 +363,58 @@ class Trace:
         )
 
     def recover(self) -> list[str]:
-        """Commit what is on disk but not committed under the trace; kinds committed.
+        """Commit what is on disk but not committed under the trace; returns the kinds.
 
-        New message files that continue the head (an interrupted step, or a
-        file the user added to `messages/`) are adopted onto the main path
-        as kind `recover`; any other change is the user's and becomes `edit`.
+        New message files that continue the committed head (an interrupted
+        step, or a file the user added to `messages/`) are adopted onto the
+        main path as kind `recover`; any other change is the user's and
+        becomes `edit`. Files waiting in `inbox/` are left for `ingest`.
         """
+        self.repo.check_on_main()
+        purge_stale_temps(self.tmp_dir)
+        self.repo.repair_index()
         head_commit = self.repo.head()
         prefix = self.rel(self.dir)
         committed = self.repo.walk(head_commit, prefix)
         on_disk = self._worktree_files()
+        inbox = f"{prefix}/{INBOX_DIR}/"
         changed = sorted(
             path
             for path in set(committed) | set(on_disk)
-            if path not in on_disk
-            or path not in committed
-            or on_disk[path] != committed[path][1]
+            if not path.startswith(inbox)
+            and (path not in on_disk or path not in committed or on_disk[path] != committed[path][1])
         )
-        changed = [p for p in changed if not p.startswith(f"{prefix}/{INBOX_DIR}/")]
         if not changed:
             return []
         kinds: list[str] = []
-        adopted = self._adopt(committed)
+        adopted = self._adopt(committed, head_commit)
         if adopted:
+            self.meta.head = adopted[-1].sequence
             extra = [f for m in adopted for f in (m.files_changed or [])]
             self.commit_step(
                 "recover",
                 adopted,
                 extra_paths=extra,
-                summary=f"adopted {len(adopted)} uncommitted message(s)",
+                summary=f"adopted {len(adopted)} uncommitted message file(s)",
             )
             kinds.append("recover")
             done = {self.rel(self.message_path(m)) for m in adopted} | {self.rel(self.meta_path)}
             changed = [p for p in changed if p not in done]
         if changed:
             self.reload()
+            shown = [p[len(prefix) + 1 :] for p in changed]
             step = Step(
                 self.id,
                 "edit",
                 self.meta.head,
-                summary=", ".join(p[len(prefix) + 1 :] for p in changed[:3])
-                + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""),
+                summary=", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else ""),
             )
             self.repo.commit_worktree(changed, step.message())
             kinds.append("edit")
         return kinds
 
-    def _adopt(self, committed: dict[str, tuple[int, bytes]]) -> list[Message]:
-        """Uncommitted new message files continuing the head, in order, parented on it."""
+    def _adopt(self, committed: dict[str, tuple[int, bytes]], head_commit: bytes | None) -> list[Message]:
+        """Uncommitted new message files continuing the committed head, in order."""
         messages = self.messages()
         messages_prefix = self.rel(self.messages_dir) + "/"
         committed_sequences = [
@@ -373,8 +424,8 @@ class Trace:
             and (parsed := parse_file_name(path[len(messages_prefix) :])) is not None
         ]
         newest_committed = max(committed_sequences, default=0)
+        head = self._committed_head(head_commit)
         adopted: list[Message] = []
-        head = self.meta.head
         for sequence, message in messages.items():
             if sequence <= newest_committed:
                 continue
@@ -385,6 +436,16 @@ class Trace:
             adopted.append(message)
             head = sequence
         return adopted
+
+    def _committed_head(self, head_commit: bytes | None) -> int | None:
+        """The head recorded in the committed `trace.json` (the disk may be ahead)."""
+        data = self.repo.read_file(head_commit, self.rel(self.meta_path))
+        if data is None:
+            return self.meta.head
+        try:
+            return TraceMeta.model_validate_json(data).head
+        except ValidationError:
+            return self.meta.head
 
     def _worktree_files(self) -> dict[str, bytes]:
         """Files under the trace directory (editor temp files left out): path → blob id."""
@@ -418,23 +479,56 @@ class Trace:
                 f"message #{sequence} belongs to a {target.branch_type} side branch",
                 hint="rewind to a message of the main history",
             )
-        if target.role == "assistant" and target.tool_calls:
-            later = [
-                s
-                for s in messages
-                if s > sequence and self.parent_of(messages[s], list(messages)) == sequence
-            ]
-            hint = f"rewind to #{later[-1]} (its results) or earlier" if later else "rewind earlier"
+        path = self.path_to(sequence, messages)  # the new path must be complete
+        unanswered = _unanswered_calls(path)
+        if unanswered:
+            end = _step_end(path, messages)
+            before = path[_last_assistant(path)].parent_sequence
+            options = [f"#{end} (its last result)"] if end is not None else []
+            options.append(f"#{before} (before the call)")
             raise AgentfsError(
-                f"message #{sequence} asks for tool calls; rewinding there would leave them "
-                "unanswered",
-                hint=hint,
+                f"at message #{sequence} the tool call(s) {', '.join(unanswered)} have no result; "
+                "the next run would have to run them again",
+                hint="rewind to " + " or ".join(options),
             )
-        self.path_to(sequence, messages)  # the new path must be complete
         self.meta.head = sequence
         return self.commit_step(
             "rewind", [], summary=f"head moved to #{sequence} ({target.role})"
         )
+
+
+def _last_assistant(path: list[Message]) -> int:
+    return max((i for i, m in enumerate(path) if m.role == "assistant"), default=-1)
+
+
+def _unanswered_calls(path: list[Message]) -> list[str]:
+    """Names of the last assistant turn's tool calls without a result on `path`."""
+    at = _last_assistant(path)
+    if at < 0 or not path[at].tool_calls or any(m.role != "tool" for m in path[at + 1 :]):
+        return []
+    answered = {m.tool_call_id for m in path[at + 1 :]}
+    return [c.name for c in path[at].tool_calls or [] if c.id not in answered]
+
+
+def _step_end(path: list[Message], messages: dict[int, Message]) -> int | None:
+    """Sequence at which the path's last tool step has all its results, if it exists."""
+    calls = {c.id for c in path[_last_assistant(path)].tool_calls or []}
+    answered = {m.tool_call_id for m in path[_last_assistant(path) + 1 :]}
+    current = path[-1].sequence
+    while not calls <= answered:
+        child = next(
+            (
+                m
+                for m in messages.values()
+                if m.parent_sequence == current and m.role == "tool" and m.tool_call_id in calls
+            ),
+            None,
+        )
+        if child is None:
+            return None
+        answered.add(child.tool_call_id)
+        current = child.sequence
+    return current
 
 
 def _summary_of(messages: Sequence[Message]) -> str:

@@ -104,9 +104,9 @@ class Workspace:
         return trace_id
 
 
-def find_workspace(start: Path | None = None) -> Workspace:
+def find_workspace(start: Path | str | None = None) -> Workspace:
     """The workspace containing `start` (default: the current directory)."""
-    here = (start or Path.cwd()).resolve()
+    here = Path(start or Path.cwd()).resolve()
     if here.is_file():
         here = here.parent
     for directory in (here, *here.parents):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.models.base import ToolSpec
+from agentfs.store.atomic import atomic_write
 
 
 class ToolFailure(Exception):
@@ -16,14 +17,25 @@ class ToolFailure(Exception):
 
 @dataclass
 class ToolContext:
-    """What a tool may use: the workspace root and a record of files it changed."""
+    """What a tool may use: the workspace root, and a record of the files it changed.
+
+    Tools change files through `write`, which announces the path first
+    (`before_change`), so even a run killed mid-write knows what to commit.
+    """
 
     root: Path
     trace_id: str
     changed: set[str] = field(default_factory=set)
+    tmp_dir: Path | None = None
+    before_change: Callable[[str], None] | None = None
 
-    def mark_changed(self, path: Path) -> None:
-        self.changed.add(path.relative_to(self.root).as_posix())
+    def write(self, path: Path, data: bytes) -> None:
+        """Atomically replace a workspace file, recording it as changed."""
+        rel = path.relative_to(self.root.resolve()).as_posix()
+        if self.before_change is not None:
+            self.before_change(rel)
+        atomic_write(path, data, tmp_dir=self.tmp_dir)
+        self.changed.add(rel)
 
 
 @dataclass

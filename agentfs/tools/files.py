@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agentfs.store.atomic import atomic_write
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
 MAX_READ_CHARS = 100_000
@@ -72,8 +71,7 @@ def write_file(arguments: dict[str, Any], context: ToolContext) -> str:
     if path.is_dir():
         raise ToolFailure(f"{arguments['path']}: is a directory")
     existed = path.exists()
-    atomic_write(path, content.encode("utf-8"))
-    context.mark_changed(path)
+    context.write(path, content.encode("utf-8"))
     verb = "overwrote" if existed else "created"
     return f"{verb} {arguments['path']} ({len(content.encode('utf-8'))} bytes)"
 
@@ -100,8 +98,7 @@ def edit_file(arguments: dict[str, Any], context: ToolContext) -> str:
             f"{arguments['path']}: old_text occurs {count} times; "
             "add context to make it unique or set replace_all"
         )
-    atomic_write(path, text.replace(old, new).encode("utf-8"))
-    context.mark_changed(path)
+    context.write(path, text.replace(old, new).encode("utf-8"))
     return f"edited {arguments['path']} ({count if replace_all else 1} replacement(s))"
 
 

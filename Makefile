@@ -1,0 +1,14 @@
+# One command each: the demo, the tests, lint.
+.PHONY: demo test lint
+
+.venv/bin/agentfs:
+	python3 -m venv .venv && .venv/bin/pip install -e '.[test]'
+
+demo: .venv/bin/agentfs
+	.venv/bin/agentfs demo
+
+test: .venv/bin/agentfs
+	.venv/bin/python -m pytest
+
+lint: .venv/bin/agentfs
+	.venv/bin/pip install -q ruff mypy && .venv/bin/ruff check agentfs tests && .venv/bin/mypy agentfs

@@ -1,0 +1,5 @@
+"""`python -m agentfs` is the `agentfs` command."""
+
+from agentfs.cli import main
+
+main()

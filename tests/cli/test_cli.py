@@ -1,0 +1,210 @@
+"""The `agentfs` command end to end, on temporary workspaces."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_git_clean, git, run_cli
+
+SCRIPT = {
+    "turns": [
+        {"text": "Looking.", "tool_calls": [{"name": "read_file", "input": {"path": "notes.md"}}]},
+        {"text": "Writing.", "tool_calls": [
+            {"name": "write_file", "input": {"path": "summary.md", "content": "short\n"}}]},
+        {"text": "Done: summary.md written."},
+        {"text": "Second answer."},
+        {"text": "Third answer."},
+    ]
+}
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    run_cli("init", str(root), cwd=tmp_path)
+    (root / "notes.md").write_text("some notes\n")
+    (root / "script.json").write_text(json.dumps(SCRIPT))
+    config = root / "agentfs.toml"
+    config.write_text(config.read_text().replace(
+        'model = "anthropic:claude-sonnet-4-5"', 'model = "replay:script.json"'))
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "user setup")
+    return root
+
+
+def show_json(root: Path, *args: str) -> dict:
+    return json.loads(run_cli("show", "t", "--json", *args, cwd=root).stdout)
+
+
+def test_new_run_show_log_status(ws):
+    run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
+    done = run_cli("run", "t", cwd=ws)
+    assert "Looking." in done.stdout and "Done: summary.md written." in done.stdout
+    assert "read_file" in done.stderr
+    assert (ws / "summary.md").read_text() == "short\n"
+    assert_git_clean(ws)
+
+    shown = show_json(ws)
+    assert shown["trace"] == "t" and shown["head"] == 7
+    assert [m["role"] for m in shown["messages"]] == [
+        "system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+    first = shown["messages"][2]
+    assert set(first) >= {"id", "sequence", "parent_sequence", "role", "text", "tool_calls",
+                          "tool_call_id", "synthetic", "goal_id", "on_path"}
+    assert first["tool_calls"][0]["name"] == "read_file"
+    assert all(m["on_path"] for m in shown["messages"])
+
+    text = run_cli("show", "t", cwd=ws).stdout
+    assert "#3 assistant" in text and "→ read_file" in text
+
+    log = run_cli("log", "t", cwd=ws).stdout.splitlines()
+    assert [line.split()[1] for line in log] == [
+        "assistant", "tool", "assistant", "tool", "assistant", "user", "create"]
+
+    status = json.loads(run_cli("status", "--json", cwd=ws).stdout)
+    assert status["traces"] == [{"trace": "t", "head": 7, "running": False, "pending_inbox": []}]
+
+
+def test_run_by_path_from_a_subdirectory(ws):
+    run_cli("new", "t", "-m", "hi", cwd=ws)
+    sub = ws / "traces" / "t" / "messages"
+    done = run_cli("run", str(ws / "traces" / "t"), "--max-iterations", "1", cwd=sub)
+    assert "Looking." in done.stdout
+    assert "--max-iterations" in done.stderr
+
+
+def test_edit_then_run_records_edit_and_model_sees_it(ws):
+    run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
+    run_cli("run", "t", cwd=ws)
+    message = ws / "traces/t/messages/000003-assistant.md"
+    message.write_text(message.read_text().replace("Looking.", "Looking (edited)."))
+    run_cli("run", "t", "-m", "again", cwd=ws)
+    kinds = [line.split()[1] for line in run_cli("log", "t", cwd=ws).stdout.splitlines()]
+    assert kinds[:3] == ["assistant", "user", "edit"]
+    texts = [m["text"] for m in show_json(ws)["messages"]]
+    assert "Looking (edited)." in texts
+    assert_git_clean(ws)
+
+
+def test_rewind_keeps_later_messages_off_path(ws):
+    run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
+    run_cli("run", "t", cwd=ws)
+    out = run_cli("rewind", "t", "4", cwd=ws).stdout
+    assert "#7" in out and "#4" in out
+    run_cli("run", "t", "-m", "instead", cwd=ws)
+
+    everything = show_json(ws, "--all")
+    on = [m["sequence"] for m in everything["messages"] if m["on_path"]]
+    off = [m["sequence"] for m in everything["messages"] if not m["on_path"]]
+    assert on == [1, 2, 3, 4, 8, 9]
+    assert off == [5, 6, 7]
+    assert "[off path]" in run_cli("show", "t", "--all", cwd=ws).stdout
+    assert "rewind" in run_cli("log", "t", cwd=ws).stdout
+    assert_git_clean(ws)
+
+
+def test_new_from_file_with_frontmatter(ws, tmp_path):
+    task = tmp_path / "task.md"
+    task.write_text("---\ngoal_id: '1'\n---\nDo the thing.\n")
+    run_cli("new", "t", "-f", str(task), cwd=ws)
+    message = show_json(ws)["messages"][1]
+    assert message["text"] == "Do the thing." and message["goal_id"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "needle"),
+    [
+        (("run", "nope"), 1, "no trace 'nope'"),
+        (("show", "bad id!"), 1, "invalid trace id"),
+        (("new", "t"), 2, "exactly one of -m TEXT or -f FILE"),
+        (("rewind", "t", "notanumber"), 2, "not a valid integer"),
+        (("run", "t", "--model", "replay:missing.json"), 1, "missing.json does not exist"),
+        (("run", "t", "--model", "nonsense"), 1, "is not PROVIDER:NAME"),
+        (("rewind", "t", "99"), 1, "has no message #99"),
+    ],
+)
+def test_errors_are_one_line_with_exit_codes(ws, args, code, needle):
+    run_cli("new", "t", "-m", "hi", cwd=ws) if args[0] != "new" else None
+    done = run_cli(*args, cwd=ws, check=False)
+    assert done.returncode == code, done.stderr
+    assert needle in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_missing_api_key_explains_how_to_fix(tmp_path):
+    root = tmp_path / "fresh"
+    run_cli("init", str(root), cwd=tmp_path)
+    run_cli("new", "t", "-m", "hi", cwd=root)
+    done = run_cli("run", "t", cwd=root, env={"ANTHROPIC_API_KEY": ""}, check=False)
+    assert done.returncode == 1
+    assert "ANTHROPIC_API_KEY" in done.stderr and "replay:" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_outside_a_workspace(tmp_path):
+    done = run_cli("status", cwd=tmp_path, check=False)
+    assert done.returncode == 1
+    assert "agentfs init" in done.stderr
+
+
+def test_bad_message_file_names_the_file(ws):
+    run_cli("new", "t", "-m", "hi", cwd=ws)
+    bad = ws / "traces/t/messages/000002-user.md"
+    bad.write_bytes(b"---\nrole: [unclosed\n---\nhi\n")
+    done = run_cli("run", "t", cwd=ws, check=False)
+    assert done.returncode == 1
+    assert "000002-user.md" in done.stderr and "YAML" in done.stderr
+    bad.write_bytes(b"\xff\xfe not utf-8")
+    done = run_cli("show", "t", cwd=ws, check=False)
+    assert "000002-user.md" in done.stderr and "UTF-8" in done.stderr
+    (ws / "traces/t/messages/000009-robot.md").write_text("hi")
+    bad.write_text("hi")
+    done = run_cli("show", "t", cwd=ws, check=False)
+    assert "000009-robot.md" in done.stderr and "unknown role" in done.stderr
+    # nothing committed was lost or rewritten
+    assert git(ws, "show", "HEAD:traces/t/messages/000002-user.md").endswith("hi\n")
+
+
+def test_init_on_existing_repo_adds_only_what_is_missing(tmp_path):
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "README.md").write_text("mine\n")
+    (root / "skills").mkdir()
+    (root / "skills" / "own.md").write_text("---\nname: own\n---\nx\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "user's commit")
+    out = run_cli("init", cwd=root).stdout
+    assert "agentfs.toml" in out and "skills" not in out
+    assert (root / "README.md").read_text() == "mine\n"
+    assert git(root, "log", "--format=%s").splitlines() == [
+        "agentfs: init agentfs workspace", "user's commit"]
+    assert "already a workspace" in run_cli("init", cwd=root).stdout
+    assert_git_clean(root)
+
+
+def test_head_not_on_main_is_refused(ws):
+    git(ws, "checkout", "-q", "-b", "feature")
+    done = run_cli("new", "t", "-m", "hi", cwd=ws, check=False)
+    assert done.returncode == 1 and "git checkout main" in done.stderr
+
+
+def test_demo_copies_example_and_runs_offline(tmp_path):
+    target = tmp_path / "demo"
+    done = run_cli("demo", str(target), cwd=tmp_path, env={"ANTHROPIC_API_KEY": ""})
+    assert "Done." in done.stdout
+    assert (target / "notes" / "action-items.md").exists()
+    assert_git_clean(target)
+    log = git(target, "log", "--format=%s")
+    assert "demo: tool" in log and "demo: assistant" in log
+    again = run_cli("demo", str(target), cwd=tmp_path, check=False)
+    assert again.returncode == 2 and "not empty" in again.stderr
+
+
+def test_help_lists_commands():
+    done = run_cli("--help", cwd=Path.cwd())
+    for command in ("init", "new", "run", "show", "log", "rewind", "status", "demo"):
+        assert command in done.stdout

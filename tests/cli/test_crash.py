@@ -1,0 +1,101 @@
+"""`agentfs run` killed with SIGKILL at random instants, then resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from agentfs.core.runner import INTERRUPTED
+from agentfs.store.messages import load_message
+from tests.conftest import assert_git_clean, git, run_cli
+
+TURNS = 40
+KILLS = 12
+
+
+def make_workspace(root: Path) -> None:
+    run_cli("init", str(root), cwd=root.parent)
+    turns = [
+        {"text": f"step {i}", "tool_calls": [
+            {"name": "write_file", "input": {"path": f"out/{i}.txt", "content": f"{i}\n"}},
+            {"name": "read_file", "input": {"path": f"out/{i}.txt"}}]}
+        for i in range(TURNS)
+    ] + [{"text": "finished"}]
+    (root / "script.json").write_text(json.dumps({"turns": turns}))
+    config = root / "agentfs.toml"
+    config.write_text(
+        config.read_text()
+        .replace('model = "anthropic:claude-sonnet-4-5"', 'model = "replay:script.json"')
+        .replace("max_iterations = 50", "max_iterations = 500")
+    )
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "setup")
+    run_cli("new", "t", "-m", "write the files", cwd=root)
+
+
+def message_files(root: Path) -> dict[str, bytes]:
+    folder = root / "traces" / "t" / "messages"
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def start_run(root: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentfs", "run", "t", "-q"], cwd=root,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+def test_killed_runs_resume_without_loss_or_duplicates(tmp_path):
+    reference, crashed = tmp_path / "reference", tmp_path / "crashed"
+    reference.mkdir()
+    crashed.mkdir()
+    make_workspace(reference)
+    make_workspace(crashed)
+    run_cli("run", "t", cwd=reference)
+
+    rng = random.Random(20261202)
+    kills = 0
+    for _ in range(KILLS):
+        proc = start_run(crashed)
+        time.sleep(rng.uniform(0.5, 1.2))  # a random instant, not a synchronisation
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            kills += 1
+        _, stderr = proc.communicate()
+        assert proc.returncode in (0, -signal.SIGKILL), stderr.decode()
+    assert kills >= 3, "the kills never landed inside a run; adjust the timing"
+    run_cli("run", "t", "-q", cwd=crashed)
+
+    expected, got = message_files(reference), message_files(crashed)
+    assert sorted(got) == sorted(expected), "a message was lost or duplicated"
+    crashed_messages = {
+        m.sequence: m for m in (load_message(crashed / "traces/t/messages" / n) for n in got)
+    }
+    interrupted_steps = {
+        step_of(crashed_messages, m) for m in crashed_messages.values() if m.text == INTERRUPTED
+    }
+    for name in (n for n in expected if got[n] != expected[n]):
+        message = load_message(crashed / "traces/t/messages" / name)
+        # only a step cut short may differ: its interrupted results, and calls after them
+        # that now see the world without the interrupted call's effect
+        assert message.role == "tool" and step_of(crashed_messages, message) in interrupted_steps, name
+    for i in range(TURNS):
+        produced = crashed / "out" / f"{i}.txt"
+        assert not produced.exists() or produced.read_text() == f"{i}\n"
+    assert_git_clean(crashed)
+    on_path = json.loads(run_cli("show", "t", "--json", cwd=crashed).stdout)["messages"]
+    assert on_path[-1]["text"] == "finished"
+    assert [m["sequence"] for m in on_path] == list(range(1, len(expected) + 1))
+
+
+def step_of(messages: dict, message) -> int:
+    """Sequence of the assistant message whose tool step `message` belongs to."""
+    while message.role == "tool":
+        message = messages[message.parent_sequence]
+    return message.sequence

@@ -1,0 +1,77 @@
+"""Shared fixtures: real temporary workspaces checked with the real `git` binary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from agentfs.core.workspace import Project, init_workspace
+from agentfs.store.messages import parse_dropped
+
+# Commits made by tests must not depend on the developer's git identity.
+os.environ.setdefault("GIT_CONFIG_NOSYSTEM", "1")
+
+
+def git(root: Path, *args: str) -> str:
+    """Run the real git in `root`; fail the test on a non-zero exit."""
+    done = subprocess.run(
+        ["git", *args], cwd=root, capture_output=True, text=True, check=False,
+        env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"},
+    )
+    assert done.returncode == 0, f"git {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def assert_git_clean(root: Path) -> None:
+    """`git status --porcelain` empty and `git fsck --strict` clean."""
+    assert git(root, "status", "--porcelain", "--untracked-files=all") == ""
+    git(root, "fsck", "--strict", "--no-dangling")
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A fresh, empty workspace (git repo + agentfs.toml on a replay model)."""
+    root = tmp_path / "ws"
+    init_workspace(root)
+    return root
+
+
+@pytest.fixture
+def project(workspace: Path) -> Project:
+    return Project.open(workspace)
+
+
+def user(text: str):
+    """A user message as `agentfs new -m` makes it."""
+    return parse_dropped(Path("<test>"), text.encode())
+
+
+@pytest.fixture
+def write_script(tmp_path: Path) -> Callable[[list[dict]], Path]:
+    """Write a replay script with these turns; returns its path."""
+
+    def write(turns: list[dict], **lists: list[dict]) -> Path:
+        path = tmp_path / f"script-{len(list(tmp_path.glob('script-*')))}.json"
+        path.write_text(json.dumps({"turns": turns, **lists}))
+        return path
+
+    return write
+
+
+def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run the real `agentfs` command (as `python -m agentfs`) in `cwd`."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agentfs", *args], cwd=cwd, capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, timeout=timeout, check=False,
+    )
+    if check:
+        assert done.returncode == 0, f"agentfs {' '.join(args)} → {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done
