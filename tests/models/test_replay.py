@@ -1,0 +1,67 @@
+"""The replay model: scripts in JSON or YAML, positions from call_index, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentfs.errors import ConfigError, ModelError
+from agentfs.models.base import ModelRequest
+from agentfs.models.replay import ReplayModel
+from agentfs.models.resolve import ProviderSettings, resolve_model
+
+
+def request(index: int, branch: str | None = None) -> ModelRequest:
+    return ModelRequest(system="", messages=[], call_index=index, branch_type=branch)
+
+
+def test_yaml_script_and_branch_lists(tmp_path):
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        "turns:\n  - text: first\n    tool_calls:\n      - name: read_file\n"
+        "        input: {path: a.md}\n  - text: second\n"
+        "compression:\n  - text: summary\n"
+    )
+    model = ReplayModel(script)
+    streamed: list[str] = []
+    first = model.complete(request(0), streamed.append)
+    assert first.text == "first" and streamed == ["first"]
+    assert [(c.id, c.name, c.input) for c in first.tool_calls] == [
+        ("toolu_replay_0_0", "read_file", {"path": "a.md"})]
+    assert model.complete(request(1)).text == "second"
+    assert model.complete(request(0, "compression")).text == "summary"
+    exhausted = model.complete(request(2))
+    assert "no more 'turns' entries (all 2 used)" in exhausted.text
+    assert exhausted.tool_calls == [] and exhausted.stop_reason == "end_turn"
+    assert "no more 'reflection'" in model.complete(request(0, "reflection")).text
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ('{"turns": [{"txt": "typo"}]}', "turns.0.txt"),
+        ('{"turns": [{"tool_calls": [{"input": {}}]}]}', "turns.0.tool_calls.0.name"),
+        ("{not json", "not valid JSON/YAML"),
+        ('{"extra_list": []}', "extra_list"),
+    ],
+)
+def test_bad_scripts_name_the_file_and_entry(tmp_path, content, needle):
+    script = tmp_path / "bad.json"
+    script.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        ReplayModel(script)
+    assert "bad.json" in str(caught.value) and needle in str(caught.value)
+
+
+def test_resolve_paths_and_providers(tmp_path):
+    (tmp_path / "s.json").write_text('{"turns": []}')
+    settings = ProviderSettings()
+    assert resolve_model("replay:s.json", base_dir=tmp_path, settings=settings).name == "replay:s.json"
+    with pytest.raises(ModelError, match="ANTHROPIC_API_KEY"):
+        resolve_model("anthropic:claude-x", base_dir=tmp_path, settings=settings)
+    with pytest.raises(ConfigError, match="unknown model provider"):
+        resolve_model("openai:gpt", base_dir=tmp_path, settings=settings)
+    model = resolve_model("anthropic:claude-x", base_dir=tmp_path,
+                          settings=ProviderSettings(anthropic_api_key="k"))
+    assert model.name == "anthropic:claude-x"
