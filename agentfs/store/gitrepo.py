@@ -24,7 +24,7 @@ from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
 from agentfs.store.gitlocks import GitLockFile
-from agentfs.store.index import update_index
+from agentfs.store.index import check_index, update_index
 from agentfs.store.intents import dead_intents, index_intent
 from agentfs.store.objects import ObjectWriter
 
@@ -75,6 +75,7 @@ class GitRepo:
         self.objects = ObjectWriter(self.store, self.git_dir / "objects")
         self.index_path = Path(self.repo.index_path())
         self._identity: bytes | None = None
+        self._index_checked = False
 
     def close(self) -> None:
         self.repo.close()
@@ -213,6 +214,11 @@ class GitRepo:
         rebuilding on the new head and retrying the compare-and-swap.
         """
         self.check_on_main()
+        if not self._index_checked or any(
+            n.startswith("sharedindex.") for n in os.listdir(self.git_dir)
+        ):
+            check_index(self.index_path)  # e.g. a split index: refuse before moving main
+            self._index_checked = True
         self.repair_index()
         changes: list[Change] = []
         index_changes: dict[bytes, IndexEntry | None] = {}

@@ -20,6 +20,7 @@ from dulwich.index import (
     write_index_dict,
 )
 
+from agentfs.errors import GitStateError
 from agentfs.store.gitlocks import GitLockFile
 
 # The cache-tree (TREE) and untracked-cache (UNTR) extensions describe
@@ -52,13 +53,25 @@ def update_index(
         lock.write(buffer.getvalue())
 
 
+def check_index(index_path: Path) -> None:
+    """Refuse, before anything is committed, an index agentfs cannot update."""
+    _read(index_path)
+
+
 def _read(index_path: Path) -> tuple[dict, int | None, list]:
     if not index_path.exists() or os.path.getsize(index_path) == 0:
         return {}, None, []
-    with open(index_path, "rb") as f:
-        reader = IndexChecksumReader(f)
-        entries, version, extensions = read_index_dict_with_version(reader)
-        reader.check_checksum(allow_empty=True)
+    try:
+        with open(index_path, "rb") as f:
+            reader = IndexChecksumReader(f)
+            entries, version, extensions = read_index_dict_with_version(reader)
+            reader.check_checksum(allow_empty=True)
+    except Exception as exc:  # dulwich raises several types for formats it cannot read
+        raise GitStateError(
+            f"{index_path}: agentfs cannot read this Git index ({type(exc).__name__})",
+            hint="a split index is not supported: run `git config core.splitIndex false` "
+            "and `git update-index --no-split-index`",
+        ) from None
     return entries, version, extensions
 
 

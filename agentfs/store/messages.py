@@ -99,8 +99,9 @@ class Message(BaseModel):
 
     @property
     def is_structured(self) -> bool:
-        """True when the content is JSON data, stored as a `.json` file."""
-        return not isinstance(self.content, str)
+        """True when the content must be stored as a `.json` file: JSON data, or text
+        a Markdown file cannot hold faithfully (NUL characters)."""
+        return not isinstance(self.content, str) or "\x00" in self.content
 
     @property
     def file_ext(self) -> str:
@@ -274,7 +275,8 @@ def _parse_json(path: Path, text: str) -> dict[str, Any]:
 
 def _split_frontmatter(path: Path, text: str) -> tuple[dict[str, Any], str]:
     """(fields, body) of a Markdown message; the body loses one trailing newline."""
-    if text.startswith("---\n") or text.startswith("---\r\n"):
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    if text.startswith((f"{bom}---\n", f"{bom}---\r\n")):
         first_break = text.index("\n") + 1
         end = _closing_fence(text, first_break)
         if end is None:

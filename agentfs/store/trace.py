@@ -340,19 +340,57 @@ class Trace:
         return self.repo.commit_worktree([*paths, *extra_paths], step.message())
 
     def ingest(self, source: Path, *, kind: str = "user") -> Message:
-        """Move a dropped file (e.g. from `inbox/`) into `messages/` as the next user message.
+        """Take a dropped file (e.g. from `inbox/`) as the next user message, exactly once.
 
-        The file is renamed into place first, so it is taken exactly once even
-        if the process dies right after; `recover()` finishes the step.
+        The file is validated, then renamed into agentfs' staging folder named
+        after the sequence it gets: from that instant it can neither be lost
+        nor taken twice. The message file is written and committed (with the
+        source's removal), then the staged copy goes; `recover()` finishes a
+        step a crash cut short.
         """
         probe = _read_dropped(source)
         message = self.new_message("user", probe.content, **authored_fields(probe))
-        target = self.message_path(message)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.rename(source, target)
-        source_rel = self.workspace.relpath(source)
-        self.commit_step(kind, [message], extra_paths=[source_rel])
+        staged = self._staging_dir / f"{message.sequence:06d}-{source.name}"
+        staged.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(source, staged)
+        self.commit_step(kind, [message], extra_paths=[self.workspace.relpath(source)])
+        staged.unlink()
         return message
+
+    @property
+    def _staging_dir(self) -> Path:
+        return self.workspace.state_dir / "ingest" / self.id
+
+    def _staged_ingests(self) -> list[tuple[int, Path]]:
+        """(sequence, staged file) of ingests a crash interrupted."""
+        try:
+            names = sorted(os.listdir(self._staging_dir))
+        except FileNotFoundError:
+            return []
+        staged = []
+        for name in names:
+            number, _, rest = name.partition("-")
+            if number.isdigit() and rest:
+                staged.append((int(number), self._staging_dir / name))
+        return staged
+
+    def _staged_source(self, staged: Path) -> str:
+        """The inbox path a staged file came from (its removal is part of the step)."""
+        return self.rel(self.inbox_dir / staged.name.partition("-")[2])
+
+    def _finish_staged_ingests(self) -> bool:
+        """Ingest staged files whose message was never written; drop the others.
+        True if a message was ingested."""
+        written = set(self.messages())
+        ingested = False
+        for sequence, staged in self._staged_ingests():
+            if sequence not in written:
+                probe = _read_dropped(staged)
+                message = self.new_message("user", probe.content, **authored_fields(probe))
+                self.commit_step("user", [message], extra_paths=[self._staged_source(staged)])
+                ingested = True
+            staged.unlink()
+        return ingested
 
     def pending_inbox(self) -> list[Path]:
         """Files waiting in this trace's `inbox/`, oldest name first."""
@@ -381,16 +419,20 @@ class Trace:
         changed = sorted(
             path
             for path in set(committed) | set(on_disk)
-            if not path.startswith(inbox)
+            if not (path.startswith(inbox) and path in on_disk)  # pending drops wait for ingest
             and (path not in on_disk or path not in committed or on_disk[path] != committed[path][1])
         )
-        if not changed:
+        staged = self._staged_ingests()
+        sources = {sequence: self._staged_source(path) for sequence, path in staged}
+        changed = [p for p in changed if p not in sources.values()]
+        if not changed and not staged:
             return []
         kinds: list[str] = []
         adopted = self._adopt(committed, head_commit)
         if adopted:
             self.meta.head = adopted[-1].sequence
             extra = [f for m in adopted for f in (m.files_changed or [])]
+            extra += [sources[m.sequence] for m in adopted if m.sequence in sources]
             self.commit_step(
                 "recover",
                 adopted,
@@ -411,6 +453,8 @@ class Trace:
             )
             self.repo.commit_worktree(changed, step.message())
             kinds.append("edit")
+        if staged and self._finish_staged_ingests():
+            kinds.append("user")
         return kinds
 
     def _adopt(self, committed: dict[str, tuple[int, bytes]], head_commit: bytes | None) -> list[Message]:
@@ -441,7 +485,7 @@ class Trace:
         """The head recorded in the committed `trace.json` (the disk may be ahead)."""
         data = self.repo.read_file(head_commit, self.rel(self.meta_path))
         if data is None:
-            return self.meta.head
+            return None  # the trace itself was never committed
         try:
             return TraceMeta.model_validate_json(data).head
         except ValidationError:

@@ -1,0 +1,606 @@
+"""A fake Anthropic Messages API on 127.0.0.1, so the real `anthropic` SDK runs end to end.
+
+    with FakeAnthropicServer() as server:
+        server.enqueue({"text": "Hello"}, {"tool_calls": [{"name": "read", "input": {}}]})
+        client = anthropic.Anthropic(api_key="test", base_url=server.base_url)
+        client.messages.create(model="claude-test", max_tokens=100, messages=[...])
+        server.requests[0].body
+
+It serves `POST /v1/messages` as JSON, or as server-sent events when the body
+says `"stream": true` (the event sequence the SDK's `messages.stream()`
+accumulates), and `POST /v1/messages/count_tokens`. Every request is recorded.
+
+Answers come from a queue: `enqueue` dicts (text, tool calls, thinking, stop
+reason, usage) or callables that build one from the request body. Faults
+(`fail_next`, `delay_next`, `malformed_next`, `drop_next`, `error_in_stream_next`)
+are taken one per request, in order, before any scripted answer. A request
+that breaks the Messages API rules (`agentfs.testing.api_rules`) gets the 400
+the real API would send, unless the server was made with `validate=False`.
+
+Usage is simulated, not measured. Tokens are bytes / 4 of the request's
+canonical JSON. The prompt cache remembers a hash of the request's prefix up
+to each `cache_control` breakpoint (prefix order: model, tools, system,
+message blocks; `cache_control` itself is left out of the bytes). A later
+request reads from the cache the longest remembered prefix that ends at one
+of its own block boundaries within 20 blocks before one of its breakpoints
+(the real API's lookback window); the part after that, up to its last
+breakpoint, is reported as cache creation; the rest as `input_tokens`.
+There is no minimum cacheable length and no expiry.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import re
+import socket
+import threading
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from agentfs.testing.api_rules import check_request, content_blocks
+
+ScriptedResponse = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
+
+NO_SCRIPT_TEXT = "(fake server: no scripted response)"
+CACHE_LOOKBACK_BLOCKS = 20
+#: How long the fake tells clients to wait before retrying (seconds).
+DEFAULT_RETRY_AFTER = 0.01
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
+ERROR_MESSAGES = {
+    401: "invalid x-api-key",
+    429: "Number of request tokens has exceeded your per-minute rate limit",
+    500: "Internal server error",
+    529: "Overloaded",
+}
+
+_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the fake server received (faulted ones included)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    """Header names lower-cased."""
+    raw: bytes
+    body: Any
+    """The parsed JSON body, or None when it was not JSON."""
+
+
+@dataclass(frozen=True)
+class _Fault:
+    kind: str  # status | delay | malformed | drop | stream_error
+    status: int = 0
+    body: Any = None
+    seconds: float = 0.0
+    retry_after: float | None = None
+    mid_stream: bool = False
+
+
+class FakeAnthropicServer:
+    """A scripted Messages API server on a free port of 127.0.0.1; it starts at once.
+
+    Args:
+        validate: answer requests that break the Messages API rules with a 400.
+        api_key: when set, any other `x-api-key` gets a 401.
+    """
+
+    def __init__(self, *, validate: bool = True, api_key: str | None = None) -> None:
+        self.validate = validate
+        self.api_key = api_key
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._faults: deque[_Fault] = deque()
+        self._script: deque[ScriptedResponse] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._cache = PromptCache()
+        self._ids = itertools.count(1)
+        self._closing = threading.Event()
+        self._closed = False
+        self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd.fake = self
+        host, port = self._httpd.server_address[:2]
+        self.base_url = f"http://{host}:{port}"
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"fake-anthropic-{port}",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def __enter__(self) -> FakeAnthropicServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop serving, cut open connections and wait for the handler threads."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closing.set()
+        self._httpd.shutdown()
+        self._httpd.cut_connections()
+        self._httpd.server_close()  # joins the handler threads
+        self._thread.join()
+
+    # --- scripting -------------------------------------------------------------------
+
+    def enqueue(self, *responses: ScriptedResponse) -> None:
+        """Queue answers, one per request.
+
+        A response is a dict with any of: `text` (a string, or a list of chunks
+        to stream as separate deltas), `tool_calls` (`[{"name", "input", "id"?}]`),
+        `thinking` (`[{"thinking", "signature"}]` or `[{"data"}]` for redacted),
+        `stop_reason`, `usage` (overrides the simulated counts), or `content`
+        (raw content blocks, used as they are). A callable gets the request body
+        and returns such a dict.
+        """
+        with self._lock:
+            self._script.extend(responses)
+
+    def fail_next(
+        self,
+        status: int,
+        count: int = 1,
+        body: Any = None,
+        *,
+        retry_after: float | None | object = _DEFAULT,
+    ) -> None:
+        """Answer the next `count` requests with an HTTP error in the API's error shape.
+
+        Retryable errors (429, 5xx) carry `retry-after` and `retry-after-ms`
+        headers, by default asking for a 10 ms wait so SDK retries are quick;
+        `retry_after=None` leaves them out (the SDK then backs off from 0.5 s).
+        `body` replaces the error JSON (a dict, or str/bytes sent as they are).
+        """
+        if retry_after is _DEFAULT:
+            retry_after = DEFAULT_RETRY_AFTER if status == 429 or status >= 500 else None
+        assert retry_after is None or isinstance(retry_after, (int, float))
+        self._add_faults(count, _Fault("status", status=status, body=body, retry_after=retry_after))
+
+    def delay_next(self, seconds: float, count: int = 1) -> None:
+        """Wait `seconds` before answering the next `count` requests (close() cuts the wait)."""
+        self._add_faults(count, _Fault("delay", seconds=seconds))
+
+    def malformed_next(self, count: int = 1) -> None:
+        """Answer with a broken body: truncated JSON, or an SSE stream with a bad event."""
+        self._add_faults(count, _Fault("malformed"))
+
+    def drop_next(self, count: int = 1, *, mid_stream: bool = False) -> None:
+        """Close the connection without an answer, or (`mid_stream`) halfway through it."""
+        self._add_faults(count, _Fault("drop", mid_stream=mid_stream))
+
+    def error_in_stream_next(self, status: int = 529, count: int = 1) -> None:
+        """Start a 200 SSE stream, then send an `error` event (as the API does when overloaded).
+
+        A request that does not stream gets the plain HTTP error `status` instead.
+        """
+        self._add_faults(count, _Fault("stream_error", status=status))
+
+    def _add_faults(self, count: int, fault: _Fault) -> None:
+        with self._lock:
+            self._faults.extend([fault] * count)
+
+    # --- inspection ------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of every request received so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        """Block until at least `count` requests arrived; AssertionError after `timeout`."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self._requests) >= count, timeout):
+                raise AssertionError(f"{len(self._requests)} requests arrived, expected {count}")
+            return list(self._requests)
+
+    # --- serving (handler threads) ---------------------------------------------------
+
+    def _serve(self, h: _Handler) -> None:
+        length = int(h.headers.get("content-length") or 0)
+        raw = h.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        headers = {k.lower(): v for k, v in h.headers.items()}
+        with self._changed:
+            self._requests.append(RecordedRequest(h.command, h.path, headers, raw, body))
+            self._changed.notify_all()
+            fault = self._faults.popleft() if self._faults else None
+        streaming = isinstance(body, dict) and body.get("stream") is True
+
+        if fault is not None and fault.kind == "delay":
+            if self._closing.wait(fault.seconds):
+                return _drop(h)
+            fault = None
+        if fault is not None and fault.kind == "status":
+            return _send_error(h, fault.status, fault.body, retry_after=fault.retry_after)
+        if fault is not None and fault.kind == "drop" and not fault.mid_stream:
+            return _drop(h)
+
+        path = urlsplit(h.path).path.rstrip("/")
+        if h.command != "POST" or path not in ("/v1/messages", "/v1/messages/count_tokens"):
+            return _send_error(h, 404, None, message=f"{h.command} {h.path} is not served here")
+        if self.api_key is not None and headers.get("x-api-key") != self.api_key:
+            return _send_error(h, 401, None)
+        if not isinstance(body, dict):
+            return _send_error(h, 400, None, message="the request body is not a JSON object")
+        if path.endswith("count_tokens"):
+            return _send_json(h, 200, {"input_tokens": _tokens(self._cache.request_size(body))})
+        if self.validate and (problems := check_request(body)):
+            return _send_error(h, 400, None, message="; ".join(problems))
+
+        message, chunks = self._answer(body)
+        if streaming:
+            _send_sse(h, _sse_events(message, chunks), fault)
+        elif fault is not None and fault.kind == "malformed":
+            _send_bytes(h, 200, json.dumps(message).encode()[:40], "application/json")
+        elif fault is not None and fault.kind == "drop":
+            encoded = json.dumps(message).encode()
+            _send_bytes(h, 200, encoded, "application/json", cut_at=len(encoded) // 2)
+        elif fault is not None and fault.kind == "stream_error":
+            _send_error(h, fault.status, None)
+        else:
+            _send_json(h, 200, message)
+
+    def _answer(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[int, list[str]]]:
+        """The message for this request, and the text chunks to stream per block index."""
+        with self._lock:
+            scripted = self._script.popleft() if self._script else None
+            number = next(self._ids)
+        if callable(scripted):
+            scripted = scripted(body)
+        spec: dict[str, Any] = scripted if scripted is not None else {"text": NO_SCRIPT_TEXT}
+        content, chunks = self._content(spec)
+        with self._lock:
+            usage = self._cache.usage(body)
+        usage["output_tokens"] = max(1, _tokens(len(json.dumps(content))))
+        usage.update(spec.get("usage") or {})
+        has_tool_use = any(b.get("type") == "tool_use" for b in content)
+        message = {
+            "id": f"msg_fake_{number:06d}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model") or "claude-fake",
+            "content": content,
+            "stop_reason": spec.get("stop_reason") or ("tool_use" if has_tool_use else "end_turn"),
+            "stop_sequence": None,
+            "usage": usage,
+        }
+        return message, chunks
+
+    def _content(self, spec: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[int, list[str]]]:
+        if "content" in spec:
+            return copy.deepcopy(spec["content"]), {}
+        content: list[dict[str, Any]] = []
+        chunks: dict[int, list[str]] = {}
+        for item in spec.get("thinking") or []:
+            if "data" in item:
+                content.append({"type": "redacted_thinking", "data": item["data"]})
+            else:
+                content.append(
+                    {
+                        "type": "thinking",
+                        "thinking": item.get("thinking", ""),
+                        "signature": item.get("signature", ""),
+                    }
+                )
+        text = spec.get("text")
+        parts = [text] if isinstance(text, str) else list(text or [])
+        if "".join(parts):
+            if not isinstance(text, str):
+                chunks[len(content)] = parts
+            content.append({"type": "text", "text": "".join(parts)})
+        for call in spec.get("tool_calls") or []:
+            with self._lock:
+                use_id = call.get("id") or f"toolu_fake_{next(self._ids):06d}"
+            content.append(
+                {"type": "tool_use", "id": use_id, "name": call["name"], "input": call.get("input", {})}
+            )
+        return content, chunks
+
+
+class PromptCache:
+    """The fake's prompt-cache simulation (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._seen: set[bytes] = set()
+
+    def request_size(self, body: dict[str, Any]) -> int:
+        """Bytes of the request's canonical prefix form."""
+        return sum(len(segment) for segment, _ in _segments(body))
+
+    def usage(self, body: dict[str, Any]) -> dict[str, int]:
+        """Simulated input/cache token counts for `body`; remembers its breakpoints."""
+        ends: list[int] = []
+        digests: list[bytes] = []
+        breakpoints: list[int] = []
+        running = hashlib.sha256()
+        size = 0
+        for index, (segment, is_breakpoint) in enumerate(_segments(body)):
+            running.update(segment)
+            size += len(segment)
+            ends.append(size)
+            digests.append(running.digest())
+            if is_breakpoint:
+                breakpoints.append(index)
+        read = 0
+        for bp in breakpoints:
+            for index in range(bp, max(-1, bp - CACHE_LOOKBACK_BLOCKS), -1):
+                if digests[index] in self._seen:
+                    read = max(read, ends[index])
+                    break
+        self._seen.update(digests[bp] for bp in breakpoints)
+        written = ends[breakpoints[-1]] if breakpoints else 0
+        read_tokens = _tokens(read)
+        creation_tokens = max(0, _tokens(written) - read_tokens)
+        return {
+            "input_tokens": max(0, _tokens(size) - read_tokens - creation_tokens),
+            "output_tokens": 0,
+            "cache_creation_input_tokens": creation_tokens,
+            "cache_read_input_tokens": read_tokens,
+        }
+
+
+def _segments(body: dict[str, Any]) -> Iterator[tuple[bytes, bool]]:
+    """The request's cacheable prefix as (canonical bytes, has cache_control) per block."""
+    yield _canonical({"model": body.get("model")}), False
+    for tool in body.get("tools") or []:
+        yield _canonical(tool), bool(tool.get("cache_control"))
+    system = body.get("system")
+    system_blocks = [{"type": "text", "text": system}] if isinstance(system, str) else system
+    for block in system_blocks or []:
+        yield _canonical(block), bool(block.get("cache_control"))
+    for message in body.get("messages") or []:
+        for block in content_blocks(message):
+            yield _canonical({"role": message.get("role"), **block}), bool(
+                block.get("cache_control")
+            )
+
+
+def _canonical(block: dict[str, Any]) -> bytes:
+    clean = {k: v for k, v in block.items() if k != "cache_control"}
+    return json.dumps(clean, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _tokens(size: int) -> int:
+    return (size + 3) // 4
+
+
+def _split_words(text: str) -> list[str]:
+    return re.findall(r"\s*\S+\s*", text) or [text]
+
+
+def _sse_events(message: dict[str, Any], chunks: dict[int, list[str]]) -> list[tuple[str, Any]]:
+    """The SSE events that stream `message`, as the real API sends them."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**usage, "output_tokens": 1}
+    events: list[tuple[str, Any]] = [
+        ("message_start", {"type": "message_start", "message": start}),
+        ("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(message["content"]):
+        first, deltas = _block_stream(block, chunks.get(index))
+        events.append(
+            ("content_block_start", {"type": "content_block_start", "index": index, "content_block": first})
+        )
+        for delta in deltas:
+            events.append(
+                ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+            )
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": usage,
+            },
+        )
+    )
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _block_stream(
+    block: dict[str, Any], chunks: list[str] | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(content_block_start's block, its deltas) for one complete block."""
+    kind = block.get("type")
+    if kind == "text":
+        parts = chunks or _split_words(block["text"])
+        return {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in parts]
+    if kind == "thinking":
+        deltas = [{"type": "thinking_delta", "thinking": p} for p in _split_words(block["thinking"])]
+        deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
+        return {"type": "thinking", "thinking": "", "signature": ""}, deltas
+    if kind == "tool_use":
+        encoded = json.dumps(block.get("input", {}))
+        pieces = [encoded[i : i + 16] for i in range(0, len(encoded), 16)]
+        first = {**block, "input": {}}
+        return first, [{"type": "input_json_delta", "partial_json": p} for p in ["", *pieces]]
+    return block, []
+
+
+# --- HTTP plumbing ---------------------------------------------------------------------
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeAnthropicServer
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+
+    def cut_connections(self) -> None:
+        with self.connections_lock:
+            for connection in self.connections:
+                try:
+                    connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up (timeouts, closed streams) are expected here; stay quiet."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "FakeAnthropic/1.0"
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass
+
+    def do_POST(self) -> None:
+        self.close_connection = True  # one request per connection: nothing lingers
+        try:
+            self.server.fake._serve(self)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    do_GET = do_PUT = do_DELETE = do_POST
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests read `server.requests` instead."""
+
+
+def _request_id() -> str:
+    return f"req_fake_{uuid.uuid4().hex[:24]}"
+
+
+def _send_bytes(
+    h: _Handler,
+    status: int,
+    data: bytes,
+    content_type: str,
+    *,
+    headers: dict[str, str] | None = None,
+    cut_at: int | None = None,
+) -> None:
+    h.send_response(status)
+    h.send_header("content-type", content_type)
+    h.send_header("content-length", str(len(data)))
+    h.send_header("request-id", _request_id())
+    h.send_header("connection", "close")
+    for name, value in (headers or {}).items():
+        h.send_header(name, value)
+    h.end_headers()
+    if cut_at is None:
+        h.wfile.write(data)
+    else:
+        h.wfile.write(data[:cut_at])
+        _drop(h)
+
+
+def _send_json(h: _Handler, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+    _send_bytes(h, status, json.dumps(payload).encode(), "application/json", headers=headers)
+
+
+def _error_payload(status: int, message: str | None) -> dict[str, Any]:
+    return {
+        "type": "error",
+        "error": {
+            "type": ERROR_TYPES.get(status, "api_error"),
+            "message": message or ERROR_MESSAGES.get(status, f"fake error {status}"),
+        },
+        "request_id": _request_id(),
+    }
+
+
+def _send_error(
+    h: _Handler,
+    status: int,
+    body: Any,
+    *,
+    message: str | None = None,
+    retry_after: float | None = None,
+) -> None:
+    headers: dict[str, str] = {}
+    if retry_after is not None:
+        headers["retry-after"] = str(max(1, math.ceil(retry_after)))
+        headers["retry-after-ms"] = str(round(retry_after * 1000))
+    if isinstance(body, (str, bytes)):
+        data = body.encode() if isinstance(body, str) else body
+        _send_bytes(h, status, data, "text/plain", headers=headers)
+    else:
+        _send_json(h, status, body if body is not None else _error_payload(status, message), headers)
+
+
+def _send_sse(h: _Handler, events: list[tuple[str, Any]], fault: _Fault | None) -> None:
+    """Stream `events` in chunked encoding, one flushed chunk per event, applying `fault`."""
+    h.send_response(200)
+    h.send_header("content-type", "text/event-stream; charset=utf-8")
+    h.send_header("cache-control", "no-cache")
+    h.send_header("transfer-encoding", "chunked")
+    h.send_header("request-id", _request_id())
+    h.send_header("connection", "close")
+    h.end_headers()
+    kind = fault.kind if fault is not None else None
+    for number, (name, data) in enumerate(events):
+        if number == 3 and kind == "malformed":
+            _write_chunk(h, f"event: {name}\ndata: {{not json\n\n".encode())
+            break
+        if number == 3 and kind == "drop":
+            return _drop(h)  # no terminating chunk: the client sees a cut-off body
+        if number == 3 and kind == "stream_error":
+            error = _error_payload(fault.status if fault else 529, None)
+            _write_chunk(h, f"event: error\ndata: {json.dumps(error)}\n\n".encode())
+            break
+        _write_chunk(h, f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+    h.wfile.write(b"0\r\n\r\n")
+
+
+def _write_chunk(h: _Handler, data: bytes) -> None:
+    h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    h.wfile.flush()
+
+
+def _drop(h: _Handler) -> None:
+    """Hang up without (finishing) an answer."""
+    h.close_connection = True
+    try:
+        h.connection.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

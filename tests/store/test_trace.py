@@ -1,0 +1,471 @@
+"""Traces on disk: the main path, rewind, recovery of uncommitted work, and ingest."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from agentfs.core.workspace import Project
+from agentfs.errors import AgentfsError, MessageFileError
+from agentfs.store.commits import parse_trailers
+from agentfs.store.messages import ToolCall
+from agentfs.store.messages import parse_dropped
+from agentfs.store.trace import Trace, TraceMeta
+from tests.conftest import assert_git_clean, git, user
+
+
+@pytest.fixture
+def trace(project: Project) -> Trace:
+    """A trace holding #1 system and #2 user ("hello"), both committed."""
+    return project.new_trace("demo", user("hello"))
+
+
+def fresh(project: Project) -> Trace:
+    """The trace as a new process (a later `agentfs run`) would open it."""
+    return Project.open(project.workspace.root).trace("demo")
+
+
+def sequences(messages) -> list[int]:
+    return [m.sequence for m in messages]
+
+
+def last_commit(root: Path) -> tuple[str, dict[str, str]]:
+    body = git(root, "log", "-1", "--format=%B")
+    return body.splitlines()[0], parse_trailers(body)
+
+
+def commit_count(root: Path) -> int:
+    return int(git(root, "rev-list", "--count", "HEAD"))
+
+
+def set_head(trace: Trace, sequence: int) -> None:
+    trace.meta.head = sequence
+    trace.save_meta()
+
+
+def build(trace: Trace, *roles: str) -> None:
+    """Commit one message per role, each continuing the head."""
+    for role in roles:
+        message = trace.new_message(role, f"{role} #{trace.next_sequence()}")
+        trace.commit_step(role, [message])
+
+
+# --- the main path ---------------------------------------------------------
+
+
+def test_main_path_follows_parent_sequence(trace: Trace) -> None:
+    build(trace, "assistant", "user", "assistant")  # #3, #4, #5
+    assert sequences(trace.main_path()) == [1, 2, 3, 4, 5]
+    # #6 answers #2 differently: a second path through the same files.
+    other = trace.new_message("assistant", "another answer")
+    other.parent_sequence = 2
+    trace.commit_step("assistant", [other])
+    assert trace.meta.head == 6
+    assert sequences(trace.main_path()) == [1, 2, 6]
+    assert sequences(trace.path_to(5)) == [1, 2, 3, 4, 5]
+    assert [m.content for m in trace.main_path()] == [
+        trace.messages()[1].content,
+        "hello",
+        "another answer",
+    ]
+
+
+def test_message_without_parent_follows_the_previous_file(trace: Trace) -> None:
+    # Files a person writes by hand carry no frontmatter, so no parent_sequence.
+    (trace.messages_dir / "000003-assistant.md").write_text("a reply I wrote myself\n")
+    (trace.messages_dir / "000007-user.md").write_text("and a question\n")  # gap: 4-6 unused
+    set_head(trace, 7)
+    path = trace.main_path()
+    assert sequences(path) == [1, 2, 3, 7]
+    assert [m.role for m in path] == ["system", "user", "assistant", "user"]
+    assert path[-1].content == "and a question"
+    # The next message continues after the highest file.
+    assert trace.new_message("assistant", "x").sequence == 8
+
+
+def test_missing_parent_is_a_clear_error(trace: Trace) -> None:
+    (trace.messages_dir / "000003-assistant.md").write_text("---\nparent_sequence: 9\n---\nreply\n")
+    set_head(trace, 3)
+    with pytest.raises(AgentfsError) as info:
+        trace.main_path()
+    assert "#9" in info.value.message
+    assert "000003-assistant.md" in info.value.message
+    assert info.value.hint
+
+    set_head(trace, 42)
+    with pytest.raises(AgentfsError) as info:
+        trace.main_path()
+    assert "#42" in info.value.message and "trace.json" in info.value.message
+    assert "rewind" in (info.value.hint or "")
+
+
+def test_parent_cycle_is_a_clear_error(trace: Trace) -> None:
+    (trace.messages_dir / "000003-assistant.md").write_text("---\nparent_sequence: 4\n---\na\n")
+    (trace.messages_dir / "000004-user.md").write_text("---\nparent_sequence: 3\n---\nb\n")
+    set_head(trace, 4)
+    with pytest.raises(AgentfsError) as info:
+        trace.main_path()
+    assert "cycle" in info.value.message
+    assert str(trace.messages_dir) in info.value.message
+    assert "parent_sequence" in (info.value.hint or "")
+
+
+def test_self_parent_is_a_cycle(trace: Trace) -> None:
+    (trace.messages_dir / "000003-user.md").write_text("---\nparent_sequence: 3\n---\nme\n")
+    set_head(trace, 3)
+    with pytest.raises(AgentfsError, match="cycle"):
+        trace.main_path()
+
+
+def test_duplicate_sequence_names_the_files(trace: Trace) -> None:
+    (trace.messages_dir / "000003-user.md").write_text("one\n")
+    (trace.messages_dir / "000003-assistant.md").write_text("two\n")
+    with pytest.raises(MessageFileError) as info:
+        trace.messages()
+    names = {"000003-user.md", "000003-assistant.md"}
+    assert info.value.path.name in names
+    assert str(info.value.path) in str(info.value)
+    other = (names - {info.value.path.name}).pop()
+    assert other in info.value.message
+    assert "rename" in (info.value.hint or "")
+
+
+def test_symlinked_message_file_is_refused(tmp_path: Path, trace: Trace) -> None:
+    outside = tmp_path / "outside.md"
+    outside.write_text("secret\n")
+    (trace.messages_dir / "000003-user.md").symlink_to(outside)
+    with pytest.raises(MessageFileError) as info:
+        trace.messages()
+    assert info.value.path.name == "000003-user.md"
+    assert "symlink" in info.value.message
+
+
+def test_newer_format_version_is_refused(project: Project, trace: Trace) -> None:
+    data = json.loads(trace.meta_path.read_text())
+    data["format_version"] = 99
+    trace.meta_path.write_text(json.dumps(data))
+    with pytest.raises(AgentfsError) as info:
+        fresh(project).main_path()
+    assert str(trace.meta_path) in info.value.message
+    assert "newer agentfs" in info.value.message and "99" in info.value.message
+    assert "upgrade" in (info.value.hint or "")
+
+
+def test_broken_trace_json_is_a_clear_error(project: Project, trace: Trace) -> None:
+    trace.meta_path.write_text("{not json")
+    with pytest.raises(AgentfsError) as info:
+        _ = fresh(project).meta
+    assert str(trace.meta_path) in info.value.message
+    assert "git checkout -- traces/demo/trace.json" in (info.value.hint or "")
+
+    trace.meta_path.write_text('{"id": "demo", "head": "two"}')
+    with pytest.raises(AgentfsError) as info:
+        _ = fresh(project).meta
+    assert "head" in info.value.message
+
+
+# --- rewind -----------------------------------------------------------------
+
+
+def test_rewind_moves_the_head_and_keeps_later_files(project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    build(trace, "assistant", "user", "assistant", "user")  # #3..#6
+    trace.rewind(4)
+
+    subject, trailers = last_commit(root)
+    assert subject.startswith("demo: rewind #4")
+    assert trailers["Agentfs-Kind"] == "rewind"
+    assert trailers["Agentfs-Sequence"] == "4"
+    assert_git_clean(root)
+
+    reopened = fresh(project)
+    assert reopened.meta.head == 4
+    assert sequences(reopened.main_path()) == [1, 2, 3, 4]
+    for name in ("000005-assistant.md", "000006-user.md"):
+        assert (trace.messages_dir / name).is_file()
+        assert git(root, "ls-files", f"traces/demo/messages/{name}") != ""
+
+    again = reopened.new_message("assistant", "a different answer")
+    assert (again.sequence, again.parent_sequence) == (7, 4)
+    reopened.commit_step("assistant", [again])
+    assert sequences(fresh(project).main_path()) == [1, 2, 3, 4, 7]
+    assert_git_clean(root)
+
+
+def test_rewind_onto_unanswered_tool_calls_is_refused(project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    call = trace.new_message(
+        "assistant", "let me look", tool_calls=[ToolCall(id="c1", name="read", input={"path": "x"})]
+    )
+    trace.commit_step("assistant", [call])  # #3
+    result = trace.new_message("tool", "contents", tool_call_id="c1")
+    trace.commit_step("tool", [result])  # #4
+    build(trace, "assistant")  # #5
+    before = git(root, "rev-parse", "HEAD")
+
+    with pytest.raises(AgentfsError) as info:
+        trace.rewind(3)
+    assert "#3" in info.value.message and "read" in info.value.message
+    assert "#4" in (info.value.hint or "")
+    with pytest.raises(AgentfsError) as info:
+        trace.rewind(99)
+    assert "#99" in info.value.message
+
+    assert git(root, "rev-parse", "HEAD") == before
+    assert fresh(project).meta.head == 5
+    assert_git_clean(root)
+
+    trace.rewind(4)  # after the results is fine
+    assert fresh(project).meta.head == 4
+
+
+# --- recover ----------------------------------------------------------------
+
+
+def test_recover_commits_user_edits(project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    path = trace.messages_dir / "000002-user.md"
+    path.write_bytes(path.read_bytes().replace(b"hello", b"hello, but in French"))
+    before = commit_count(root)
+
+    assert fresh(project).recover() == ["edit"]
+    subject, trailers = last_commit(root)
+    assert subject == "demo: edit #2 messages/000002-user.md"
+    assert trailers == {"Agentfs-Trace": "demo", "Agentfs-Sequence": "2", "Agentfs-Kind": "edit"}
+    assert commit_count(root) == before + 1
+    assert_git_clean(root)
+    assert fresh(project).main_path()[-1].content == "hello, but in French"
+    assert fresh(project).recover() == []
+    assert commit_count(root) == before + 1
+
+
+def test_recover_with_nothing_to_do_commits_nothing(project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    before = git(root, "rev-parse", "HEAD")
+    assert fresh(project).recover() == []
+    assert git(root, "rev-parse", "HEAD") == before
+
+
+def test_recover_adopts_a_new_message_continuing_the_head(project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    (trace.messages_dir / "000003-user.md").write_text("one more thing\n")
+
+    reopened = fresh(project)
+    assert reopened.recover() == ["recover"]
+    subject, trailers = last_commit(root)
+    assert subject.startswith("demo: recover #3")
+    assert trailers["Agentfs-Kind"] == "recover"
+    assert_git_clean(root)
+
+    reopened = fresh(project)
+    assert reopened.meta.head == 3
+    path = reopened.main_path()
+    assert sequences(path) == [1, 2, 3]
+    assert (path[-1].role, path[-1].content, path[-1].parent_sequence) == (
+        "user",
+        "one more thing",
+        2,
+    )
+    assert reopened.recover() == []
+
+
+def test_recover_adopts_and_commits_edits_separately(project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    first = trace.messages_dir / "000002-user.md"
+    first.write_bytes(first.read_bytes().replace(b"hello", b"hi there"))
+    (trace.messages_dir / "000003-assistant.md").write_text("an answer left by a crash\n")
+    before = commit_count(root)
+
+    assert fresh(project).recover() == ["recover", "edit"]
+    assert commit_count(root) == before + 2
+    kinds = git(root, "log", "-2", "--format=%(trailers:key=Agentfs-Kind,valueonly)%x00")
+    assert [k.strip() for k in kinds.split("\x00") if k.strip()] == ["edit", "recover"]
+    assert_git_clean(root)
+    path = fresh(project).main_path()
+    assert [m.content for m in path[1:]] == ["hi there", "an answer left by a crash"]
+
+
+def test_recover_adopts_an_interrupted_tool_step_with_its_files(
+    project: Project, trace: Trace
+) -> None:
+    root = project.workspace.root
+    calls = trace.new_message(
+        "assistant", "", tool_calls=[ToolCall(id="a", name="write"), ToolCall(id="b", name="read")]
+    )
+    trace.commit_step("assistant", [calls])  # #3
+    before = commit_count(root)
+    # Killed inside commit_step of the tool step: results and trace.json written,
+    # the file the tool wrote is on disk, nothing committed.
+    (root / "out.txt").write_text("tool output\n")
+    first = trace.new_message("tool", "wrote out.txt", tool_call_id="a", files_changed=["out.txt"])
+    second = trace.new_message("tool", "read it", tool_call_id="b")
+    second.parent_sequence = first.sequence
+    trace.write_message(first)
+    trace.write_message(second)
+    set_head(trace, second.sequence)
+
+    assert fresh(project).recover() == ["recover"]
+    assert commit_count(root) == before + 1
+    shown = git(root, "show", "--name-only", "--format=", "HEAD").split()
+    assert "out.txt" in shown
+    assert "traces/demo/messages/000004-tool.md" in shown
+    assert "traces/demo/messages/000005-tool.md" in shown
+    assert sequences(fresh(project).main_path()) == [1, 2, 3, 4, 5]
+    assert_git_clean(root)
+
+
+def test_recover_after_a_crash_while_creating_a_trace(project: Project) -> None:
+    # Killed inside the first commit_step of a new trace: the system message and
+    # trace.json (head 1) are written, nothing of the trace is committed yet.
+    root = project.workspace.root
+    created = Trace.create(project.workspace, project.repo, TraceMeta(id="demo"))
+    system = created.new_message("system", "You are helpful.")
+    created.write_message(system)
+    created.meta.head = system.sequence
+    created.meta.next_sequence = system.sequence + 1
+    created.save_meta()
+
+    assert fresh(project).recover() == ["recover"]
+    reopened = fresh(project)
+    path = reopened.main_path()
+    assert sequences(path) == [1]
+    assert path[0].parent_sequence is None
+    assert path[0].content == "You are helpful."
+    assert_git_clean(root)
+
+
+# --- ingest -----------------------------------------------------------------
+
+
+def drop(trace: Trace, name: str, text: str) -> Path:
+    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
+    path = trace.inbox_dir / name
+    path.write_text(text)
+    return path
+
+
+def test_ingest_moves_an_inbox_file_in_one_commit(project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    dropped = drop(trace, "note.md", "Please also check the tests.\n")
+    before = commit_count(root)
+
+    message = trace.ingest(dropped)
+    assert (message.sequence, message.parent_sequence, message.role) == (3, 2, "user")
+    assert not dropped.exists()
+    assert (trace.messages_dir / "000003-user.md").is_file()
+    assert commit_count(root) == before + 1
+    subject, trailers = last_commit(root)
+    assert subject == "demo: user #3 Please also check the tests."
+    assert trailers["Agentfs-Kind"] == "user"
+    assert "traces/demo/inbox/note.md" not in git(root, "ls-tree", "-r", "--name-only", "HEAD")
+    assert_git_clean(root)
+    reopened = fresh(project)
+    assert reopened.meta.head == 3
+    assert reopened.main_path()[-1].content == "Please also check the tests."
+    assert reopened.pending_inbox() == []
+
+
+def test_ingest_of_a_committed_inbox_file(project: Project, trace: Trace) -> None:
+    # Files can arrive through git (a push or pull), already committed.
+    root = project.workspace.root
+    dropped = drop(trace, "from-ci.md", "Run the nightly checks.\n")
+    git(root, "add", "traces/demo/inbox/from-ci.md")
+    git(root, "commit", "-q", "-m", "drop a message")
+    trace.ingest(dropped)
+    assert "traces/demo/inbox/from-ci.md" not in git(root, "ls-tree", "-r", "--name-only", "HEAD")
+    assert_git_clean(root)
+
+
+def test_ingest_refuses_a_bad_file_and_leaves_it(project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    dropped = trace.inbox_dir / "binary.md"
+    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
+    dropped.write_bytes(b"\x89PNG\x00\x00")
+    before = git(root, "rev-parse", "HEAD")
+    with pytest.raises(MessageFileError) as info:
+        trace.ingest(dropped)
+    assert info.value.path == dropped
+    assert dropped.exists()
+    assert git(root, "rev-parse", "HEAD") == before
+    assert sorted(p.name for p in trace.messages_dir.iterdir()) == [
+        "000001-system.md",
+        "000002-user.md",
+    ]
+
+
+def crash_during_ingest(trace: Trace, dropped: Path, point: str) -> None:
+    """Do what ingest() does up to a crash at `point`: 'staged' (renamed into the
+    staging folder only) or 'written' (message file and trace.json written too)."""
+    message = trace.new_message("user", "")
+    staged = trace._staging_dir / f"{message.sequence:06d}-{dropped.name}"
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(dropped, staged)
+    if point == "written":
+        message.content = parse_dropped(staged, staged.read_bytes()).content
+        trace.write_message(message)
+        trace.meta.head = message.sequence
+        trace.save_meta()
+
+
+@pytest.mark.parametrize("point", ["staged", "written"])
+@pytest.mark.parametrize("committed", [False, True], ids=["untracked-drop", "committed-drop"])
+def test_crash_during_ingest_is_finished_once(
+    project: Project, trace: Trace, committed: bool, point: str
+) -> None:
+    root = project.workspace.root
+    dropped = drop(trace, "note.md", "Continue please.\n")
+    if committed:
+        git(root, "add", "traces/demo/inbox/note.md")
+        git(root, "commit", "-q", "-m", "drop a message")
+    before = commit_count(root)
+    crash_during_ingest(fresh(project), dropped, point)
+
+    reopened = fresh(project)
+    assert reopened.pending_inbox() == []
+    assert reopened.recover() == (["recover"] if point == "written" else ["user"])
+    assert fresh(project).recover() == []
+    assert commit_count(root) == before + 1
+
+    reopened = fresh(project)
+    assert reopened.meta.head == 3
+    path = reopened.main_path()
+    assert sequences(path) == [1, 2, 3]
+    assert [m.content for m in path].count("Continue please.") == 1
+    assert sorted(reopened.messages()) == [1, 2, 3]
+    assert reopened.new_message("assistant", "ok").sequence == 4
+    assert "traces/demo/inbox/note.md" not in git(root, "ls-tree", "-r", "--name-only", "HEAD")
+    assert_git_clean(root)
+
+
+def test_ingest_of_a_copied_message_file(project: Project, trace: Trace) -> None:
+    # "Send it again": a copy of an existing message file, frontmatter and all.
+    copy = drop(trace, "again.md", (trace.messages_dir / "000002-user.md").read_text())
+    message = trace.ingest(copy)
+    assert (message.sequence, message.parent_sequence, message.content) == (3, 2, "hello")
+    assert message.id != fresh(project).messages()[2].id
+    assert sequences(fresh(project).main_path()) == [1, 2, 3]
+    assert_git_clean(project.workspace.root)
+
+
+@pytest.mark.parametrize("point", ["staged", "written"])
+def test_crash_during_ingest_of_a_copied_message_file(
+    project: Project, trace: Trace, point: str
+) -> None:
+    # "Send it again": a person copies an existing message file (with its frontmatter:
+    # id, sequence 2, parent_sequence 1) into the inbox; a crash mid-ingest must not
+    # leave a file that blocks recovery.
+    root = project.workspace.root
+    dropped = drop(trace, "again.md", (trace.messages_dir / "000002-user.md").read_text())
+    before = commit_count(root)
+    crash_during_ingest(fresh(project), dropped, point)
+
+    assert fresh(project).recover() == (["recover"] if point == "written" else ["user"])
+    assert commit_count(root) == before + 1
+    reopened = fresh(project)
+    assert sequences(reopened.main_path()) == [1, 2, 3]
+    assert reopened.main_path()[-1].content == "hello"
+    assert len({m.id for m in reopened.messages().values()}) == 3
+    assert_git_clean(root)
