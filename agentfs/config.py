@@ -26,12 +26,35 @@ max_iterations = 50
 
 
 class Preset(BaseModel):
-    """A named bundle of run settings (`agentfs run --preset NAME`)."""
+    """A named bundle of settings for new traces (`agentfs new/run --preset NAME`)."""
 
     model_config = ConfigDict(extra="forbid")
 
     system_prompt: str | None = Field(default=None, description="Role prompt for new traces")
-    model: str | None = None
+    model: str | None = Field(default=None, description="Model for traces of this preset")
+    skills: list[str] | None = Field(
+        default=None, description="Skills listed in the system prompt (default: all)"
+    )
+
+
+class ToolsConfig(BaseModel):
+    """Tool policy."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bash: bool = Field(default=False, description="Offer the bash tool (off by default)")
+    bash_timeout: float = Field(default=60.0, gt=0, description="Seconds before a command is killed")
+    bash_output_limit: int = Field(default=30_000, ge=100, description="Characters of output kept")
+
+
+class HookConfig(BaseModel):
+    """A context-injection hook: a shell command whose output is injected."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    command: str
+    timeout: float = Field(default=10.0, gt=0)
 
 
 class WorkspaceConfig(BaseModel):
@@ -44,7 +67,13 @@ class WorkspaceConfig(BaseModel):
     max_iterations: int = Field(default=50, ge=1, description="Model calls per run")
     system_prompt: str | None = Field(default=None, description="Role prompt for new traces")
     max_tokens: int = Field(default=4096, ge=1, description="Output tokens per model call")
+    context_injection_interval: int = Field(
+        default=5, ge=1, description="Iterations between get_current_context injections"
+    )
     presets: dict[str, Preset] = Field(default_factory=dict)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    context_hooks: list[HookConfig] = Field(default_factory=list)
+    max_delegation_depth: int = Field(default=2, ge=0, description="Nesting of delegate calls")
 
 
 def load_config(path: Path) -> WorkspaceConfig:

@@ -14,6 +14,7 @@ import click
 
 from agentfs.cli.render import message_record, show_text
 from agentfs.config import DEFAULT_MODEL
+from agentfs.core.goals import GoalTree
 from agentfs.core.runner import Runner
 from agentfs.core.workspace import Project, init_workspace, read_message_file
 from agentfs.errors import AgentfsError
@@ -21,7 +22,8 @@ from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
 from agentfs.store.commits import parse_trailers, subject
 from agentfs.store.messages import parse_dropped
-from agentfs.store.workspace import check_trace_id
+from agentfs.skills import load_skills
+from agentfs.store.workspace import GOALS_FILE, check_trace_id
 
 EXAMPLE_TRACE = "demo"
 
@@ -98,36 +100,61 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
 @click.option("--model", help="Model to use: replay:PATH or anthropic:MODEL-ID.")
 @click.option("--max-iterations", type=click.IntRange(min=1),
               help="Stop after this many model calls (default: max_iterations in agentfs.toml).")
+@click.option("--preset", help="Preset from agentfs.toml, for a trace this run creates.")
+@click.option("--inject-skill", "inject_skills", multiple=True, metavar="NAME",
+              help="Keep this skill in the model's context (repeatable).")
+@click.option("--skill-recency", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Re-inject a declared skill once it is not among this many latest messages.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not print tool calls.")
 def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
-        max_iterations: int | None, quiet: bool) -> None:
+        max_iterations: int | None, preset: str | None, inject_skills: tuple[str, ...],
+        skill_recency: int, quiet: bool) -> None:
     """Run TRACE until the model stops, streaming its text.
 
-    TRACE is a trace id or a path to a trace directory. Before running,
-    edits you made under the trace are committed (kind `edit`) so the model
-    sees them, files in traces/TRACE/inbox/ become user messages, and an
-    interrupted earlier run is resumed. Model: --model, else the trace's,
-    else the preset's, else `model` in agentfs.toml.
+    TRACE is a trace id or a path to a trace directory; a new id with -m
+    creates the trace. Before running, edits you made under the trace are
+    committed (kind `edit`) so the model sees them, files in
+    traces/TRACE/inbox/ become user messages, and an interrupted earlier run
+    is resumed. Model: --model, else the trace's, else the preset's, else
+    `model` in agentfs.toml.
     """
     project = _project(trace_ref)
-    trace = project.trace(trace_ref)
-    chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
+    trace_id = _trace_id(project, trace_ref, creating=bool(messages))
+    meta_model = preset_name = None
+    if trace_id in project.workspace.trace_ids():
+        trace = project.trace(trace_id)
+        meta_model, preset_name = trace.meta.model, trace.meta.preset
+        if preset and preset != preset_name:
+            raise click.UsageError(
+                f"trace {trace_id} exists (preset {preset_name!r}); presets apply when a trace "
+                "is created"
+            )
+    chosen = _choose_model(project, meta_model, preset or preset_name, model)
     terminal = _Terminal(quiet)
     runner = Runner(project.workspace, project.repo, chosen, config=project.config,
                     on_text=terminal.text, on_event=terminal.event)
-    result = runner.run(trace.id, messages, max_iterations=max_iterations)
+    result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
+                        inject_skills=inject_skills, skill_recency_threshold=skill_recency)
     terminal.end_line()
+    inbox = project.workspace.trace_dir(trace_id) / "inbox"
     if result.stop == "nothing_to_do":
         click.echo(
-            f"trace {trace.id} is waiting for a user message: "
-            f"agentfs run {trace.id} -m '...' (or drop a file into {trace.inbox_dir})",
+            f"trace {trace_id} is waiting for a user message: "
+            f"agentfs run {trace_id} -m '...' (or drop a file into {inbox})",
             err=True,
         )
     elif result.stop == "max_iterations":
         click.echo(
             f"stopped after {result.iterations} model calls (--max-iterations); "
-            f"`agentfs run {trace.id}` continues", err=True,
+            f"`agentfs run {trace_id}` continues", err=True,
         )
+
+
+def _trace_id(project: Project, ref: str, *, creating: bool) -> str:
+    """The id of an existing trace, or of a new one when `creating`."""
+    if creating and "/" not in ref and ref not in project.workspace.trace_ids():
+        return check_trace_id(ref)
+    return project.workspace.resolve_trace(ref)
 
 
 def _choose_model(project: Project, trace_model: str | None, preset: str | None,
@@ -284,6 +311,43 @@ def status(as_json: bool) -> None:
         click.echo(f"{row['trace']:<24} head #{row['head']}  {state}{pending}{error}")
     if new_files:
         click.echo(f"inbox/: {len(new_files)} file(s) waiting")
+
+
+@cli.command()
+@click.argument("trace_ref", metavar="TRACE")
+@click.option("--summaries", is_flag=True, help="Show the summaries of finished goals.")
+def goals(trace_ref: str, summaries: bool) -> None:
+    """Print TRACE's goal tree (goals.json): [ ] open, [x] done, [-] abandoned."""
+    project = _project(trace_ref)
+    trace = project.trace(trace_ref)
+    tree = GoalTree.load(trace.dir / GOALS_FILE)
+    click.echo(tree.to_prompt(include_summary=summaries))
+    click.echo(tree.focus_reminder())
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def skills(as_json: bool) -> None:
+    """List the skills runs can use: built-in ones and the workspace's skills/.
+
+    Invalid skill files are listed with what to fix; the command then exits 1.
+    """
+    project = _project()
+    catalog = load_skills(project.workspace.skills_dir)
+    if as_json:
+        click.echo(json.dumps({
+            "skills": [{"name": s.name, "description": s.description, "origin": s.origin,
+                        "path": str(s.path)} for s in catalog],
+            "errors": [str(e) for e in catalog.errors],
+        }, indent=2))
+    else:
+        for skill in catalog:
+            note = f" (overrides {skill.overrides})" if skill.overrides else ""
+            click.echo(f"{skill.name:<24} {skill.origin}{note}: {skill.description}")
+        for error in catalog.errors:
+            click.echo(f"invalid: {error}", err=True)
+    if catalog.errors:
+        raise click.exceptions.Exit(1)
 
 
 @cli.command()

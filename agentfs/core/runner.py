@@ -4,23 +4,38 @@ Every persisted step is one commit (see `agentfs/store/trace.py:Trace.commit_ste
 A run first brings the trace up to date with the disk: it commits the
 user's edits, adopts what an interrupted run left, finishes a tool step that
 was cut short, and takes files waiting in the trace's `inbox/`.
+
+Injection (see docs/context.md): declared skills are injected as synthetic
+`skill` calls, and every `context_injection_interval` iterations a synthetic
+`get_current_context` call is appended to the model's tool calls.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from agentfs.config import WorkspaceConfig
+from agentfs.core.context import CONTEXT_TOOL, CommandHook, ContextHook, ContextSources, context_tool
+from agentfs.core.delegate import delegate_tool
+from agentfs.core.goals import GoalTree, goal_tool
+from agentfs.core.injection import DEFAULT_SKILL_RECENCY, skills_to_inject, synthetic_calls
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest, ModelResponse
+from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.gitrepo import GitRepo
-from agentfs.store.messages import Message
-from agentfs.store.trace import Trace
-from agentfs.store.workspace import Workspace
-from agentfs.tools import ToolContext, ToolRegistry, default_tools
+from agentfs.store.messages import Message, ToolCall
+from agentfs.store.trace import InjectedSkill, Trace
+from agentfs.store.workspace import GOALS_FILE, Workspace
+from agentfs.tools import FILE_TOOLS, ToolContext, ToolRegistry
+from agentfs.tools.bash import bash_tool
+from agentfs.tools.base import Tool
+from agentfs.tools.plugins import plugin_tools
+from agentfs.tools.skill import skill_tool
 
 INTERRUPTED = (
     "interrupted: the run stopped before this tool call finished, and agentfs does not "
@@ -41,6 +56,17 @@ class RunResult:
     steps: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _Session:
+    """What one run of one trace needs besides the trace itself."""
+
+    trace: Trace
+    tools: ToolRegistry
+    declared_skills: list[str]
+    skill_recency: int
+    depth: int
+
+
 class Runner:
     """Runs traces of one workspace with one model."""
 
@@ -51,7 +77,9 @@ class Runner:
         model: Model,
         *,
         config: WorkspaceConfig | None = None,
-        tools: ToolRegistry | None = None,
+        tools: Sequence[Tool] = (),
+        skills: SkillCatalog | None = None,
+        context_hooks: Sequence[tuple[str, ContextHook]] = (),
         on_text: Callable[[str], None] | None = None,
         on_event: EventSink | None = None,
     ) -> None:
@@ -59,39 +87,81 @@ class Runner:
         self.repo = repo
         self.model = model
         self.config = config or WorkspaceConfig()
-        self.tools = tools or default_tools()
+        self.extra_tools = list(tools)
+        self.skills = skills if skills is not None else load_skills(workspace.skills_dir)
+        self.context_hooks = list(context_hooks) + [
+            (h.name, CommandHook(h.name, h.command, h.timeout, workspace.root))
+            for h in self.config.context_hooks
+        ]
         self.on_text = on_text
         self.on_event = on_event
+        self._depth = 0
+
+    def register_context_hook(self, name: str, hook: ContextHook) -> None:
+        """Add a callable whose text appears in every context injection."""
+        self.context_hooks.append((name, hook))
 
     def run(
         self,
         trace_id: str,
-        messages: Sequence[str] = (),
+        messages: Sequence[str | dict[str, str]] = (),
         *,
         max_iterations: int | None = None,
+        inject_skills: Sequence[str] = (),
+        skill_recency_threshold: int = DEFAULT_SKILL_RECENCY,
+        system_prompt: str | None = None,
+        preset: str | None = None,
     ) -> RunResult:
         """Append `messages` as user messages, then run until the model stops.
 
-        Stops after `max_iterations` model calls (default from `agentfs.toml`);
-        running again continues where it stopped.
+        Args:
+          trace_id: the trace; created (with its system prompt) if it does not exist.
+          messages: user messages to append first: text, or `{"role", "content"}`
+            dicts; a `system` one sets a new trace's system prompt.
+          system_prompt, preset: for a new trace's system prompt (see
+            `agentfs/core/system_prompt.py:build_system_prompt`).
+          max_iterations: model calls before stopping (default from `agentfs.toml`);
+            running again continues where it stopped.
+          inject_skills: skills this call needs in context; injected at the start and
+            re-injected when no longer among the last `skill_recency_threshold`
+            messages sent.
         """
+        for name in inject_skills:
+            self.skills.get(name)  # unknown skills fail before anything is written
+        system, texts = _split_messages(messages)
         trace = Trace(self.workspace, self.repo, trace_id)
+        if not trace.meta_path.exists():
+            if not texts:
+                raise AgentfsError(
+                    f"trace {trace.id!r} does not exist and no first message was given",
+                    hint=f"agentfs run {trace.id} -m '...' (or agentfs new)",
+                )
+            self._create(trace.id, texts.pop(0), system, system_prompt, preset)
+        elif system is not None:
+            raise AgentfsError(
+                f"trace {trace.id!r} already has its system prompt",
+                hint=f"edit {trace.messages_dir / '000001-system.md'} instead",
+            )
         result = RunResult(trace.id)
         with trace.lock():
             trace.reload()
+            session = _Session(
+                trace, self._tools_for(trace), list(inject_skills), skill_recency_threshold,
+                self._depth,
+            )
             result.steps.extend(trace.recover())
-            self._finish_interrupted_step(trace, result)
-            for path in trace.pending_inbox():
-                message = trace.ingest(path)
-                self._emit("ingested", trace=trace.id, sequence=message.sequence, file=path.name)
+            self._finish_interrupted_step(session, result)
+            self._ingest_inbox(session, result)
+            for text in texts:
+                trace.commit_step("user", [self._new(trace, "user", text)])
                 result.steps.append("user")
-            for text in messages:
-                trace.commit_step("user", [trace.new_message("user", text)])
-                result.steps.append("user")
-            self._loop(trace, max_iterations or self.config.max_iterations, result)
+            self._loop(session, max_iterations or self.config.max_iterations, result)
         return result
 
-    def _loop(self, trace: Trace, max_iterations: int, result: RunResult) -> None:
+    # --- the loop ------------------------------------------------------------
+
+    def _loop(self, session: _Session, max_iterations: int, result: RunResult) -> None:
+        trace = session.trace
         while True:
             path = trace.main_path()
             if not path or path[-1].role == "system":
@@ -107,18 +177,29 @@ class Runner:
             if result.iterations >= max_iterations:
                 result.stop = "max_iterations"
                 return
-            response = self.model.complete(self._request(trace, path), self.on_text)
+            request = self._request(session, path)
+            stale = skills_to_inject(
+                session.declared_skills, trace.meta.injected_skills, request.messages,
+                session.skill_recency,
+            )
+            if stale and result.iterations == 0:
+                # nothing to append to yet: a synthetic assistant turn carries the calls
+                self._inject_skills_now(session, stale)
+                result.steps += ["assistant", "tool"]
+                continue
+            response = self.model.complete(request, self.on_text)
             result.iterations += 1
-            assistant = self._persist_response(trace, response)
-            result.steps.append("assistant")
             result.final_text = response.text
-            if response.tool_calls:
-                self._run_tools(trace, assistant)
+            assistant = self._persist_response(session, response, stale)
+            result.steps.append("assistant")
+            if assistant.tool_calls:
+                self._run_tools(session, assistant)
                 result.steps.append("tool")
+                self._ingest_inbox(session, result)
 
-    def _request(self, trace: Trace, path: list[Message]) -> ModelRequest:
+    def _request(self, session: _Session, path: list[Message]) -> ModelRequest:
+        trace = session.trace
         system = path[0].text if path[0].role == "system" else ""
-        sent = [m for m in path if m.role != "system"]
         calls_made = sum(
             1
             for m in trace.messages().values()
@@ -126,35 +207,85 @@ class Runner:
         )
         return ModelRequest(
             system=system,
-            messages=sent,
-            tools=self.tools.specs(),
+            messages=[m for m in path if m.role != "system"],
+            tools=session.tools.specs(),
             call_index=calls_made,
             max_tokens=self.config.max_tokens,
         )
 
-    def _persist_response(self, trace: Trace, response: ModelResponse) -> Message:
-        message = trace.new_message(
+    def _persist_response(
+        self, session: _Session, response: ModelResponse, stale_skills: list[str]
+    ) -> Message:
+        trace = session.trace
+        trace.meta.iterations += 1
+        calls = list(response.tool_calls)
+        if calls:
+            calls += synthetic_calls(
+                f"toolu_agentfs_{trace.next_sequence()}",
+                stale_skills,
+                context=self._context_due(session, calls),
+            )
+        message = self._new(
+            trace,
             "assistant",
             response.text,
-            tool_calls=response.tool_calls or None,
+            tool_calls=calls or None,
             model=response.model or self.model.name,
             stop_reason=response.stop_reason,
             usage=response.usage,
             thinking=response.thinking,
         )
-        trace.meta.iterations += 1
         trace.commit_step("assistant", [message])
         self._emit("assistant", trace=trace.id, sequence=message.sequence,
-                   tool_calls=[c.name for c in response.tool_calls])
+                   tool_calls=[c.name for c in calls])
         return message
 
-    def _run_tools(self, trace: Trace, assistant: Message, after: Message | None = None) -> None:
+    def _context_due(self, session: _Session, calls: list[ToolCall]) -> bool:
+        """Inject context every N iterations, or at once when user messages are waiting;
+        never twice in one iteration."""
+        if any(c.name == CONTEXT_TOOL for c in calls):
+            return False
+        interval = self.config.context_injection_interval
+        return session.trace.meta.iterations % interval == 0 or bool(session.trace.pending_inbox())
+
+    def _inject_skills_now(self, session: _Session, skills: list[str]) -> None:
+        """A synthetic assistant turn holding only `skill` calls, then their results."""
+        trace = session.trace
+        calls = synthetic_calls(f"toolu_agentfs_{trace.next_sequence()}", skills, context=False)
+        assistant = self._new(trace, "assistant", "", tool_calls=calls, synthetic="skill")
+        trace.commit_step("assistant", [assistant], summary="inject skills " + ", ".join(skills))
+        self._run_tools(session, assistant)
+
+    # --- tools ---------------------------------------------------------------
+
+    def _tools_for(self, trace: Trace) -> ToolRegistry:
+        sources = ContextSources(
+            trace_id=trace.id,
+            goals_path=trace.dir / GOALS_FILE,
+            collaborators=lambda: list(trace.meta.context.get("collaborators", {}).values()),
+            notifications=lambda: [p.name for p in trace.pending_inbox()],
+            hooks=self.context_hooks,
+        )
+        registry = ToolRegistry(FILE_TOOLS)
+        registry.add(goal_tool(trace.dir / GOALS_FILE))
+        registry.add(skill_tool(self.skills))
+        registry.add(context_tool(sources))
+        if self.config.tools.bash:
+            registry.add(bash_tool(self.config.tools.bash_timeout, self.config.tools.bash_output_limit))
+        if self._depth < self.config.max_delegation_depth:
+            registry.add(delegate_tool(partial(self._run_child, trace)))
+        for tool in [*plugin_tools(self.workspace.root), *self.extra_tools]:
+            registry.add(tool)
+        return registry
+
+    def _run_tools(self, session: _Session, assistant: Message, after: Message | None = None) -> None:
         """Run the assistant's tool calls that have no result yet; commit all results and
         the files they changed together.
 
         A call that had started when an earlier run died gets an "interrupted"
         result instead: it may have had effects, and agentfs never re-runs a tool.
         """
+        trace = session.trace
         context = ToolContext(self.workspace.root, trace.id, tmp_dir=trace.tmp_dir)
         parent = (after or assistant).sequence
         answered = self._answered(trace, assistant)
@@ -168,35 +299,55 @@ class Runner:
             if call.id in started:
                 touched = in_flight.files.get(call.id, [])
                 context.changed.update(touched)
-                message = trace.new_message(
-                    "tool", INTERRUPTED, tool_call_id=call.id, is_error=True,
+                message = self._new(
+                    trace, "tool", INTERRUPTED, tool_call_id=call.id, is_error=True,
                     synthetic="recovery", files_changed=touched or None,
                 )
                 interrupted.append(call.name)
             else:
-                self._emit("tool_call", trace=trace.id, name=call.name, input=call.input)
-                trace.mark_started(call.id)
-                context.before_change = partial(trace.record_change, call.id)
-                before = set(context.changed)
-                outcome = self.tools.call(call.name, call.input, context)
-                message = trace.new_message(
-                    "tool",
-                    outcome.content,
-                    tool_call_id=call.id,
-                    is_error=True if outcome.is_error else None,
-                    files_changed=sorted(context.changed - before) or None,
-                )
-                self._emit("tool_result", trace=trace.id, name=call.name,
-                           is_error=outcome.is_error, text=message.text)
+                message = self._call_tool(session, call, context)
             message.parent_sequence = parent
             parent = message.sequence
             results.append(message)
         if results:
+            self._record_skill_injections(trace, assistant, results)
             summary = f"{len(interrupted)} interrupted tool call(s)" if interrupted else None
             trace.commit_step("tool", results, extra_paths=sorted(context.changed), summary=summary)
         trace.clear_in_flight()
         if interrupted:
             self._emit("recovered", trace=trace.id, interrupted=interrupted)
+
+    def _call_tool(self, session: _Session, call: ToolCall, context: ToolContext) -> Message:
+        trace = session.trace
+        if not call.synthetic:
+            self._emit("tool_call", trace=trace.id, name=call.name, input=call.input)
+        trace.mark_started(call.id)
+        context.before_change = partial(trace.record_change, call.id)
+        before = set(context.changed)
+        outcome = session.tools.call(call.name, call.input, context)
+        message = self._new(
+            trace,
+            "tool",
+            outcome.content,
+            tool_call_id=call.id,
+            is_error=True if outcome.is_error else None,
+            files_changed=sorted(context.changed - before) or None,
+            synthetic=call.synthetic,
+        )
+        self._emit("tool_result", trace=trace.id, name=call.name, is_error=outcome.is_error,
+                   text=message.text, synthetic=call.synthetic)
+        return message
+
+    @staticmethod
+    def _record_skill_injections(trace: Trace, assistant: Message, results: list[Message]) -> None:
+        """Note in `trace.json` (committed with the results) where each skill now is."""
+        by_id = {c.id: c for c in assistant.tool_calls or []}
+        for message in results:
+            call = by_id.get(message.tool_call_id or "")
+            if call is not None and call.synthetic == "skill" and not message.is_error:
+                trace.meta.injected_skills[call.input["name"]] = InjectedSkill(
+                    message_id=message.id, sequence=message.sequence
+                )
 
     @staticmethod
     def _answered(trace: Trace, assistant: Message) -> set[str]:
@@ -204,9 +355,10 @@ class Runner:
         at = next(i for i, m in enumerate(path) if m.sequence == assistant.sequence)
         return {m.tool_call_id for m in path[at + 1 :] if m.role == "tool" and m.tool_call_id}
 
-    def _finish_interrupted_step(self, trace: Trace, result: RunResult) -> None:
+    def _finish_interrupted_step(self, session: _Session, result: RunResult) -> None:
         """If the head is an assistant turn (or some of its results) whose tool calls
         are not all answered, finish that tool step before anything else."""
+        trace = session.trace
         path = trace.main_path()
         at = max((i for i, m in enumerate(path) if m.role == "assistant"), default=None)
         if at is None or not path[at].tool_calls:
@@ -216,9 +368,80 @@ class Runner:
         assistant = path[at]
         if {c.id for c in assistant.tool_calls or []} <= self._answered(trace, assistant):
             return
-        self._run_tools(trace, assistant, after=path[-1])
+        self._run_tools(session, assistant, after=path[-1])
         result.steps.append("tool")
+
+    def _ingest_inbox(self, session: _Session, result: RunResult) -> None:
+        """Files dropped into the trace's inbox become user messages, in name order."""
+        for path in session.trace.pending_inbox():
+            message = session.trace.ingest(path)
+            self._emit("ingested", trace=session.trace.id, sequence=message.sequence,
+                       file=path.name)
+            result.steps.append("user")
+
+    def _create(
+        self, trace_id: str, first: str, system: str | None, run_prompt: str | None,
+        preset: str | None,
+    ) -> Trace:
+        from agentfs.core.workspace import Project
+        from agentfs.store.messages import parse_dropped
+
+        project = Project(self.workspace, self.repo, self.config)
+        return project.new_trace(
+            trace_id, parse_dropped(Path("<message>"), first.encode()),
+            system_prompt=run_prompt, explicit_system=system, preset=preset,
+            skills=self.skills,
+        )
+
+    # --- collaborators ---------------------------------------------------------
+
+    def _run_child(self, parent: Trace, task: str, name: str | None) -> str:
+        """Run a child trace for `task` to completion; its final answer is returned."""
+        collaborators: dict[str, Any] = parent.meta.context.setdefault("collaborators", {})
+        slug = re.sub(r"[^a-z0-9]+", "-", (name or "helper").lower()).strip("-")[:20] or "helper"
+        child_id = f"{parent.id}--{slug}-{len(collaborators) + 1}"
+        child = self._create(child_id, task, None, None, None)
+        collaborators[child_id] = {"trace": child_id, "task": task[:200], "status": "running"}
+        self._emit("delegate", trace=parent.id, child=child_id)
+        runner = Runner(
+            self.workspace, self.repo, self.model, config=self.config, tools=self.extra_tools,
+            skills=self.skills, context_hooks=self.context_hooks, on_event=self.on_event,
+        )
+        runner._depth = self._depth + 1
+        try:
+            outcome = runner.run(child.id)
+        except AgentfsError as exc:
+            collaborators[child_id]["status"] = f"failed: {exc}"
+            raise
+        collaborators[child_id]["status"] = f"done ({outcome.iterations} model calls)"
+        return outcome.final_text or "(the collaborator gave no answer)"
+
+    # --- helpers ---------------------------------------------------------------
+
+    @staticmethod
+    def _new(trace: Trace, role: str, content: Any, **fields: Any) -> Message:
+        """A new message recording the goal in focus."""
+        fields.setdefault("goal_id", GoalTree.load(trace.dir / GOALS_FILE).focus)
+        return trace.new_message(role, content, **fields)
 
     def _emit(self, kind: str, **data: Any) -> None:
         if self.on_event is not None:
             self.on_event(kind, data)
+
+
+def _split_messages(messages: Sequence[str | dict[str, str]]) -> tuple[str | None, list[str]]:
+    """(system prompt, user texts) from `run`'s messages."""
+    system: str | None = None
+    texts: list[str] = []
+    for item in messages:
+        if isinstance(item, str):
+            texts.append(item)
+            continue
+        role, content = item.get("role", "user"), item.get("content", "")
+        if role == "system":
+            system = content
+        elif role == "user":
+            texts.append(content)
+        else:
+            raise AgentfsError(f"run() takes system and user messages, not {role!r}")
+    return system, texts

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from agentfs.config import WorkspaceConfig
+from agentfs.skills import SkillCatalog
+
+SKILLS_HEADING = "## Skills\nLoad a skill with the `skill` tool when a task matches its description:"
 
 DEFAULT_SYSTEM_PREFIX = """\
 You are an agent working in a workspace: a directory of files under Git. \
@@ -18,12 +21,29 @@ def build_system_prompt(
     explicit: str | None = None,
     run_prompt: str | None = None,
     preset: str | None = None,
+    skills: SkillCatalog | None = None,
 ) -> str:
-    """The first non-empty of: `explicit` (a system message passed to the run), the
-    run's `system_prompt`, the preset's, the workspace's (`agentfs.toml`), and
-    `DEFAULT_SYSTEM_PREFIX`."""
-    preset_prompt = config.presets[preset].system_prompt if preset in config.presets else None
-    for candidate in (explicit, run_prompt, preset_prompt, config.system_prompt):
-        if candidate and candidate.strip():
-            return candidate.strip()
-    return DEFAULT_SYSTEM_PREFIX
+    """The role prompt, then the skills the preset selects (all when it names none).
+
+    The role prompt is the first non-empty of: `explicit` (a system message
+    passed to the run), the run's `system_prompt`, the preset's, the
+    workspace's (`agentfs.toml`), and `DEFAULT_SYSTEM_PREFIX`.
+    """
+    chosen = config.presets.get(preset) if preset else None
+    role = next(
+        (
+            c.strip()
+            for c in (explicit, run_prompt, chosen.system_prompt if chosen else None,
+                      config.system_prompt)
+            if c and c.strip()
+        ),
+        DEFAULT_SYSTEM_PREFIX,
+    )
+    if skills is None:
+        return role
+    if chosen is not None and chosen.skills is not None:
+        skills = skills.select(chosen.skills)
+    listing = skills.to_prompt_list()
+    if not listing:
+        return role
+    return f"{role}\n\n{SKILLS_HEADING}\n{listing}"

@@ -9,6 +9,7 @@ from pathlib import Path
 from agentfs.config import DEFAULT_CONFIG_TEXT, WorkspaceConfig, load_config
 from agentfs.core.system_prompt import build_system_prompt
 from agentfs.errors import AgentfsError
+from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.gitrepo import GitRepo, init_repo
@@ -52,11 +53,18 @@ class Project:
         first_message: Message,
         *,
         system_prompt: str | None = None,
+        explicit_system: str | None = None,
         preset: str | None = None,
         model: str | None = None,
+        skills: SkillCatalog | None = None,
     ) -> Trace:
         """Create a trace: `trace.json` and the system message (commit `create`), then
-        the first user message (commit `user`)."""
+        the first user message (commit `user`).
+
+        The system prompt is built once, here (see `build_system_prompt`):
+        `explicit_system` (a system message given to the run) wins over
+        `system_prompt` (the run's setting), then the preset's.
+        """
         if preset is not None and preset not in self.config.presets:
             known = ", ".join(self.config.presets) or "none defined"
             raise AgentfsError(
@@ -69,7 +77,10 @@ class Project:
         with trace.lock():
             system = trace.new_message(
                 "system",
-                build_system_prompt(self.config, run_prompt=system_prompt, preset=preset),
+                build_system_prompt(
+                    self.config, explicit=explicit_system, run_prompt=system_prompt, preset=preset,
+                    skills=skills if skills is not None else load_skills(self.workspace.skills_dir),
+                ),
             )
             trace.commit_step("create", [system], summary=f"new trace ({meta.created_at})")
             user = trace.new_message("user", first_message.content, **authored_fields(first_message))

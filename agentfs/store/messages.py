@@ -42,6 +42,9 @@ class ToolCall(BaseModel):
     id: str = Field(description="Id that the matching tool result refers to")
     name: str = Field(description="Tool name")
     input: dict[str, Any] = Field(default_factory=dict, description="Arguments for the tool")
+    synthetic: Literal["context", "skill"] | None = Field(
+        default=None, description="Set when agentfs appended the call, not the model"
+    )
 
 
 class Usage(BaseModel):

@@ -74,9 +74,7 @@ def _check_roles(messages: list[Any]) -> list[str]:
         elif i == 0 and role != "user":
             problems.append("messages[0]: the first message must have role 'user'")
         elif role == previous:
-            problems.append(
-                f"messages[{i}]: two {role!r} messages in a row (roles must alternate)"
-            )
+            problems.append(f"messages[{i}]: two {role!r} messages in a row (roles must alternate)")
         previous = role
     return problems
 
@@ -199,9 +197,7 @@ def _check_tool_pairing(messages: list[Any]) -> list[str]:
 def _tool_use_ids(message: Any) -> list[str]:
     if not isinstance(message, dict) or message.get("role") != "assistant":
         return []
-    return [
-        b["id"] for b in content_blocks(message) if b.get("type") == "tool_use" and b.get("id")
-    ]
+    return [b["id"] for b in content_blocks(message) if b.get("type") == "tool_use" and b.get("id")]
 
 
 def _tool_result_ids(message: Any) -> set[str]:

@@ -13,7 +13,9 @@ accumulates), and `POST /v1/messages/count_tokens`. Every request is recorded.
 Answers come from a queue: `enqueue` dicts (text, tool calls, thinking, stop
 reason, usage) or callables that build one from the request body. Faults
 (`fail_next`, `delay_next`, `malformed_next`, `drop_next`, `error_in_stream_next`)
-are taken one per request, in order, before any scripted answer. A request
+are taken one per request, in order, before any scripted answer; a faulted
+request uses up no scripted answer, except a delayed one, which is answered
+normally after the wait. A request
 that breaks the Messages API rules (`agentfs.testing.api_rules`) gets the 400
 the real API would send, unless the server was made with `validate=False`.
 
@@ -43,7 +45,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from agentfs.testing.api_rules import check_request, content_blocks
@@ -87,6 +89,14 @@ class RecordedRequest:
     body: Any
     """The parsed JSON body, or None when it was not JSON."""
 
+    @property
+    def api_key(self) -> str | None:
+        """The key sent as `x-api-key` or as `Authorization: Bearer` (newer SDKs use the latter)."""
+        if "x-api-key" in self.headers:
+            return self.headers["x-api-key"]
+        scheme, _, token = self.headers.get("authorization", "").partition(" ")
+        return token if scheme.lower() == "bearer" and token else None
+
 
 @dataclass(frozen=True)
 class _Fault:
@@ -103,7 +113,7 @@ class FakeAnthropicServer:
 
     Args:
         validate: answer requests that break the Messages API rules with a 400.
-        api_key: when set, any other `x-api-key` gets a 401.
+        api_key: when set, a request with any other key gets a 401.
     """
 
     def __init__(self, *, validate: bool = True, api_key: str | None = None) -> None:
@@ -130,7 +140,7 @@ class FakeAnthropicServer:
         )
         self._thread.start()
 
-    def __enter__(self) -> FakeAnthropicServer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -230,8 +240,9 @@ class FakeAnthropicServer:
         except ValueError:
             body = None
         headers = {k.lower(): v for k, v in h.headers.items()}
+        request = RecordedRequest(h.command, h.path, headers, raw, body)
         with self._changed:
-            self._requests.append(RecordedRequest(h.command, h.path, headers, raw, body))
+            self._requests.append(request)
             self._changed.notify_all()
             fault = self._faults.popleft() if self._faults else None
         streaming = isinstance(body, dict) and body.get("stream") is True
@@ -248,7 +259,7 @@ class FakeAnthropicServer:
         path = urlsplit(h.path).path.rstrip("/")
         if h.command != "POST" or path not in ("/v1/messages", "/v1/messages/count_tokens"):
             return _send_error(h, 404, None, message=f"{h.command} {h.path} is not served here")
-        if self.api_key is not None and headers.get("x-api-key") != self.api_key:
+        if self.api_key is not None and request.api_key != self.api_key:
             return _send_error(h, 401, None)
         if not isinstance(body, dict):
             return _send_error(h, 400, None, message="the request body is not a JSON object")
@@ -257,7 +268,7 @@ class FakeAnthropicServer:
         if self.validate and (problems := check_request(body)):
             return _send_error(h, 400, None, message="; ".join(problems))
 
-        message, chunks = self._answer(body)
+        message, chunks = self._answer(body, broken=fault is not None)
         if streaming:
             _send_sse(h, _sse_events(message, chunks), fault)
         elif fault is not None and fault.kind == "malformed":
@@ -270,17 +281,22 @@ class FakeAnthropicServer:
         else:
             _send_json(h, 200, message)
 
-    def _answer(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[int, list[str]]]:
-        """The message for this request, and the text chunks to stream per block index."""
+    def _answer(
+        self, body: dict[str, Any], *, broken: bool = False
+    ) -> tuple[dict[str, Any], dict[int, list[str]]]:
+        """The message for this request, and the text chunks to stream per block index.
+
+        An answer that a fault will break uses no scripted response and caches nothing.
+        """
         with self._lock:
-            scripted = self._script.popleft() if self._script else None
+            scripted = self._script.popleft() if self._script and not broken else None
             number = next(self._ids)
         if callable(scripted):
             scripted = scripted(body)
         spec: dict[str, Any] = scripted if scripted is not None else {"text": NO_SCRIPT_TEXT}
         content, chunks = self._content(spec)
         with self._lock:
-            usage = self._cache.usage(body)
+            usage = self._cache.usage(body, remember=not broken)
         usage["output_tokens"] = max(1, _tokens(len(json.dumps(content))))
         usage.update(spec.get("usage") or {})
         has_tool_use = any(b.get("type") == "tool_use" for b in content)
@@ -322,7 +338,12 @@ class FakeAnthropicServer:
             with self._lock:
                 use_id = call.get("id") or f"toolu_fake_{next(self._ids):06d}"
             content.append(
-                {"type": "tool_use", "id": use_id, "name": call["name"], "input": call.get("input", {})}
+                {
+                    "type": "tool_use",
+                    "id": use_id,
+                    "name": call["name"],
+                    "input": call.get("input", {}),
+                }
             )
         return content, chunks
 
@@ -337,7 +358,7 @@ class PromptCache:
         """Bytes of the request's canonical prefix form."""
         return sum(len(segment) for segment, _ in _segments(body))
 
-    def usage(self, body: dict[str, Any]) -> dict[str, int]:
+    def usage(self, body: dict[str, Any], *, remember: bool = True) -> dict[str, int]:
         """Simulated input/cache token counts for `body`; remembers its breakpoints."""
         ends: list[int] = []
         digests: list[bytes] = []
@@ -357,7 +378,8 @@ class PromptCache:
                 if digests[index] in self._seen:
                     read = max(read, ends[index])
                     break
-        self._seen.update(digests[bp] for bp in breakpoints)
+        if remember:
+            self._seen.update(digests[bp] for bp in breakpoints)
         written = ends[breakpoints[-1]] if breakpoints else 0
         read_tokens = _tokens(read)
         creation_tokens = max(0, _tokens(written) - read_tokens)
@@ -380,8 +402,9 @@ def _segments(body: dict[str, Any]) -> Iterator[tuple[bytes, bool]]:
         yield _canonical(block), bool(block.get("cache_control"))
     for message in body.get("messages") or []:
         for block in content_blocks(message):
-            yield _canonical({"role": message.get("role"), **block}), bool(
-                block.get("cache_control")
+            yield (
+                _canonical({"role": message.get("role"), **block}),
+                bool(block.get("cache_control")),
             )
 
 
@@ -410,11 +433,17 @@ def _sse_events(message: dict[str, Any], chunks: dict[int, list[str]]) -> list[t
     for index, block in enumerate(message["content"]):
         first, deltas = _block_stream(block, chunks.get(index))
         events.append(
-            ("content_block_start", {"type": "content_block_start", "index": index, "content_block": first})
+            (
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": first},
+            )
         )
         for delta in deltas:
             events.append(
-                ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+                (
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
             )
         events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
     events.append(
@@ -440,7 +469,9 @@ def _block_stream(
         parts = chunks or _split_words(block["text"])
         return {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in parts]
     if kind == "thinking":
-        deltas = [{"type": "thinking_delta", "thinking": p} for p in _split_words(block["thinking"])]
+        deltas = [
+            {"type": "thinking_delta", "thinking": p} for p in _split_words(block["thinking"])
+        ]
         deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
         return {"type": "thinking", "thinking": "", "signature": ""}, deltas
     if kind == "tool_use":
@@ -534,7 +565,9 @@ def _send_bytes(
         _drop(h)
 
 
-def _send_json(h: _Handler, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
+def _send_json(
+    h: _Handler, status: int, payload: Any, headers: dict[str, str] | None = None
+) -> None:
     _send_bytes(h, status, json.dumps(payload).encode(), "application/json", headers=headers)
 
 
@@ -565,7 +598,9 @@ def _send_error(
         data = body.encode() if isinstance(body, str) else body
         _send_bytes(h, status, data, "text/plain", headers=headers)
     else:
-        _send_json(h, status, body if body is not None else _error_payload(status, message), headers)
+        _send_json(
+            h, status, body if body is not None else _error_payload(status, message), headers
+        )
 
 
 def _send_sse(h: _Handler, events: list[tuple[str, Any]], fault: _Fault | None) -> None:

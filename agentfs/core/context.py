@@ -1,0 +1,108 @@
+"""Periodic context injection: the `get_current_context` tool and what it reports.
+
+Every `CONTEXT_INJECTION_INTERVAL` iterations the runner appends a synthetic
+`get_current_context` call to the model's tool calls (unless the model made
+it itself), so the model regularly sees the time, its plan, its
+collaborators, messages that arrived while it worked, and what registered
+hooks add. The call and its result are stored like any other message.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agentfs.core.goals import GoalTree
+from agentfs.tools.base import Tool, ToolContext, schema
+
+CONTEXT_INJECTION_INTERVAL = 5
+CONTEXT_TOOL = "get_current_context"
+
+#: A Python hook: given the trace id, returns text to add (or "" for nothing).
+ContextHook = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class CommandHook:
+    """A hook declared in `agentfs.toml`: a shell command whose stdout is injected."""
+
+    name: str
+    command: str
+    timeout: float = 10.0
+    cwd: Path | None = None
+
+    def __call__(self, trace_id: str) -> str:
+        done = subprocess.run(
+            self.command,
+            shell=True,
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            timeout=self.timeout,
+            env=None,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"exit status {done.returncode}: {done.stderr.strip()[:300]}")
+        return done.stdout.strip()
+
+
+@dataclass
+class ContextSources:
+    """Where the injected context comes from, for one trace."""
+
+    trace_id: str
+    goals_path: Path
+    collaborators: Callable[[], list[dict[str, Any]]] = list
+    notifications: Callable[[], list[str]] = list
+    hooks: Sequence[tuple[str, ContextHook]] = field(default_factory=list)
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+
+
+def build_context(sources: ContextSources) -> str:
+    """The text `get_current_context` returns; a failing hook is reported, not raised."""
+    tree = GoalTree.load(sources.goals_path)
+    parts = [
+        f"## Current time\n{sources.clock().isoformat(timespec='seconds')}",
+        f"## Goals\n{tree.to_prompt()}\n\n{tree.focus_reminder()}",
+    ]
+    collaborators = sources.collaborators()
+    if collaborators:
+        lines = [
+            f"- {c['trace']}: {c['status']}" + (f" — {c['task']}" if c.get("task") else "")
+            for c in collaborators
+        ]
+        parts.append("## Active collaborators\n" + "\n".join(lines))
+    notes = sources.notifications()
+    if notes:
+        parts.append(
+            "## New messages\nThe user sent messages while you were working; they follow "
+            "these tool results:\n" + "\n".join(f"- {n}" for n in notes)
+        )
+    for name, hook in sources.hooks:
+        try:
+            text = hook(sources.trace_id)
+        except Exception as exc:  # a hook must never break the run
+            text = f"(hook failed: {type(exc).__name__}: {exc})"
+        if text:
+            parts.append(f"## {name}\n{text}")
+    return "\n\n".join(parts)
+
+
+def context_tool(sources: ContextSources) -> Tool:
+    """The `get_current_context` tool for one trace."""
+
+    def run(arguments: dict[str, Any], context: ToolContext) -> str:
+        return build_context(sources)
+
+    return Tool(
+        CONTEXT_TOOL,
+        "Show the current time, your goal tree and focus, collaborators, new user "
+        "messages and other live context.",
+        schema({}),
+        run,
+    )

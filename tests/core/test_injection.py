@@ -1,0 +1,203 @@
+"""Periodic context injection, declared skill injection, goals and IM notifications."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentfs.core.runner import Runner
+from agentfs.errors import AgentfsError
+from agentfs.models.base import ModelRequest, ModelResponse
+from agentfs.models.replay import ReplayModel
+from agentfs.skills import load_skills
+from agentfs.store.messages import ToolCall
+from tests.conftest import assert_git_clean, user
+
+
+class Recorder:
+    def __init__(self, inner) -> None:
+        self.inner, self.name, self.requests = inner, inner.name, []
+
+    def complete(self, request: ModelRequest, on_text=None) -> ModelResponse:
+        self.requests.append(request)
+        return self.inner.complete(request, on_text)
+
+
+def runner_for(project, script: Path, **kwargs) -> tuple[Runner, Recorder]:
+    model = Recorder(ReplayModel(script))
+    return Runner(project.workspace, project.repo, model, config=project.config, **kwargs), model
+
+
+def assistants(project, trace_id="t"):
+    return [m for m in project.trace(trace_id).main_path() if m.role == "assistant"]
+
+
+def test_context_injected_every_fifth_iteration_unless_model_called_it(project, write_script):
+    project.new_trace("t", user("work"))
+    turns = [{"tool_calls": [{"name": "list_files", "input": {"pattern": "*.none"}}]}
+             for _ in range(33)]
+    turns[9] = {"tool_calls": [{"name": "get_current_context", "input": {}}]}  # iteration 10
+    turns.append({"text": "done"})
+    runner, _ = runner_for(project, write_script(turns))
+    result = runner.run("t", max_iterations=40)
+    assert result.iterations == 34
+
+    for iteration, message in enumerate(assistants(project), start=1):
+        synthetic = [c for c in message.tool_calls or [] if c.synthetic == "context"]
+        model_called = any(c.name == "get_current_context" and not c.synthetic
+                           for c in message.tool_calls or [])
+        expected = iteration % 5 == 0 and not model_called and bool(message.tool_calls)
+        assert bool(synthetic) == expected, f"iteration {iteration}"
+    results = [m for m in project.trace("t").main_path() if m.synthetic == "context"]
+    assert len(results) == 5  # iterations 5, 15, 20, 25, 30
+    assert "## Goals" in results[0].text and "## Current time" in results[0].text
+    assert_git_clean(project.workspace.root)
+
+
+def test_declared_skill_injected_at_start_kept_while_recent_then_reinjected(
+        project, write_script):
+    (project.workspace.root / "skills" / "house-style.md").write_text(
+        "---\nname: house-style\ndescription: How we write.\n---\nUse short sentences.\n")
+    project.new_trace("t", user("write"))
+    turns = [{"tool_calls": [{"name": "list_files", "input": {"pattern": "*.none"}}]}
+             for _ in range(12)] + [{"text": "done"}]
+    runner, model = runner_for(project, write_script(turns))
+    runner.run("t", inject_skills=["house-style"], skill_recency_threshold=6)
+
+    path = project.trace("t").main_path()
+    first_assistant = next(m for m in path if m.role == "assistant")
+    assert first_assistant.synthetic == "skill"
+    assert [c.name for c in first_assistant.tool_calls] == ["skill"]
+    skill_results = [m for m in path if m.synthetic == "skill" and m.role == "tool"]
+    assert "Use short sentences." in skill_results[0].text
+    # not again while recent, again once it fell out of the last 6 messages sent
+    reinjected = [m for m in path if m.role == "assistant" and m.synthetic is None
+                  and any(c.synthetic == "skill" for c in m.tool_calls or [])]
+    assert len(reinjected) >= 2  # appended to the model's own tool calls
+    assert len(skill_results) == 1 + len(reinjected)
+    answers = [m for m in path if m.role == "assistant" and m.synthetic is None]
+    for request, answer in zip(model.requests, answers, strict=True):
+        latest = max(i for i, m in enumerate(request.messages)
+                     if m.synthetic == "skill" and m.role == "tool")
+        beyond = len(request.messages) - latest > 6
+        # re-injected exactly when the request had it further back than the threshold
+        assert beyond == (answer in reinjected)
+    record = project.trace("t").meta.injected_skills["house-style"]
+    assert record.message_id == skill_results[-1].id
+
+
+def test_unknown_declared_skill_fails_before_anything_is_written(project, write_script):
+    project.new_trace("t", user("go"))
+    runner, _ = runner_for(project, write_script([{"text": "x"}]))
+    with pytest.raises(AgentfsError, match="unknown skill 'nope'"):
+        runner.run("t", inject_skills=["nope"])
+    assert len(project.trace("t").messages()) == 2
+
+
+def test_goal_tool_maintains_tree_and_messages_record_focus(project, write_script):
+    project.new_trace("t", user("plan"))
+    runner, _ = runner_for(project, write_script([
+        {"tool_calls": [{"name": "goal", "input": {"add": "Research"}},
+                        {"name": "goal", "input": {"add": "Find sources", "under": "1"}}]},
+        {"tool_calls": [{"name": "goal", "input": {"focus": "1.1"}}]},
+        {"tool_calls": [{"name": "goal", "input": {"done": "1.1", "summary": "found 3"}}]},
+        {"text": "done"},
+    ]))
+    runner.run("t")
+    path = project.trace("t").main_path()
+    focus_per_message = [(m.role, m.goal_id) for m in path[2:]]
+    assert focus_per_message[0] == ("assistant", None)
+    assert ("assistant", "1.1") in focus_per_message
+    assert path[-1].goal_id == "1"  # after 1.1 is done, focus returns to its parent
+    from agentfs.core.goals import GoalTree
+
+    tree = GoalTree.load(project.workspace.root / "traces/t/goals.json")
+    assert tree.find("1.1").status == "done" and tree.find("1.1").summary == "found 3"
+    assert "[x] 1.1 Find sources" in tree.to_prompt()
+    assert "summary: found 3" in tree.to_prompt(include_summary=True)
+    assert_git_clean(project.workspace.root)
+
+
+def test_messages_arriving_during_a_run_reach_the_model_next_iteration(project, write_script):
+    project.new_trace("t", user("go"))
+    inbox = project.workspace.root / "traces/t/inbox"
+    inbox.mkdir()
+
+    class DropsWhileThinking(Recorder):
+        def complete(self, request, on_text=None):
+            if len(self.requests) == 0:
+                (inbox / "note.md").write_text("also check the README\n")
+            return super().complete(request, on_text)
+
+    def drop_during_tool(arguments, context):
+        (inbox / "late.md").write_text("and the LICENSE\n")
+        return "ok"
+
+    from agentfs.tools.base import Tool, schema
+
+    model = DropsWhileThinking(ReplayModel(write_script([
+        {"tool_calls": [{"name": "list_files", "input": {}}]},
+        {"tool_calls": [{"name": "slow_work", "input": {}}]},
+        {"text": "done"},
+    ])))
+    runner = Runner(project.workspace, project.repo, model, config=project.config,
+                    tools=[Tool("slow_work", "work", schema({}), drop_during_tool)])
+    runner.run("t")
+    # arrived while the model was thinking: notified in this iteration's injection,
+    # then appended after the tool results
+    sent = model.requests[1].messages
+    context = next(m for m in sent if m.synthetic == "context")
+    assert "note.md" in context.text and "## New messages" in context.text
+    assert sent[-1].role == "user" and sent[-1].text == "also check the README"
+    # arrived while a tool ran: appended after that step's results
+    assert model.requests[2].messages[-1].text == "and the LICENSE"
+    assert list(inbox.iterdir()) == []
+    assert_git_clean(project.workspace.root)
+
+
+def test_system_prompt_priority_and_skills_listing(project, write_script):
+    config = project.workspace.config_path
+    config.write_text(config.read_text() + '\n[presets.critic]\nsystem_prompt = "You critique."\n'
+                      'skills = []\n')
+    from agentfs.core.workspace import Project
+
+    project = Project.open(project.workspace.root)
+    runner, _ = runner_for(project, write_script([{"text": "ok"}]))
+    runner.run("a", ["hi"])
+    runner.run("b", ["hi"], preset="critic")
+    runner.run("c", ["hi"], preset="critic", system_prompt="Run-level prompt.")
+    runner.run("d", [{"role": "system", "content": "Explicit."}, "hi"], system_prompt="ignored")
+    first = {t: project.trace(t).main_path()[0].text for t in "abcd"}
+    assert first["a"].startswith("You are an agent") and "agentfs-workspace" in first["a"]
+    assert first["b"] == "You critique."  # the preset lists no skills
+    assert first["c"] == "Run-level prompt."
+    assert first["d"].startswith("Explicit.\n\n## Skills")  # skills follow any role prompt
+    with pytest.raises(AgentfsError, match="already has its system prompt"):
+        runner.run("d", [{"role": "system", "content": "again"}])
+
+
+def test_delegate_runs_a_child_trace_and_returns_its_answer(project):
+    project.new_trace("t", user("split the work"))
+
+    class Scripted:
+        name = "scripted"
+
+        def complete(self, request, on_text=None):
+            first = request.messages[0].text
+            if first == "count the files" and len(request.messages) == 1:
+                return ModelResponse(text="there are 4 files", model=self.name)
+            if len(request.messages) == 1:
+                return ModelResponse(tool_calls=[ToolCall(
+                    id="d1", name="delegate", input={"task": "count the files", "name": "Counter"})],
+                    model=self.name)
+            return ModelResponse(text="child said: " + request.messages[-1].text, model=self.name)
+
+    runner = Runner(project.workspace, project.repo, Scripted(), config=project.config,
+                    skills=load_skills(None))
+    result = runner.run("t")
+    assert result.final_text == "child said: there are 4 files"
+    assert "t--counter-1" in project.workspace.trace_ids()
+    collaborators = project.trace("t").meta.context["collaborators"]
+    assert collaborators["t--counter-1"]["status"].startswith("done")
+    assert_git_clean(project.workspace.root)
