@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentfs.errors import ConfigError
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
+#: Default number of iterations between `get_current_context` injections.
+CONTEXT_INJECTION_INTERVAL = 5
 
 DEFAULT_CONFIG_TEXT = f'''\
 # agentfs workspace configuration. See docs/configuration.md.
@@ -68,7 +70,9 @@ class WorkspaceConfig(BaseModel):
     system_prompt: str | None = Field(default=None, description="Role prompt for new traces")
     max_tokens: int = Field(default=4096, ge=1, description="Output tokens per model call")
     context_injection_interval: int = Field(
-        default=5, ge=1, description="Iterations between get_current_context injections"
+        default=CONTEXT_INJECTION_INTERVAL,
+        ge=1,
+        description="Iterations between get_current_context injections",
     )
     presets: dict[str, Preset] = Field(default_factory=dict)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)

@@ -9,7 +9,6 @@ hooks add. The call and its result are stored like any other message.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,8 +17,8 @@ from typing import Any
 
 from agentfs.core.goals import GoalTree
 from agentfs.tools.base import Tool, ToolContext, schema
+from agentfs.tools.subprocesses import run_command
 
-CONTEXT_INJECTION_INTERVAL = 5
 CONTEXT_TOOL = "get_current_context"
 
 #: A Python hook: given the trace id, returns text to add (or "" for nothing).
@@ -36,19 +35,13 @@ class CommandHook:
     cwd: Path | None = None
 
     def __call__(self, trace_id: str) -> str:
-        done = subprocess.run(
-            self.command,
-            shell=True,
-            cwd=self.cwd,
-            capture_output=True,
-            text=True,
-            timeout=self.timeout,
-            env=None,
-            check=False,
-        )
+        done = run_command(self.command, cwd=self.cwd or Path.cwd(), timeout=self.timeout)
+        text = done.output.decode("utf-8", "replace").strip()
+        if done.returncode is None:
+            raise RuntimeError(f"timed out after {self.timeout:g}s")
         if done.returncode != 0:
-            raise RuntimeError(f"exit status {done.returncode}: {done.stderr.strip()[:300]}")
-        return done.stdout.strip()
+            raise RuntimeError(f"exit status {done.returncode}: {text[-300:]}")
+        return text
 
 
 @dataclass

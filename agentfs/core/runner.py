@@ -24,7 +24,7 @@ from agentfs.core.context import CONTEXT_TOOL, CommandHook, ContextHook, Context
 from agentfs.core.delegate import delegate_tool
 from agentfs.core.goals import GoalTree, goal_tool
 from agentfs.core.injection import DEFAULT_SKILL_RECENCY, skills_to_inject, synthetic_calls
-from agentfs.errors import AgentfsError
+from agentfs.errors import AgentfsError, ConfigError
 from agentfs.models.base import Model, ModelRequest, ModelResponse
 from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.gitrepo import GitRepo
@@ -65,6 +65,7 @@ class _Session:
     declared_skills: list[str]
     skill_recency: int
     depth: int
+    started_with_skills: bool = False
 
 
 class Runner:
@@ -89,7 +90,8 @@ class Runner:
         self.config = config or WorkspaceConfig()
         self.extra_tools = list(tools)
         self.skills = skills if skills is not None else load_skills(workspace.skills_dir)
-        self.context_hooks = list(context_hooks) + [
+        self.python_hooks = list(context_hooks)
+        self.command_hooks = [
             (h.name, CommandHook(h.name, h.command, h.timeout, workspace.root))
             for h in self.config.context_hooks
         ]
@@ -98,8 +100,8 @@ class Runner:
         self._depth = 0
 
     def register_context_hook(self, name: str, hook: ContextHook) -> None:
-        """Add a callable whose text appears in every context injection."""
-        self.context_hooks.append((name, hook))
+        """Add a callable (given the trace id) whose text appears in every context injection."""
+        self.python_hooks.append((name, hook))
 
     def run(
         self,
@@ -128,6 +130,8 @@ class Runner:
         """
         for name in inject_skills:
             self.skills.get(name)  # unknown skills fail before anything is written
+        if skill_recency_threshold < 1:
+            raise AgentfsError("skill_recency_threshold must be at least 1")
         system, texts = _split_messages(messages)
         trace = Trace(self.workspace, self.repo, trace_id)
         if not trace.meta_path.exists():
@@ -170,6 +174,9 @@ class Runner:
                     hint=f"give one: agentfs run {trace.id} -m '...'",
                 )
             last = path[-1]
+            if last.role == "assistant" and not last.tool_calls and trace.pending_inbox():
+                self._ingest_inbox(session, result)  # arrived during the final answer
+                continue
             if last.role == "assistant" and not last.tool_calls:
                 result.stop = "end_turn" if result.iterations else "nothing_to_do"
                 result.final_text = result.final_text or last.text
@@ -182,9 +189,10 @@ class Runner:
                 session.declared_skills, trace.meta.injected_skills, request.messages,
                 session.skill_recency,
             )
-            if stale and result.iterations == 0:
+            if stale and result.iterations == 0 and not session.started_with_skills:
                 # nothing to append to yet: a synthetic assistant turn carries the calls
                 self._inject_skills_now(session, stale)
+                session.started_with_skills = True
                 result.steps += ["assistant", "tool"]
                 continue
             response = self.model.complete(request, self.on_text)
@@ -264,7 +272,7 @@ class Runner:
             goals_path=trace.dir / GOALS_FILE,
             collaborators=lambda: list(trace.meta.context.get("collaborators", {}).values()),
             notifications=lambda: [p.name for p in trace.pending_inbox()],
-            hooks=self.context_hooks,
+            hooks=[*self.python_hooks, *self.command_hooks],
         )
         registry = ToolRegistry(FILE_TOOLS)
         registry.add(goal_tool(trace.dir / GOALS_FILE))
@@ -274,7 +282,14 @@ class Runner:
             registry.add(bash_tool(self.config.tools.bash_timeout, self.config.tools.bash_output_limit))
         if self._depth < self.config.max_delegation_depth:
             registry.add(delegate_tool(partial(self._run_child, trace)))
-        for tool in [*plugin_tools(self.workspace.root), *self.extra_tools]:
+        for tool in plugin_tools(self.workspace.root):
+            if registry.get(tool.name) is not None:
+                raise ConfigError(
+                    f"a tool plugin defines {tool.name!r}, which is a built-in tool",
+                    hint="rename the plugin's tool",
+                )
+            registry.add(tool)
+        for tool in self.extra_tools:  # the caller's own tools may replace built-ins
             registry.add(tool)
         return registry
 
@@ -374,7 +389,8 @@ class Runner:
     def _ingest_inbox(self, session: _Session, result: RunResult) -> None:
         """Files dropped into the trace's inbox become user messages, in name order."""
         for path in session.trace.pending_inbox():
-            message = session.trace.ingest(path)
+            focus = GoalTree.load(session.trace.dir / GOALS_FILE).focus
+            message = session.trace.ingest(path, goal_id=focus)
             self._emit("ingested", trace=session.trace.id, sequence=message.sequence,
                        file=path.name)
             result.steps.append("user")
@@ -399,19 +415,23 @@ class Runner:
         """Run a child trace for `task` to completion; its final answer is returned."""
         collaborators: dict[str, Any] = parent.meta.context.setdefault("collaborators", {})
         slug = re.sub(r"[^a-z0-9]+", "-", (name or "helper").lower()).strip("-")[:20] or "helper"
-        child_id = f"{parent.id}--{slug}-{len(collaborators) + 1}"
+        existing = set(self.workspace.trace_ids())
+        number = 1
+        while f"{parent.id}--{slug}-{number}" in existing:
+            number += 1
+        child_id = f"{parent.id}--{slug}-{number}"
         child = self._create(child_id, task, None, None, None)
         collaborators[child_id] = {"trace": child_id, "task": task[:200], "status": "running"}
         self._emit("delegate", trace=parent.id, child=child_id)
         runner = Runner(
             self.workspace, self.repo, self.model, config=self.config, tools=self.extra_tools,
-            skills=self.skills, context_hooks=self.context_hooks, on_event=self.on_event,
+            skills=self.skills, context_hooks=self.python_hooks, on_event=self.on_event,
         )
         runner._depth = self._depth + 1
         try:
             outcome = runner.run(child.id)
-        except AgentfsError as exc:
-            collaborators[child_id]["status"] = f"failed: {exc}"
+        except BaseException as exc:
+            collaborators[child_id]["status"] = f"failed: {type(exc).__name__}: {exc}"
             raise
         collaborators[child_id]["status"] = f"done ({outcome.iterations} model calls)"
         return outcome.final_text or "(the collaborator gave no answer)"

@@ -72,16 +72,14 @@ class Project:
                 hint=f"define [presets.{preset}] in {CONFIG_FILE}",
             )
         self.repo.check_on_main()
+        prompt = build_system_prompt(  # before anything is written: it may fail
+            self.config, explicit=explicit_system, run_prompt=system_prompt, preset=preset,
+            skills=skills if skills is not None else load_skills(self.workspace.skills_dir),
+        )
         meta = TraceMeta(id=trace_id, preset=preset, model=model)
         trace = Trace.create(self.workspace, self.repo, meta)
         with trace.lock():
-            system = trace.new_message(
-                "system",
-                build_system_prompt(
-                    self.config, explicit=explicit_system, run_prompt=system_prompt, preset=preset,
-                    skills=skills if skills is not None else load_skills(self.workspace.skills_dir),
-                ),
-            )
+            system = trace.new_message("system", prompt)
             trace.commit_step("create", [system], summary=f"new trace ({meta.created_at})")
             user = trace.new_message("user", first_message.content, **authored_fields(first_message))
             trace.commit_step("user", [user])

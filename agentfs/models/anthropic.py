@@ -1,7 +1,17 @@
-"""The `anthropic` provider, on the official SDK (streaming, tools, prompt caching)."""
+"""The `anthropic` provider, on the official SDK (streaming, tools, prompt caching).
+
+Retries are ours, not the SDK's (its `max_retries` is 0): a stream that fails
+half-way is retried too, and the policy is explicit — exponential backoff
+with full jitter, honouring `retry-after`, on 429, 5xx (incl. 529
+overloaded), timeouts and dropped connections; never on 4xx such as 400/401.
+"""
 
 from __future__ import annotations
 
+import json
+import random
+import time
+from collections.abc import Callable
 from typing import Any
 
 import anthropic
@@ -23,21 +33,31 @@ class AnthropicModel:
         *,
         api_key: str,
         base_url: str | None = None,
-        max_retries: int = 4,
+        max_retries: int = 6,
         timeout: float = 600.0,
+        backoff: float = 1.0,
+        max_backoff: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.model_id = model_id
         self.name = f"anthropic:{model_id}"
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.sleep = sleep
         self.client = anthropic.Anthropic(
-            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
         )
 
     def build_params(self, request: ModelRequest) -> dict[str, Any]:
-        """The request body: cache breakpoints on the tools, the system prompt and the
-        newest message, so each iteration reuses the previous iteration's prefix."""
+        """The request body, with cache breakpoints (at most 4): the tools, the system
+        prompt, the newest message and the user message before it, so each iteration
+        reads the prefix the previous one wrote."""
         messages = to_api_messages(request.messages)
-        if messages:
-            messages[-1]["content"][-1] = {**messages[-1]["content"][-1], "cache_control": CACHE}
+        users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+        for index in {len(messages) - 1, *users[-2:-1]} if messages else ():
+            blocks = messages[index]["content"]
+            blocks[-1] = {**blocks[-1], "cache_control": CACHE}
         params: dict[str, Any] = {
             "model": self.model_id,
             "max_tokens": request.max_tokens,
@@ -56,27 +76,103 @@ class AnthropicModel:
 
     def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelResponse:
         params = self.build_params(request)
+        for attempt in range(self.max_retries + 1):
+            try:
+                return self._stream(params, on_text)
+            except _Retry as retry:
+                exc = retry.cause
+                if attempt == self.max_retries:
+                    raise ModelError(
+                        f"Anthropic API still failing after {attempt + 1} attempts: "
+                        f"{_describe(exc)}",
+                        hint="try again later; `agentfs run` continues where it stopped",
+                    ) from None
+                self.sleep(self._delay(attempt, exc))
+        raise AssertionError("unreachable")
+
+    def _delay(self, attempt: int, exc: Exception) -> float:
+        """Full-jitter exponential backoff, or what the server asked for."""
+        response = getattr(exc, "response", None)
+        headers = response.headers if response is not None else {}
+        for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+            value = headers.get(name)
+            if value:
+                try:
+                    return min(float(value) * scale, self.max_backoff)
+                except ValueError:
+                    pass
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+    def _stream(self, params: dict[str, Any], on_text: TextSink | None) -> ModelResponse:
         try:
             with self.client.messages.stream(**params) as stream:
                 for text in stream.text_stream:
                     if on_text is not None:
                         on_text(text)
                 final = stream.get_final_message()
-        except anthropic.AuthenticationError as exc:
-            raise ModelError(
-                f"Anthropic rejected the API key (401): {_detail(exc)}",
-                hint="check ANTHROPIC_API_KEY",
-            ) from None
-        except anthropic.APIStatusError as exc:
-            raise ModelError(
-                f"Anthropic API error {exc.status_code}: {_detail(exc)}"
-            ) from None
-        except anthropic.APIConnectionError as exc:
-            raise ModelError(
-                f"cannot reach the Anthropic API ({exc})",
-                hint="check the network or ANTHROPIC_BASE_URL",
-            ) from None
+        except anthropic.APIError as exc:
+            if _retryable(exc):
+                raise _Retry(exc) from None
+            raise _refusal(exc) from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a garbled body or stream
+            raise _Retry(exc) from None
+        except Exception as exc:
+            if _is_transport_error(exc):  # e.g. the connection cut after the headers
+                raise _Retry(exc) from None
+            raise
         return _response(final, self.name)
+
+
+def _refusal(exc: anthropic.APIError) -> ModelError:
+    """The error to report for a failure that retrying would not fix."""
+    if isinstance(exc, anthropic.AuthenticationError):
+        return ModelError(
+            f"Anthropic rejected the API key (401): {_detail(exc)}",
+            hint="check ANTHROPIC_API_KEY",
+        )
+    if isinstance(exc, anthropic.APIStatusError):
+        return ModelError(
+            f"Anthropic API error {exc.status_code}: {_detail(exc)}",
+            hint="the request was refused; it is not retried",
+        )
+    return ModelError(f"Anthropic API error: {exc}")  # e.g. a malformed response
+
+
+RETRYABLE = (
+    anthropic.RateLimitError,  # 429
+    anthropic.InternalServerError,  # 5xx, including 529 overloaded
+    anthropic.RequestTimeoutError,  # 408
+    anthropic.APIConnectionError,  # dropped connections and APITimeoutError
+)
+#: Error types the API can also send inside a stream that has already started.
+RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
+
+
+class _Retry(Exception):
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _retryable(exc: Exception) -> bool:
+    if isinstance(exc, RETRYABLE):
+        return True
+    body = getattr(exc, "body", None)
+    error = body.get("error") if isinstance(body, dict) else None
+    return isinstance(error, dict) and error.get("type") in RETRYABLE_TYPES
+
+
+def _is_transport_error(exc: Exception) -> bool:
+    """An HTTP-library error the SDK let through (it wraps only errors before the headers)."""
+    return type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "h11"}
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, anthropic.APITimeoutError):
+        return "the request timed out"
+    if isinstance(exc, anthropic.APIStatusError):
+        return f"{exc.status_code} {_detail(exc)}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _detail(exc: anthropic.APIStatusError) -> str:

@@ -21,11 +21,10 @@ from dulwich.index import (
 )
 
 from agentfs.errors import GitStateError
+from agentfs.store import rawindex
 from agentfs.store.gitlocks import GitLockFile
 
-# The cache-tree (TREE) and untracked-cache (UNTR) extensions describe
-# directories; after we change entries they may be stale, and Git rebuilds them.
-_DROP_EXTENSIONS = {b"TREE", b"UNTR"}
+_DROP_EXTENSIONS = rawindex.DROPPED_EXTENSIONS
 
 
 def update_index(
@@ -35,22 +34,47 @@ def update_index(
     if not changes:
         return
     with GitLockFile(index_path, state_dir) as lock:
-        entries, version, extensions = _read(index_path)
-        for path, entry in changes.items():
-            if entry is None:
-                entries.pop(path, None)
-            else:
-                entries[path] = entry
-        buffer = io.BytesIO()
-        writer = IndexChecksumWriter(buffer)
-        write_index_dict(
-            writer,
-            entries,
-            version=version,
-            extensions=[e for e in extensions if _signature(e) not in _DROP_EXTENSIONS],
-        )
-        writer.write_checksum()
-        lock.write(buffer.getvalue())
+        raw = _load_raw(index_path)
+        if raw is not None:
+            try:
+                raw.apply(changes)
+                lock.write(raw.encode())
+            except BaseException:
+                rawindex.forget(index_path)
+                raise
+        else:
+            lock.write(_rewrite_with_dulwich(index_path, changes))
+    if raw is not None:
+        rawindex.remember(index_path, raw)
+
+
+def _load_raw(index_path: Path) -> rawindex.RawIndex | None:
+    """The index for the fast path, or None when only dulwich can rewrite it."""
+    if not index_path.exists() or os.path.getsize(index_path) == 0:
+        return rawindex.RawIndex(version=2)
+    try:
+        return rawindex.load(index_path)
+    except rawindex.Unsupported:
+        return None
+
+
+def _rewrite_with_dulwich(index_path: Path, changes: Mapping[bytes, IndexEntry | None]) -> bytes:
+    entries, version, extensions = _read(index_path)
+    for path, entry in changes.items():
+        if entry is None:
+            entries.pop(path, None)
+        else:
+            entries[path] = entry
+    buffer = io.BytesIO()
+    writer = IndexChecksumWriter(buffer)
+    write_index_dict(
+        writer,
+        entries,
+        version=version,
+        extensions=[e for e in extensions if _signature(e) not in _DROP_EXTENSIONS],
+    )
+    writer.write_checksum()
+    return buffer.getvalue()
 
 
 def check_index(index_path: Path) -> None:

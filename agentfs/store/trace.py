@@ -339,7 +339,7 @@ class Trace:
         )
         return self.repo.commit_worktree([*paths, *extra_paths], step.message())
 
-    def ingest(self, source: Path, *, kind: str = "user") -> Message:
+    def ingest(self, source: Path, *, kind: str = "user", goal_id: str | None = None) -> Message:
         """Take a dropped file (e.g. from `inbox/`) as the next user message, exactly once.
 
         The file is validated, then renamed into agentfs' staging folder named
@@ -349,7 +349,8 @@ class Trace:
         step a crash cut short.
         """
         probe = _read_dropped(source)
-        message = self.new_message("user", probe.content, **authored_fields(probe))
+        fields = {"goal_id": goal_id, **authored_fields(probe)}
+        message = self.new_message("user", probe.content, **fields)
         staged = self._staging_dir / f"{message.sequence:06d}-{source.name}"
         staged.parent.mkdir(parents=True, exist_ok=True)
         os.rename(source, staged)

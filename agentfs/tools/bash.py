@@ -1,27 +1,35 @@
 """The `bash` tool: off unless `[tools] bash = true` in `agentfs.toml`.
 
-Commands run in the workspace root with a timeout and an output cap. The
-files a command changed are found by comparing the work tree before and
-after (outside `.git` and `traces/`), so they go into the step's commit.
+Commands run in the workspace root with a timeout and an output cap, without
+secret-looking environment variables. The files a command changed are found
+by comparing the work tree before and after (outside `.git` directories,
+`traces/` and what `.gitignore` ignores), so they go into the step's commit.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, schema
+from dulwich.errors import NotGitRepository
+from dulwich.ignore import IgnoreFilterManager
+from dulwich.repo import Repo
 
-SKIPPED_DIRS = {".git", "traces"}
+from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, schema
+from agentfs.tools.subprocesses import run_command
+
+TOP_LEVEL_SKIPPED = {"traces"}
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """(mtime, size) of every file outside `.git` (at any depth) and `traces/`."""
     files: dict[str, tuple[int, int]] = {}
     for directory, dirnames, filenames in os.walk(root):
-        if Path(directory) == root:
-            dirnames[:] = [d for d in dirnames if d not in SKIPPED_DIRS]
+        dirnames[:] = [
+            d for d in dirnames
+            if d != ".git" and not (Path(directory) == root and d in TOP_LEVEL_SKIPPED)
+        ]
         for name in filenames:
             full = os.path.join(directory, name)
             try:
@@ -30,6 +38,21 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
                 continue
             files[os.path.relpath(full, root)] = (st.st_mtime_ns, st.st_size)
     return files
+
+
+def _not_ignored(root: Path, paths: set[str]) -> set[str]:
+    """Leave out what `.gitignore` and `.git/info/exclude` ignore."""
+    if not paths:
+        return paths
+    try:
+        repo = Repo(str(root))
+    except NotGitRepository:
+        return paths
+    try:
+        ignore = IgnoreFilterManager.from_repo(repo)
+        return {p for p in paths if not ignore.is_ignored(p)}
+    finally:
+        repo.close()
 
 
 def bash_tool(timeout: float, output_limit: int) -> Tool:
@@ -41,24 +64,15 @@ def bash_tool(timeout: float, output_limit: int) -> Tool:
             raise ToolFailure("'command' must be a non-empty string")
         root = context.root.resolve()
         before = _snapshot(root)
-        try:
-            done = subprocess.run(
-                ["bash", "-c", command],
-                cwd=root,
-                capture_output=True,
-                timeout=timeout,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-            output = done.stdout + done.stderr
-            status = f"exit status {done.returncode}"
-            failed = done.returncode != 0
-        except subprocess.TimeoutExpired as exc:
-            output = (exc.stdout or b"") + (exc.stderr or b"")
-            status, failed = f"killed after {timeout:g}s (timeout)", True
+        done = run_command(command, cwd=root, timeout=timeout)
         after = _snapshot(root)
-        context.changed.update(p for p in set(before) | set(after) if before.get(p) != after.get(p))
-        text = output.decode("utf-8", "replace")
+        changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
+        context.changed.update(_not_ignored(root, changed))
+        if done.returncode is None:
+            status, failed = f"killed after {timeout:g}s (timeout)", True
+        else:
+            status, failed = f"exit status {done.returncode}", done.returncode != 0
+        text = done.output.decode("utf-8", "replace")
         if len(text) > output_limit:
             text = text[:output_limit] + f"\n[... cut: {len(text) - output_limit} more characters]"
         return ToolResult(f"{text.rstrip()}\n[{status}]".lstrip("\n"), is_error=failed)

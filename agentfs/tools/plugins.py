@@ -16,7 +16,8 @@ GROUP = "agentfs.tools"
 
 
 def plugin_tools(root: Path) -> list[Tool]:
-    """Every tool the installed `agentfs.tools` entry points provide."""
+    """Every tool the installed `agentfs.tools` entry points provide (a plugin may not
+    reuse a built-in tool's name: the runner refuses that)."""
     tools: list[Tool] = []
     for entry in entry_points(group=GROUP):
         try:

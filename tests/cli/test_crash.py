@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -39,9 +40,14 @@ def make_workspace(root: Path) -> None:
     run_cli("new", "t", "-m", "write the files", cwd=root)
 
 
+CLOCK = re.compile(rb"## Current time\n[^\n]*")
+
+
 def message_files(root: Path) -> dict[str, bytes]:
+    """Message files by name; the clock in context injections is the one thing that
+    may differ between two runs of the same script."""
     folder = root / "traces" / "t" / "messages"
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {p.name: CLOCK.sub(b"## Current time", p.read_bytes()) for p in sorted(folder.iterdir())}
 
 
 def start_run(root: Path) -> subprocess.Popen:

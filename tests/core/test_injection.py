@@ -201,3 +201,45 @@ def test_delegate_runs_a_child_trace_and_returns_its_answer(project):
     collaborators = project.trace("t").meta.context["collaborators"]
     assert collaborators["t--counter-1"]["status"].startswith("done")
     assert_git_clean(project.workspace.root)
+
+
+def test_more_declared_skills_than_the_threshold_do_not_loop(project, write_script):
+    for name in ("one", "two", "three"):
+        (project.workspace.root / "skills" / f"{name}.md").write_text(
+            f"---\nname: {name}\ndescription: Skill {name}.\n---\nBody {name}.\n")
+    project.new_trace("t", user("go"))
+    runner, model = runner_for(project, write_script([{"text": "ok"}]))
+    result = runner.run("t", inject_skills=["one", "two", "three"], skill_recency_threshold=1)
+    assert result.iterations == 1 and len(model.requests) == 1
+    with pytest.raises(AgentfsError, match="at least 1"):
+        runner.run("t", ["x"], inject_skills=["one"], skill_recency_threshold=0)
+
+
+def test_a_message_dropped_during_the_final_answer_is_answered_in_the_same_run(
+        project, write_script):
+    project.new_trace("t", user("go"))
+    inbox = project.workspace.root / "traces/t/inbox"
+    inbox.mkdir()
+
+    class DropsDuringFinalAnswer(Recorder):
+        def complete(self, request, on_text=None):
+            if len(self.requests) == 0:
+                (inbox / "more.md").write_text("one more thing\n")
+            return super().complete(request, on_text)
+
+    model = DropsDuringFinalAnswer(ReplayModel(write_script([{"text": "a1"}, {"text": "a2"}])))
+    result = Runner(project.workspace, project.repo, model, config=project.config).run("t")
+    assert result.final_text == "a2"
+    assert model.requests[1].messages[-1].text == "one more thing"
+
+
+def test_unknown_preset_skill_leaves_no_half_created_trace(project, write_script):
+    config = project.workspace.config_path
+    config.write_text(config.read_text() + '\n[presets.bad]\nskills = ["missing"]\n')
+    from agentfs.core.workspace import Project
+
+    project = Project.open(project.workspace.root)
+    runner, _ = runner_for(project, write_script([{"text": "ok"}]))
+    with pytest.raises(AgentfsError, match="unknown skill 'missing'"):
+        runner.run("t", ["hi"], preset="bad")
+    assert not (project.workspace.root / "traces" / "t").exists()

@@ -1,0 +1,71 @@
+"""The bash tool: limits, changed files, no secrets, off by default."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from agentfs.core.runner import Runner
+from agentfs.models.replay import ReplayModel
+from agentfs.tools import ToolContext, ToolRegistry
+from agentfs.tools.bash import bash_tool
+from tests.conftest import assert_git_clean, git, user
+
+
+def call(root, command, timeout=10.0, limit=1000):
+    context = ToolContext(root, "t")
+    result = ToolRegistry([bash_tool(timeout, limit)]).call("bash", {"command": command}, context)
+    return result, context
+
+
+def test_output_status_and_changed_files(workspace):
+    (workspace / ".gitignore").write_text("build/\n")
+    result, context = call(workspace, "echo hi; mkdir -p build sub; echo x > sub/a.txt; "
+                                      "echo o > build/o.bin; git init -q nested; exit 3")
+    assert result.is_error and result.content == "hi\n[exit status 3]"
+    assert "sub/a.txt" in context.changed
+    assert not any(p.startswith("build/") for p in context.changed)  # ignored
+    assert not any("/.git/" in p or p.startswith("nested/.git") for p in context.changed)
+
+
+def test_timeout_kills_the_whole_process_group(workspace):
+    started = time.monotonic()
+    result, _ = call(workspace, "sleep 30 & sleep 30; echo never", timeout=0.5)
+    assert result.is_error and "timeout" in result.content
+    assert time.monotonic() - started < 10
+    assert "never" not in result.content
+
+
+def test_output_is_capped_and_secrets_are_not_passed(workspace, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
+    monkeypatch.setenv("PLAIN_SETTING", "visible")
+    result, _ = call(workspace, "env; yes | head -c 5000", limit=1000)
+    assert "sk-secret" not in result.content
+    assert "[... cut:" in result.content
+    result, _ = call(workspace, "echo $PLAIN_SETTING")
+    assert result.content.startswith("visible")
+
+
+def test_bash_is_off_unless_enabled_and_its_files_are_committed(project, write_script):
+    script = write_script([{"tool_calls": [{"name": "bash", "input": {
+        "command": "echo data > made-by-bash.txt"}}]}, {"text": "done"}])
+    project.new_trace("t", user("go"))
+    runner = Runner(project.workspace, project.repo, ReplayModel(script), config=project.config)
+    runner.run("t")
+    result = [m for m in project.trace("t").main_path() if m.role == "tool"][0]
+    assert result.is_error and "unknown tool 'bash'" in result.text
+
+    config = project.workspace.config_path
+    config.write_text(config.read_text() + "\n[tools]\nbash = true\n")
+    git(project.workspace.root, "commit", "-qam", "enable bash")
+    from agentfs.core.workspace import Project
+
+    project = Project.open(project.workspace.root)
+    project.new_trace("t2", user("go"))
+    Runner(project.workspace, project.repo, ReplayModel(script), config=project.config).run("t2")
+    assert (project.workspace.root / "made-by-bash.txt").read_text() == "data\n"
+    shown = git(project.workspace.root, "log", "-1", "--name-only", "--format=",
+                "--grep", "t2: tool")
+    assert "made-by-bash.txt" in shown
+    assert_git_clean(project.workspace.root)
+    assert os.environ.get("PLAIN_SETTING") is None
