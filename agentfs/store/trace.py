@@ -98,6 +98,8 @@ class Trace:
         self.meta_path = self.dir / TRACE_FILE
         self._meta: TraceMeta | None = None
         self._cache: dict[str, tuple[tuple[int, int, int], Message]] = {}
+        self._snapshot: dict[int, Message] | None = None
+        self._snapshot_key: tuple[int, int] | None = None
 
     # --- metadata ----------------------------------------------------------
 
@@ -206,8 +208,17 @@ class Trace:
 
     # --- messages ----------------------------------------------------------
 
-    def messages(self) -> dict[int, Message]:
-        """Every message file in `messages/` by sequence; re-reads only changed files."""
+    def messages(self, *, refresh: bool = False) -> dict[int, Message]:
+        """Every message file in `messages/` by sequence.
+
+        Only files whose stat changed are parsed again. Without `refresh`, the
+        directory is not even listed while its mtime shows no file was added,
+        removed or renamed (a run holding the lock writes the only new files);
+        `recover()` refreshes, so in-place edits are seen by the next run.
+        """
+        key = self._dir_key()
+        if not refresh and self._snapshot is not None and key == self._snapshot_key:
+            return dict(self._snapshot)
         found: dict[int, Message] = {}
         seen: set[str] = set()
         try:
@@ -241,7 +252,16 @@ class Trace:
             found[message.sequence] = message
         for stale in set(self._cache) - seen:
             del self._cache[stale]
-        return dict(sorted(found.items()))
+        self._snapshot = dict(sorted(found.items()))
+        self._snapshot_key = key
+        return dict(self._snapshot)
+
+    def _dir_key(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.messages_dir)
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns
 
     def parent_of(self, message: Message, ordered: Sequence[int]) -> int | None:
         """The message's parent; without `parent_sequence`, the file before it."""
@@ -303,7 +323,12 @@ class Trace:
 
     def write_message(self, message: Message) -> Path:
         path = self.message_path(message)
+        was_current = self._snapshot is not None and self._snapshot_key == self._dir_key()
         atomic_write(path, render_message(message), tmp_dir=self.tmp_dir)
+        if was_current and self._snapshot is not None:
+            self._snapshot[message.sequence] = message
+            self._snapshot = dict(sorted(self._snapshot.items()))
+            self._snapshot_key = self._dir_key()
         return path
 
     # --- steps (one commit each) -------------------------------------------
@@ -460,7 +485,7 @@ class Trace:
 
     def _adopt(self, committed: dict[str, tuple[int, bytes]], head_commit: bytes | None) -> list[Message]:
         """Uncommitted new message files continuing the committed head, in order."""
-        messages = self.messages()
+        messages = self.messages(refresh=True)
         messages_prefix = self.rel(self.messages_dir) + "/"
         committed_sequences = [
             parsed[0]
