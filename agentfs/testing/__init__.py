@@ -1,12 +1,18 @@
-"""Test support for agentfs and its users: a fake Anthropic server and the API's rules."""
+"""Test support for agentfs and its users: models that need no network, a fake
+Anthropic server for the real SDK, and the Messages API's rules."""
 
+from agentfs.models.replay import ReplayModel
 from agentfs.testing.api_rules import assert_valid_request, check_request
 from agentfs.testing.fake_anthropic import FakeAnthropicServer, PromptCache, RecordedRequest
+from agentfs.testing.models import FunctionModel, ScriptedModel
 
 __all__ = [
     "FakeAnthropicServer",
+    "FunctionModel",
     "PromptCache",
     "RecordedRequest",
+    "ReplayModel",
+    "ScriptedModel",
     "assert_valid_request",
     "check_request",
 ]
