@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -74,10 +75,25 @@ class WorkspaceConfig(BaseModel):
         ge=1,
         description="Iterations between get_current_context injections",
     )
+    goal_compression: Literal["none", "on_complete", "on_overflow"] = Field(
+        default="on_overflow", description="Level 1 compression of finished goals' details"
+    )
+    context_window: int = Field(default=200_000, ge=1000, description="Tokens, for any model")
+    context_windows: dict[str, int] = Field(
+        default_factory=dict, description="Per-model context windows, by model name"
+    )
+    compression_threshold: float = Field(
+        default=0.5, gt=0, le=1, description="Compress when a request exceeds window × this"
+    )
     presets: dict[str, Preset] = Field(default_factory=dict)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     context_hooks: list[HookConfig] = Field(default_factory=list)
     max_delegation_depth: int = Field(default=2, ge=0, description="Nesting of delegate calls")
+
+    def token_limit(self, model_name: str) -> int:
+        """Input tokens above which a request to `model_name` is compressed."""
+        window = self.context_windows.get(model_name, self.context_window)
+        return int(window * self.compression_threshold)
 
 
 def load_config(path: Path) -> WorkspaceConfig:

@@ -18,6 +18,7 @@ from agentfs.core.goals import GoalTree
 from agentfs.core.runner import Runner
 from agentfs.core.workspace import Project, init_workspace, read_message_file
 from agentfs.errors import AgentfsError
+from agentfs.models.base import Model, ModelRequest, ModelResponse
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
 from agentfs.store.commits import parse_trailers, subject
@@ -157,13 +158,28 @@ def _trace_id(project: Project, ref: str, *, creating: bool) -> str:
     return project.workspace.resolve_trace(ref)
 
 
-def _choose_model(project: Project, trace_model: str | None, preset: str | None,
-                  flag: str | None):  # noqa: ANN202 - returns a Model
+def _model_name(project: Project, trace_model: str | None, preset: str | None,
+                flag: str | None) -> str:
+    """--model, else the trace's, else the preset's, else agentfs.toml's, else the default."""
     preset_model = project.config.presets[preset].model if preset in project.config.presets else None
-    if flag:
-        return resolve_model(flag, base_dir=Path.cwd(), settings=_settings())
-    name = trace_model or preset_model or project.config.model or DEFAULT_MODEL
-    return resolve_model(name, base_dir=project.workspace.root, settings=_settings())
+    return flag or trace_model or preset_model or project.config.model or DEFAULT_MODEL
+
+
+def _choose_model(project: Project, trace_model: str | None, preset: str | None,
+                  flag: str | None) -> Model:
+    name = _model_name(project, trace_model, preset, flag)
+    base = Path.cwd() if flag else project.workspace.root
+    return resolve_model(name, base_dir=base, settings=_settings())
+
+
+class _NamedModel:
+    """Stands in for a model where only its name matters (to preview a request)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def complete(self, request: ModelRequest, on_text: Any = None) -> ModelResponse:
+        raise AssertionError("a preview never calls the model")
 
 
 class _Terminal:
@@ -216,13 +232,30 @@ def _event_line(kind: str, data: dict[str, Any]) -> str | None:
 @click.option("--all", "show_all", is_flag=True, help="Also list messages off the main path.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--full", is_flag=True, help="Do not shorten long messages.")
-def show(trace_ref: str, show_all: bool, as_json: bool, full: bool) -> None:
-    """Print TRACE's main path (with --all, every message, off-path ones marked)."""
+@click.option("--as-sent", is_flag=True,
+              help="Show what the model receives next: the history after compression.")
+def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: bool) -> None:
+    """Print TRACE's main path (with --all, every message, off-path ones marked).
+
+    With --as-sent, print the messages the next model call would send: Level 1
+    compression may leave out a finished goal's execution details (the files
+    stay as they are).
+    """
+    if as_sent and show_all:
+        raise click.UsageError("--as-sent and --all do not go together")
     project = _project(trace_ref)
     trace = project.trace(trace_ref)
     messages = trace.messages()
     on_path = {m.sequence for m in trace.main_path(messages)}
-    chosen = [(m, m.sequence in on_path) for m in messages.values() if show_all or m.sequence in on_path]
+    if as_sent:
+        name = _model_name(project, trace.meta.model, trace.meta.preset, None)
+        runner = Runner(project.workspace, project.repo, _NamedModel(name), config=project.config)
+        request = runner.preview(trace.id)
+        sent = [trace.main_path(messages)[0], *request.messages]
+        chosen = [(m, True) for m in sent]
+    else:
+        chosen = [(m, m.sequence in on_path) for m in messages.values()
+                  if show_all or m.sequence in on_path]
     if as_json:
         body = {
             "trace": trace.id,

@@ -20,15 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.config import WorkspaceConfig
+from agentfs.core.compaction import compress_completed_goals
 from agentfs.core.context import CONTEXT_TOOL, CommandHook, ContextHook, ContextSources, context_tool
 from agentfs.core.delegate import delegate_tool
 from agentfs.core.goals import GoalTree, goal_tool
 from agentfs.core.injection import DEFAULT_SKILL_RECENCY, skills_to_inject, synthetic_calls
+from agentfs.core.tokens import TokenCounter
 from agentfs.errors import AgentfsError, ConfigError
-from agentfs.models.base import Model, ModelRequest, ModelResponse
+from agentfs.models.base import Model, ModelRequest, ModelResponse, ToolSpec
 from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.gitrepo import GitRepo
-from agentfs.store.messages import Message, ToolCall
+from agentfs.store.messages import Message, ToolCall, Usage
 from agentfs.store.trace import InjectedSkill, Trace
 from agentfs.store.workspace import GOALS_FILE, Workspace
 from agentfs.tools import FILE_TOOLS, ToolContext, ToolRegistry
@@ -97,6 +99,7 @@ class Runner:
         ]
         self.on_text = on_text
         self.on_event = on_event
+        self.tokens = TokenCounter()
         self._depth = 0
 
     def register_context_hook(self, name: str, hook: ContextHook) -> None:
@@ -196,6 +199,7 @@ class Runner:
                 result.steps += ["assistant", "tool"]
                 continue
             response = self.model.complete(request, self.on_text)
+            self._note_estimate(response, request)
             result.iterations += 1
             result.final_text = response.text
             assistant = self._persist_response(session, response, stale)
@@ -213,13 +217,59 @@ class Runner:
             for m in trace.messages().values()
             if m.role == "assistant" and m.synthetic is None and m.branch_type is None
         )
+        tools = session.tools.specs()
+        messages = self._to_send(trace, system, [m for m in path if m.role != "system"], tools)
         return ModelRequest(
             system=system,
-            messages=[m for m in path if m.role != "system"],
-            tools=session.tools.specs(),
+            messages=messages,
+            tools=tools,
             call_index=calls_made,
             max_tokens=self.config.max_tokens,
         )
+
+    def _to_send(
+        self, trace: Trace, system: str, messages: list[Message], tools: list[ToolSpec]
+    ) -> list[Message]:
+        """The history to send after Level 1 compression (`goal_compression`)."""
+        mode = self.config.goal_compression
+        if mode == "none":
+            return messages
+        tree = GoalTree.load(trace.dir / GOALS_FILE)
+        if mode == "on_complete":
+            return compress_completed_goals(messages, tree)
+        limit = self.config.token_limit(self.model.name)
+        ratio = self.tokens.ratio(messages)
+
+        def fits(candidate: list[Message]) -> bool:
+            if self.tokens.upper_bound(system, candidate, tools) * ratio <= limit:
+                return True  # clearly small: no need to tokenize
+            return self.tokens.request(system, candidate, tools) * ratio <= limit
+
+        if fits(messages):
+            return messages
+        compressed = compress_completed_goals(messages, tree, enough=fits)
+        if not fits(compressed):
+            self._emit("over_budget", trace=trace.id, limit=limit)
+        return compressed
+
+    def _note_estimate(self, response: ModelResponse, request: ModelRequest) -> None:
+        """Store our estimate beside the input size the provider reported, to calibrate
+        later estimates (only when it reported one: offline models do not)."""
+        usage = response.usage
+        if usage is None or not (usage.input_tokens or usage.cache_read_input_tokens):
+            return
+        response.usage = Usage(
+            **usage.model_dump(),
+            estimated_input_tokens=self.tokens.request(
+                request.system, request.messages, request.tools
+            ),
+        )
+
+    def preview(self, trace_id: str) -> ModelRequest:
+        """The request the next model call of `trace_id` would send (nothing is written)."""
+        trace = Trace(self.workspace, self.repo, trace_id)
+        session = _Session(trace, self._tools_for(trace), [], DEFAULT_SKILL_RECENCY, self._depth)
+        return self._request(session, trace.main_path())
 
     def _persist_response(
         self, session: _Session, response: ModelResponse, stale_skills: list[str]

@@ -1,0 +1,72 @@
+"""Level 1 compression: deterministic, free, applied only to what is sent.
+
+For a completed or abandoned goal, its `goal` tool calls and their results
+stay (the plan's history), its other assistant turns and their results go,
+and the result of the call that finished it reads `CLEARED`. Message files
+are never touched: this works on the list about to be sent, and an assistant
+turn always goes or stays together with all its results, so the request stays
+valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from agentfs.core.goals import GoalTree
+from agentfs.store.messages import Message
+
+CLEARED = "Execution details cleared."
+GOAL_TOOL = "goal"
+
+
+def _calls_goal(message: Message) -> bool:
+    return any(c.name == GOAL_TOOL for c in message.tool_calls or [])
+
+
+def _finishing_call(messages: Sequence[Message], goal_id: str) -> str | None:
+    """Id of the `goal` call that marked `goal_id` done or abandoned."""
+    for message in messages:
+        for call in message.tool_calls or []:
+            if call.name == GOAL_TOOL and goal_id in (call.input.get("done"), call.input.get("abandon")):
+                return call.id
+    return None
+
+
+def compress_goal(messages: Sequence[Message], goal_id: str) -> list[Message]:
+    """`messages` with one finished goal's execution details removed."""
+    last_turn = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
+    finishing = _finishing_call(messages, goal_id)
+    dropped: set[str] = set()
+    kept: list[Message] = []
+    for index, message in enumerate(messages):
+        if (
+            message.role == "assistant"
+            and message.goal_id == goal_id
+            and not _calls_goal(message)
+            and index != last_turn  # the latest turn is never cut: the request ends with it
+        ):
+            dropped.update(c.id for c in message.tool_calls or [])
+            continue
+        if message.role == "tool" and message.tool_call_id in dropped:
+            continue
+        if message.role == "tool" and finishing is not None and message.tool_call_id == finishing:
+            message = message.model_copy(update={"content": CLEARED})
+        kept.append(message)
+    return kept
+
+
+def compress_completed_goals(
+    messages: Sequence[Message],
+    tree: GoalTree,
+    *,
+    enough: Callable[[list[Message]], bool] | None = None,
+) -> list[Message]:
+    """Compress finished goals in tree order; with `enough`, stop once it is satisfied."""
+    result = list(messages)
+    for goal in tree.walk():
+        if goal.status == "open":
+            continue
+        result = compress_goal(result, goal.id)
+        if enough is not None and enough(result):
+            break
+    return result
