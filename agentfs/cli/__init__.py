@@ -30,6 +30,10 @@ def main() -> None:
     except AgentfsError as exc:
         click.echo(f"agentfs: error: {exc}", err=True)
         sys.exit(1)
+    except OSError as exc:  # disk full, permissions, ...: say which file, no traceback
+        where = f" ({exc.filename})" if exc.filename else ""
+        click.echo(f"agentfs: error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         click.echo("\nagentfs: interrupted; everything committed so far is kept", err=True)
         sys.exit(130)

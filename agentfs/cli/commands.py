@@ -25,6 +25,7 @@ from agentfs.store.commits import parse_trailers, subject
 from agentfs.store.messages import parse_dropped
 from agentfs.skills import load_skills
 from agentfs.store.workspace import GOALS_FILE, check_trace_id
+from agentfs.tools.subprocesses import safe_environment
 
 EXAMPLE_TRACE = "demo"
 
@@ -133,7 +134,8 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
     chosen = _choose_model(project, meta_model, preset or preset_name, model)
     terminal = _Terminal(quiet)
     runner = Runner(project.workspace, project.repo, chosen, config=project.config,
-                    on_text=terminal.text, on_event=terminal.event)
+                    on_text=terminal.text, on_event=terminal.event,
+                    command_env=safe_environment(os.environ))
     result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
                         inject_skills=inject_skills, skill_recency_threshold=skill_recency)
     terminal.end_line()

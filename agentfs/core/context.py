@@ -9,7 +9,8 @@ hooks add. The call and its result are stored like any other message.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,9 +34,11 @@ class CommandHook:
     command: str
     timeout: float = 10.0
     cwd: Path | None = None
+    env: Mapping[str, str] | None = None
 
     def __call__(self, trace_id: str) -> str:
-        done = run_command(self.command, cwd=self.cwd or Path.cwd(), timeout=self.timeout)
+        env = {**(self.env or {"PATH": os.defpath}), "AGENTFS_TRACE": trace_id}
+        done = run_command(self.command, cwd=self.cwd or Path.cwd(), timeout=self.timeout, env=env)
         text = done.output.decode("utf-8", "replace").strip()
         if done.returncode is None:
             raise RuntimeError(f"timed out after {self.timeout:g}s")

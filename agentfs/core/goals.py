@@ -20,6 +20,10 @@ GoalStatus = Literal["open", "done", "abandoned"]
 MARKS = {"open": "[ ]", "done": "[x]", "abandoned": "[-]"}
 
 
+class GoalError(AgentfsError):
+    """A goal operation that cannot be done (unknown id, already finished)."""
+
+
 class Goal(BaseModel):
     id: str
     title: str
@@ -63,7 +67,7 @@ class GoalTree(BaseModel):
             if goal.id == goal_id:
                 return goal
         known = ", ".join(g.id for g in self.walk()) or "none yet"
-        raise ToolFailure(f"no goal {goal_id!r} (goals: {known})")
+        raise GoalError(f"no goal {goal_id!r} (goals: {known})")
 
     def add(self, title: str, under: str | None = None) -> Goal:
         siblings = self.find(under).children if under else self.goals
@@ -77,7 +81,7 @@ class GoalTree(BaseModel):
     def finish(self, goal_id: str, status: GoalStatus, summary: str | None) -> Goal:
         goal = self.find(goal_id)
         if goal.status != "open":
-            raise ToolFailure(f"goal {goal_id} is already {goal.status}")
+            raise GoalError(f"goal {goal_id} is already {goal.status}")
         goal.status = status
         goal.summary = summary
         if self.focus is not None and (self.focus == goal_id or self.focus.startswith(goal_id + ".")):
@@ -111,7 +115,8 @@ class GoalTree(BaseModel):
     def focus_reminder(self) -> str:
         if self.focus is None:
             return "No goal is in focus."
-        return f"Current focus: {self.focus} {self.find(self.focus).title}"
+        title = next((g.title for g in self.walk() if g.id == self.focus), "(not in the tree)")
+        return f"Current focus: {self.focus} {title}"
 
 
 GOAL_TOOL_DESCRIPTION = """\

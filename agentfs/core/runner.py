@@ -13,7 +13,7 @@ Injection (see docs/context.md): declared skills are injected as synthetic
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -85,8 +85,12 @@ class Runner:
         context_hooks: Sequence[tuple[str, ContextHook]] = (),
         on_text: Callable[[str], None] | None = None,
         on_event: EventSink | None = None,
+        command_env: Mapping[str, str] | None = None,
     ) -> None:
+        """`command_env` is what bash commands and hook commands see (default: only a
+        PATH); the CLI passes the safe part of its environment."""
         self.workspace = workspace
+        self.command_env = command_env
         self.repo = repo
         self.model = model
         self.config = config or WorkspaceConfig()
@@ -94,7 +98,7 @@ class Runner:
         self.skills = skills if skills is not None else load_skills(workspace.skills_dir)
         self.python_hooks = list(context_hooks)
         self.command_hooks = [
-            (h.name, CommandHook(h.name, h.command, h.timeout, workspace.root))
+            (h.name, CommandHook(h.name, h.command, h.timeout, workspace.root, command_env))
             for h in self.config.context_hooks
         ]
         self.on_text = on_text
@@ -157,6 +161,7 @@ class Runner:
                 self._depth,
             )
             result.steps.extend(trace.recover())
+            self._sync_skill_records(trace)
             self._finish_interrupted_step(session, result)
             self._ingest_inbox(session, result)
             for text in texts:
@@ -202,7 +207,7 @@ class Runner:
             self._note_estimate(response, request)
             result.iterations += 1
             result.final_text = response.text
-            assistant = self._persist_response(session, response, stale)
+            assistant = self._persist_response(session, response, stale, request.call_index + 1)
             result.steps.append("assistant")
             if assistant.tool_calls:
                 self._run_tools(session, assistant)
@@ -272,16 +277,21 @@ class Runner:
         return self._request(session, trace.main_path())
 
     def _persist_response(
-        self, session: _Session, response: ModelResponse, stale_skills: list[str]
+        self, session: _Session, response: ModelResponse, stale_skills: list[str], iteration: int
     ) -> Message:
+        """Commit the model's turn, with the synthetic calls this iteration adds.
+
+        `iteration` counts the model's turns in the message files, so it stays
+        right after a crash (a counter in trace.json could lag behind them).
+        """
         trace = session.trace
-        trace.meta.iterations += 1
+        trace.meta.iterations = iteration
         calls = list(response.tool_calls)
         if calls:
             calls += synthetic_calls(
                 f"toolu_agentfs_{trace.next_sequence()}",
                 stale_skills,
-                context=self._context_due(session, calls),
+                context=self._context_due(session, calls, iteration),
             )
         message = self._new(
             trace,
@@ -298,13 +308,13 @@ class Runner:
                    tool_calls=[c.name for c in calls])
         return message
 
-    def _context_due(self, session: _Session, calls: list[ToolCall]) -> bool:
+    def _context_due(self, session: _Session, calls: list[ToolCall], iteration: int) -> bool:
         """Inject context every N iterations, or at once when user messages are waiting;
         never twice in one iteration."""
         if any(c.name == CONTEXT_TOOL for c in calls):
             return False
         interval = self.config.context_injection_interval
-        return session.trace.meta.iterations % interval == 0 or bool(session.trace.pending_inbox())
+        return iteration % interval == 0 or bool(session.trace.pending_inbox())
 
     def _inject_skills_now(self, session: _Session, skills: list[str]) -> None:
         """A synthetic assistant turn holding only `skill` calls, then their results."""
@@ -329,7 +339,10 @@ class Runner:
         registry.add(skill_tool(self.skills))
         registry.add(context_tool(sources))
         if self.config.tools.bash:
-            registry.add(bash_tool(self.config.tools.bash_timeout, self.config.tools.bash_output_limit))
+            registry.add(bash_tool(
+                self.config.tools.bash_timeout, self.config.tools.bash_output_limit,
+                self.command_env,
+            ))
         if self._depth < self.config.max_delegation_depth:
             registry.add(delegate_tool(partial(self._run_child, trace)))
         for tool in plugin_tools(self.workspace.root):
@@ -373,11 +386,13 @@ class Runner:
                 message = self._call_tool(session, call, context)
             message.parent_sequence = parent
             parent = message.sequence
+            trace.write_message(message)  # on disk at once: a crash later keeps it
             results.append(message)
         if results:
             self._record_skill_injections(trace, assistant, results)
             summary = f"{len(interrupted)} interrupted tool call(s)" if interrupted else None
-            trace.commit_step("tool", results, extra_paths=sorted(context.changed), summary=summary)
+            trace.commit_step("tool", results, extra_paths=sorted(context.changed),
+                              summary=summary, written=True)
         trace.clear_in_flight()
         if interrupted:
             self._emit("recovered", trace=trace.id, interrupted=interrupted)
@@ -402,6 +417,22 @@ class Runner:
         self._emit("tool_result", trace=trace.id, name=call.name, is_error=outcome.is_error,
                    text=message.text, synthetic=call.synthetic)
         return message
+
+    @staticmethod
+    def _sync_skill_records(trace: Trace) -> None:
+        """Bring `injected_skills` in line with the files: a crash can leave injection
+        results adopted from disk while the record in trace.json lagged behind."""
+        path = trace.main_path()
+        calls = {c.id: c for m in path for c in m.tool_calls or [] if c.synthetic == "skill"}
+        for message in path:
+            call = calls.get(message.tool_call_id or "")
+            if call is None or message.is_error:
+                continue
+            record = trace.meta.injected_skills.get(call.input.get("name", ""))
+            if record is None or record.sequence < message.sequence:
+                trace.meta.injected_skills[call.input["name"]] = InjectedSkill(
+                    message_id=message.id, sequence=message.sequence
+                )  # saved with the next commit
 
     @staticmethod
     def _record_skill_injections(trace: Trace, assistant: Message, results: list[Message]) -> None:
@@ -476,6 +507,7 @@ class Runner:
         runner = Runner(
             self.workspace, self.repo, self.model, config=self.config, tools=self.extra_tools,
             skills=self.skills, context_hooks=self.python_hooks, on_event=self.on_event,
+            command_env=self.command_env,
         )
         runner._depth = self._depth + 1
         try:

@@ -77,8 +77,8 @@ class Project:
             skills=skills if skills is not None else load_skills(self.workspace.skills_dir),
         )
         meta = TraceMeta(id=trace_id, preset=preset, model=model)
-        trace = Trace.create(self.workspace, self.repo, meta)
-        with trace.lock():
+        with Trace(self.workspace, self.repo, trace_id).lock():  # creators exclude each other
+            trace = Trace.create(self.workspace, self.repo, meta)
             system = trace.new_message("system", prompt)
             trace.commit_step("create", [system], summary=f"new trace ({meta.created_at})")
             user = trace.new_message("user", first_message.content, **authored_fields(first_message))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 
 
@@ -33,8 +34,13 @@ def _temp_name(path: Path) -> str:
 
 
 def _write_via(tmp: Path, path: Path, data: bytes, durable: bool) -> None:
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)  # keep an executable bit
+    except FileNotFoundError:
+        mode = 0o644
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.fchmod(fd, mode)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

@@ -24,7 +24,7 @@ from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
 from agentfs.store.gitlocks import GitLockFile
-from agentfs.store.index import check_index, update_index
+from agentfs.store.index import IndexUpdate, check_index, update_index
 from agentfs.store.intents import dead_intents, index_intent
 from agentfs.store.objects import ObjectWriter
 
@@ -242,9 +242,12 @@ class GitRepo:
             index_changes[path.encode()] = index_entry_from_stat(
                 st, Blob.from_string(data).id, mode=mode
             )
-        with index_intent(self.state_dir, [p.decode() for p in index_changes]):
+        with (
+            index_intent(self.state_dir, [p.decode() for p in index_changes]),
+            IndexUpdate(self.index_path, self.state_dir) as index,
+        ):
             sha = self.commit_changes(MAIN, changes, message, extra_parents=extra_parents)
-            update_index(self.index_path, self.state_dir, index_changes)
+            index.apply(index_changes)
         return sha
 
     def repair_index(self) -> None:

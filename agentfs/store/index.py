@@ -27,25 +27,57 @@ from agentfs.store.gitlocks import GitLockFile
 _DROP_EXTENSIONS = rawindex.DROPPED_EXTENSIONS
 
 
+class IndexUpdate:
+    """Holds Git's `index.lock` while a commit moves the branch, then writes the index.
+
+    Taking the index lock *before* the ref moves (as `git commit` does) means a
+    user's `git commit` can never read the new HEAD with the old index.
+    """
+
+    def __init__(self, index_path: Path, state_dir: Path) -> None:
+        self.index_path = index_path
+        self._lock = GitLockFile(index_path, state_dir)
+        self._raw: rawindex.RawIndex | None = None
+        self._written = False
+
+    def __enter__(self) -> IndexUpdate:
+        self._lock.acquire()
+        return self
+
+    def apply(self, changes: Mapping[bytes, IndexEntry | None]) -> None:
+        """Set (or with None remove) entries; written when the block ends."""
+        if not changes:
+            return
+        self._raw = _load_raw(self.index_path)
+        if self._raw is not None:
+            try:
+                self._raw.apply(changes)
+                self._lock.write(self._raw.encode())
+            except BaseException:
+                rawindex.forget(self.index_path)
+                raise
+        else:
+            self._lock.write(_rewrite_with_dulwich(self.index_path, changes))
+        self._written = True
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None and self._written:
+            self._lock.commit()
+            if self._raw is not None:
+                rawindex.remember(self.index_path, self._raw)
+        else:
+            if self._written:
+                rawindex.forget(self.index_path)
+            self._lock.abort()
+
+
 def update_index(
     index_path: Path, state_dir: Path, changes: Mapping[bytes, IndexEntry | None]
 ) -> None:
     """Set (or with None remove) the given index entries, atomically and under Git's lock."""
-    if not changes:
-        return
-    with GitLockFile(index_path, state_dir) as lock:
-        raw = _load_raw(index_path)
-        if raw is not None:
-            try:
-                raw.apply(changes)
-                lock.write(raw.encode())
-            except BaseException:
-                rawindex.forget(index_path)
-                raise
-        else:
-            lock.write(_rewrite_with_dulwich(index_path, changes))
-    if raw is not None:
-        rawindex.remember(index_path, raw)
+    if changes:
+        with IndexUpdate(index_path, state_dir) as update:
+            update.apply(changes)
 
 
 def _load_raw(index_path: Path) -> rawindex.RawIndex | None:

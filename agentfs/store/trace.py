@@ -112,9 +112,16 @@ class Trace:
                 f"trace {meta.id!r} already exists ({trace.dir})",
                 hint="choose another id, or continue it with `agentfs run`",
             )
+        if repo.walk(repo.head(), trace.rel(trace.dir)):
+            raise AgentfsError(
+                f"{trace.dir} has committed files but no trace.json",
+                hint="restore trace.json with git, or choose another id",
+            )
+        if trace.messages_dir.is_dir():  # left by a creation that never got committed
+            for leftover in trace.messages_dir.iterdir():
+                leftover.unlink()
         trace.messages_dir.mkdir(parents=True, exist_ok=True)
-        trace._meta = meta
-        trace.save_meta()
+        trace._meta = meta  # trace.json is written by the first commit_step
         return trace
 
     @property
@@ -341,13 +348,17 @@ class Trace:
         extra_paths: Iterable[str] = (),
         summary: str | None = None,
         move_head: bool = True,
+        written: bool = False,
     ) -> bytes:
         """Write `messages`, move the head to the last one, commit it all as one step.
 
-        Order matters for crash safety: message files first, then
-        `trace.json`, then the commit; `recover()` adopts what a crash left.
+        Order matters for crash safety: message files first (`written`: the
+        caller already wrote them), then `trace.json`, then the commit;
+        `recover()` adopts what a crash left.
         """
-        paths = [self.rel(self.write_message(m)) for m in messages]
+        paths = [
+            self.rel(self.message_path(m) if written else self.write_message(m)) for m in messages
+        ]
         if messages and move_head:
             self.meta.head = messages[-1].sequence
         if messages:
@@ -439,7 +450,7 @@ class Trace:
         self.repo.repair_index()
         head_commit = self.repo.head()
         prefix = self.rel(self.dir)
-        committed = self.repo.walk(head_commit, prefix)
+        committed = self._committed_files(head_commit)
         on_disk = self._worktree_files()
         inbox = f"{prefix}/{INBOX_DIR}/"
         changed = sorted(
@@ -516,6 +527,14 @@ class Trace:
             return TraceMeta.model_validate_json(data).head
         except ValidationError:
             return self.meta.head
+
+    def _committed_files(self, head_commit: bytes | None) -> dict[str, tuple[int, bytes]]:
+        """Committed files under the trace, with the same names left out as on disk."""
+        return {
+            path: entry
+            for path, entry in self.repo.walk(head_commit, self.rel(self.dir)).items()
+            if not any(is_ignored_name(part) for part in path.split("/"))
+        }
 
     def _worktree_files(self) -> dict[str, bytes]:
         """Files under the trace directory (editor temp files left out): path → blob id."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentfs.errors import AgentfsError
 from agentfs.models.base import ToolSpec
 from agentfs.store.atomic import atomic_write
 
@@ -89,7 +90,7 @@ class ToolRegistry:
             )
         try:
             value = tool.run(arguments, context)
-        except ToolFailure as exc:
+        except (ToolFailure, AgentfsError) as exc:
             return ToolResult(str(exc), is_error=True)
         except Exception as exc:  # a tool bug must not crash the run
             return ToolResult(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)

@@ -1,7 +1,7 @@
 """The `bash` tool: off unless `[tools] bash = true` in `agentfs.toml`.
 
-Commands run in the workspace root with a timeout and an output cap, without
-secret-looking environment variables. The files a command changed are found
+Commands run in the workspace root with a timeout and an output cap, with
+only the environment they are given (see `agentfs/tools/subprocesses.py`). The files a command changed are found
 by comparing the work tree before and after (outside `.git` directories,
 `traces/` and what `.gitignore` ignores), so they go into the step's commit.
 """
@@ -9,6 +9,7 @@ by comparing the work tree before and after (outside `.git` directories,
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,8 @@ def _not_ignored(root: Path, paths: set[str]) -> set[str]:
         repo.close()
 
 
-def bash_tool(timeout: float, output_limit: int) -> Tool:
-    """The `bash` tool with these limits."""
+def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None = None) -> Tool:
+    """The `bash` tool with these limits; commands see only `env` (default: a PATH)."""
 
     def run(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         command = arguments.get("command")
@@ -64,7 +65,7 @@ def bash_tool(timeout: float, output_limit: int) -> Tool:
             raise ToolFailure("'command' must be a non-empty string")
         root = context.root.resolve()
         before = _snapshot(root)
-        done = run_command(command, cwd=root, timeout=timeout)
+        done = run_command(command, cwd=root, timeout=timeout, env=env)
         after = _snapshot(root)
         changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
         context.changed.update(_not_ignored(root, changed))

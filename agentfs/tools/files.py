@@ -18,7 +18,10 @@ from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 500
 MAX_GREP_MATCHES = 200
-PROTECTED_FOR_WRITES = ("traces",)
+#: Top-level paths tools may read but not change: agentfs' own state and the
+#: settings that decide what runs (a prompt-injected model must not enable bash
+#: or add hooks by editing them).
+PROTECTED_FOR_WRITES = ("traces", "agentfs.toml", "skills")
 
 
 def resolve_path(context: ToolContext, raw: Any, *, for_write: bool = False) -> Path:
@@ -32,10 +35,11 @@ def resolve_path(context: ToolContext, raw: Any, *, for_write: bool = False) -> 
         rel = full.relative_to(root)
     except ValueError:
         raise ToolFailure(f"{raw}: outside the workspace") from None
-    if rel.parts and rel.parts[0] == ".git":
-        raise ToolFailure(f"{raw}: the .git directory is off limits")
+    if ".git" in rel.parts:
+        raise ToolFailure(f"{raw}: .git directories are off limits")
     if for_write and rel.parts and rel.parts[0] in PROTECTED_FOR_WRITES:
-        raise ToolFailure(f"{raw}: {rel.parts[0]}/ is managed by agentfs and read-only to tools")
+        raise ToolFailure(f"{raw}: {rel.parts[0]} is managed by people and agentfs; "
+                          "tools may read it but not change it")
     return full
 
 
@@ -84,7 +88,7 @@ def edit_file(arguments: dict[str, Any], context: ToolContext) -> str:
     if not old:
         raise ToolFailure("'old_text' must not be empty")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_bytes().decode("utf-8")  # not read_text: keep CRLF line ends
     except FileNotFoundError:
         raise ToolFailure(f"{arguments['path']}: no such file") from None
     except UnicodeDecodeError:

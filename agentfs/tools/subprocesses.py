@@ -1,22 +1,29 @@
-"""Running commands for tools and hooks: no secrets in their environment, and a
-timeout that stops the whole process group, not only the shell."""
+"""Running commands for tools and hooks: an explicit environment, and a timeout
+that stops the whole process group, not only the shell.
+
+The environment is passed in (the CLI builds it with `safe_environment`); by
+default a command gets only a PATH, so nothing secret can reach what a model
+wrote.
+"""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-SECRET = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD|CREDENTIAL)", re.IGNORECASE)
+#: Variables a command may see, when present: what shells and tools need to work.
+ALLOWED = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG", "PWD"}
+ALLOWED_PREFIXES = ("LC_",)
+MINIMAL = {"PATH": os.defpath}
 
 
-def scrubbed_env(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` without variables that look like secrets (the model writes these commands)."""
-    return {k: v for k, v in env.items() if not SECRET.search(k)}
+def safe_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The allowed part of `env`: no keys, tokens or URLs with credentials."""
+    return {k: v for k, v in env.items() if k in ALLOWED or k.startswith(ALLOWED_PREFIXES)}
 
 
 @dataclass
@@ -25,7 +32,9 @@ class Completed:
     returncode: int | None  # None: killed at the timeout
 
 
-def run_command(command: str, *, cwd: Path, timeout: float) -> Completed:
+def run_command(
+    command: str, *, cwd: Path, timeout: float, env: Mapping[str, str] | None = None
+) -> Completed:
     """`bash -c command` in its own process group; stdout and stderr together."""
     proc = subprocess.Popen(
         ["bash", "-c", command],
@@ -33,7 +42,7 @@ def run_command(command: str, *, cwd: Path, timeout: float) -> Completed:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env=scrubbed_env(os.environ),
+        env=dict(env) if env is not None else MINIMAL,
         start_new_session=True,
     )
     try:

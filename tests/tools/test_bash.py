@@ -9,12 +9,14 @@ from agentfs.core.runner import Runner
 from agentfs.models.replay import ReplayModel
 from agentfs.tools import ToolContext, ToolRegistry
 from agentfs.tools.bash import bash_tool
+from agentfs.tools.subprocesses import safe_environment
 from tests.conftest import assert_git_clean, git, user
 
 
-def call(root, command, timeout=10.0, limit=1000):
+def call(root, command, timeout=10.0, limit=1000, env=None):
     context = ToolContext(root, "t")
-    result = ToolRegistry([bash_tool(timeout, limit)]).call("bash", {"command": command}, context)
+    tool = bash_tool(timeout, limit, env or safe_environment(os.environ))
+    result = ToolRegistry([tool]).call("bash", {"command": command}, context)
     return result, context
 
 
@@ -38,12 +40,15 @@ def test_timeout_kills_the_whole_process_group(workspace):
 
 def test_output_is_capped_and_secrets_are_not_passed(workspace, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
-    monkeypatch.setenv("PLAIN_SETTING", "visible")
-    result, _ = call(workspace, "env; yes | head -c 5000", limit=1000)
-    assert "sk-secret" not in result.content
+    monkeypatch.setenv("DATABASE_URL", "postgres://u:pw@h/db")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    result, _ = call(workspace, "env; yes | head -c 5000", limit=100_000)
+    assert "sk-secret" not in result.content and "pw@h" not in result.content
+    assert "LANG=C.UTF-8" in result.content
+    result, _ = call(workspace, "yes | head -c 5000", limit=1000)
     assert "[... cut:" in result.content
-    result, _ = call(workspace, "echo $PLAIN_SETTING")
-    assert result.content.startswith("visible")
+    result, _ = call(workspace, "env", env={"PATH": os.defpath})
+    assert "LANG" not in result.content
 
 
 def test_bash_is_off_unless_enabled_and_its_files_are_committed(project, write_script):
@@ -68,4 +73,3 @@ def test_bash_is_off_unless_enabled_and_its_files_are_committed(project, write_s
                 "--grep", "t2: tool")
     assert "made-by-bash.txt" in shown
     assert_git_clean(project.workspace.root)
-    assert os.environ.get("PLAIN_SETTING") is None

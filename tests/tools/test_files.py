@@ -44,11 +44,16 @@ def test_read_write_edit_round_trip(ctx):
     [
         ("read_file", {"path": "../secret.txt"}, "outside the workspace"),
         ("read_file", {"path": "/etc/passwd"}, "outside the workspace"),
-        ("read_file", {"path": ".git/config"}, ".git directory is off limits"),
-        ("write_file", {"path": ".git/hooks/x", "content": "x"}, ".git directory"),
-        ("write_file", {"path": "traces/t/trace.json", "content": "{}"}, "managed by agentfs"),
+        ("read_file", {"path": ".git/config"}, ".git directories are off limits"),
+        ("write_file", {"path": ".git/hooks/x", "content": "x"}, ".git directories"),
+        ("write_file", {"path": "vendor/lib/.git/config", "content": "x"}, ".git directories"),
+        ("write_file", {"path": "agentfs.toml", "content": "[tools]\nbash = true\n"},
+         "may read it but not change it"),
+        ("edit_file", {"path": "skills/x.md", "old_text": "a", "new_text": "b"},
+         "may read it but not change it"),
+        ("write_file", {"path": "traces/t/trace.json", "content": "{}"}, "may read it but not change it"),
         ("edit_file", {"path": "traces/t/trace.json", "old_text": "{", "new_text": "["},
-         "managed by agentfs"),
+         "may read it but not change it"),
         ("read_file", {"path": "nope.md"}, "no such file"),
         ("read_file", {}, "'path' must be"),
         ("write_file", {"path": "x.md"}, "'content' must be a string"),
@@ -73,6 +78,16 @@ def test_symlinks_cannot_lead_outside(ctx):
     assert "outside" not in call(ctx, "grep", pattern="outside").content.replace(
         "no matches for 'outside'", "")
     assert "link.txt" not in call(ctx, "list_files").content
+
+
+def test_edits_keep_line_endings_and_the_executable_bit(ctx):
+    script = ctx.root / "run.sh"
+    script.write_bytes(b"#!/bin/sh\r\necho one\r\n")
+    script.chmod(0o755)
+    result = call(ctx, "edit_file", path="run.sh", old_text="one", new_text="two")
+    assert not result.is_error
+    assert script.read_bytes() == b"#!/bin/sh\r\necho two\r\n"
+    assert script.stat().st_mode & 0o777 == 0o755
 
 
 def test_edit_requires_unique_match_unless_replace_all(ctx):
