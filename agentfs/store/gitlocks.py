@@ -27,6 +27,10 @@ from agentfs.errors import GitStateError
 
 #: How long to wait for a `.lock` held by another program before giving up.
 WAIT_S = 30.0
+#: A lock created this soon after a dead process said it was creating one is its.
+STALE_CREATE_WINDOW_NS = 1_000_000_000
+CLOCK_SLACK_NS = 100_000_000
+RECORD_SIZE = 64
 
 
 class GitLockFile:
@@ -63,39 +67,66 @@ class GitLockFile:
         self._owner_fd = owner
         deadline = time.monotonic() + self.wait
         delay = 0.001
+        previous = os.pread(owner, RECORD_SIZE, 0).decode(errors="replace").strip()
         while True:
-            try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-                break
-            except FileExistsError:
-                if self._remove_if_ours_and_stale():
+            if os.path.lexists(self.lock_path):
+                if self._remove_if_stale(previous):
+                    previous = ""
                     continue
+                # held by someone alive: wait, leaving the record as it is (if we die
+                # waiting, the next process must still be able to read it)
                 if time.monotonic() > deadline:
-                    self._release_owner()
+                    self._release_owner(clear=False)  # keep a dead holder's note
                     raise GitStateError(
                         f"{self.lock_path} exists and is held by another program",
                         hint="if no git command is running, delete that .lock file",
                     ) from None
                 time.sleep(delay * (1 + random.random()))
                 delay = min(delay * 2, 0.05)
-        os.pwrite(owner, str(os.fstat(fd).st_ino).encode().ljust(24), 0)
+                continue
+            # Say we are about to create it, so a crash right after the create
+            # still leaves a record that names this lock as ours.
+            self._record(f"creating {time.time_ns()}")
+            previous = ""
+            try:
+                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileExistsError:
+                continue  # someone else took it between the check and the create
+        self._record(f"inode {os.fstat(fd).st_ino}")
         self._fd = fd
 
-    def _remove_if_ours_and_stale(self) -> bool:
-        """Remove the `.lock` if a dead agentfs process made it (we hold the record)."""
+    def _record(self, text: str) -> None:
+        """Replace the record in one write (a kill never leaves it half-changed)."""
         assert self._owner_fd is not None
-        recorded = os.pread(self._owner_fd, 64, 0).strip()
+        os.pwrite(self._owner_fd, text.encode().ljust(RECORD_SIZE), 0)
+
+    def _remove_if_stale(self, record: str) -> bool:
+        """Remove the `.lock` if `record`, left by a dead agentfs process (we now hold
+        the record's flock), shows that process made it.
+
+        The record names it by inode, or, if the process died between creating
+        it and noting its inode, says when it was about to create it: a lock
+        made within a second after that is taken to be the dead process's.
+        """
+        kind, _, value = record.strip().partition(" ")
         try:
-            inode = os.stat(self.lock_path).st_ino
+            st = os.stat(self.lock_path)
         except FileNotFoundError:
             return True
-        if recorded and recorded == str(inode).encode():
+        if kind == "inode":
+            ours = value.strip() == str(st.st_ino)
+        elif kind == "creating" and value.strip().isdigit():
+            # file times come from a coarse clock and can read a little earlier
+            ours = -CLOCK_SLACK_NS <= st.st_mtime_ns - int(value) < STALE_CREATE_WINDOW_NS
+        else:
+            ours = False
+        if ours:
             try:
                 os.unlink(self.lock_path)
             except FileNotFoundError:
                 pass
-            return True
-        return False
+        return ours
 
     def write(self, data: bytes) -> None:
         assert self._fd is not None
@@ -128,9 +159,10 @@ class GitLockFile:
                     raise
         self._release_owner()
 
-    def _release_owner(self) -> None:
+    def _release_owner(self, *, clear: bool = True) -> None:
         if self._owner_fd is not None:
-            os.ftruncate(self._owner_fd, 0)
+            if clear:
+                self._record("")
             fcntl.flock(self._owner_fd, fcntl.LOCK_UN)
             os.close(self._owner_fd)
             self._owner_fd = None
