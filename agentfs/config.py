@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentfs.errors import ConfigError
+from agentfs.errors import ConfigError, validation_problems
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 #: Default number of iterations between `get_current_context` injections.
@@ -107,7 +107,4 @@ def load_config(path: Path) -> WorkspaceConfig:
     try:
         return WorkspaceConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(f"{path}: {validation_problems(exc)}") from None

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 
 class AgentfsError(Exception):
     """An expected failure with a message fit for the user."""
@@ -54,3 +56,10 @@ class ConfigError(AgentfsError):
 
 class ModelError(AgentfsError):
     """A model could not be set up or failed after its retries."""
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """Pydantic's errors as one line: `field.sub: problem; other: problem`."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'file'}: {err['msg']}" for err in exc.errors()
+    )

@@ -16,13 +16,13 @@ from agentfs.cli.render import message_record, show_text
 from agentfs.config import DEFAULT_MODEL
 from agentfs.core.goals import GoalTree
 from agentfs.core.runner import Runner
-from agentfs.core.workspace import Project, init_workspace, read_message_file
+from agentfs.core.workspace import Project, init_workspace
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest, ModelResponse
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
 from agentfs.store.commits import parse_trailers, subject
-from agentfs.store.messages import parse_dropped
+from agentfs.store.messages import load_dropped, parse_dropped
 from agentfs.skills import load_skills
 from agentfs.store.workspace import GOALS_FILE, check_trace_id
 from agentfs.tools.subprocesses import safe_environment
@@ -91,7 +91,7 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
         raise click.UsageError("give the first message with exactly one of -m TEXT or -f FILE")
     check_trace_id(trace_id)
     project = _project()
-    first = read_message_file(file) if file else parse_dropped(Path("<-m>"), message.encode())  # type: ignore[union-attr]
+    first = load_dropped(file) if file else parse_dropped(Path("<-m>"), message.encode())  # type: ignore[union-attr]
     trace = project.new_trace(trace_id, first, preset=preset, model=model)
     click.echo(f"created trace {trace.id} in {trace.dir}")
 
@@ -406,7 +406,8 @@ def demo(directory: Path | None) -> None:
     chosen = _choose_model(project, trace.meta.model, trace.meta.preset, None)
     terminal = _Terminal()
     runner = Runner(project.workspace, project.repo, chosen, config=project.config,
-                    on_text=terminal.text, on_event=terminal.event)
+                    on_text=terminal.text, on_event=terminal.event,
+                    command_env=safe_environment(os.environ))
     runner.run(trace.id)
     terminal.end_line()
     root = project.workspace.root

@@ -13,7 +13,7 @@ from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.gitrepo import GitRepo, init_repo
-from agentfs.store.messages import Message, authored_fields, parse_dropped
+from agentfs.store.messages import Message, authored_fields
 from agentfs.store.trace import Trace, TraceMeta
 from agentfs.store.workspace import (
     CONFIG_FILE,
@@ -84,11 +84,6 @@ class Project:
             user = trace.new_message("user", first_message.content, **authored_fields(first_message))
             trace.commit_step("user", [user])
         return trace
-
-
-def read_message_file(path: Path) -> Message:
-    """A user message from a file (plain Markdown, optional frontmatter)."""
-    return parse_dropped(path, path.read_bytes())
 
 
 def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[Workspace, list[str]]:

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentfs.errors import ConfigError
+from agentfs.errors import ConfigError, validation_problems
 from agentfs.models.base import ModelRequest, ModelResponse, TextSink
 from agentfs.store.messages import ToolCall, Usage
 
@@ -69,10 +69,7 @@ def load_script(path: Path) -> ReplayScript:
     try:
         return ReplayScript.model_validate(data or {})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
-        )
-        raise ConfigError(f"replay script {path}: {problems}") from None
+        raise ConfigError(f"replay script {path}: {validation_problems(exc)}") from None
 
 
 class ReplayModel:

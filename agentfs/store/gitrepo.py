@@ -134,22 +134,6 @@ class GitRepo:
         assert isinstance(blob, Blob)
         return blob.as_raw_string()
 
-    def list_dir(self, commit_sha: bytes | None, path: str) -> dict[str, tuple[int, bytes]]:
-        """Entries (name → (mode, sha)) of a directory at a commit; empty if absent."""
-        if commit_sha is None:
-            return {}
-        if path:
-            found = self.tree_lookup(commit_sha, path)
-            if found is None:
-                return {}
-            tree_sha = found[1]
-        else:
-            tree_sha = self.commit(commit_sha).tree
-        tree = self.store[tree_sha]
-        if not isinstance(tree, Tree):
-            return {}
-        return {e.path.decode(): (e.mode, e.sha) for e in tree.iteritems()}
-
     def walk(self, commit_sha: bytes | None, prefix: str) -> dict[str, tuple[int, bytes]]:
         """Every file below directory `prefix` at a commit: path → (mode, blob id)."""
         found = self.tree_lookup(commit_sha, prefix)
@@ -367,9 +351,6 @@ class GitRepo:
         ref = b"refs/heads/" + name.encode()
         if not self._swap(ref, None, start, b"branch: created " + name.encode()):
             raise GitStateError(f"branch {name} already exists")
-
-    def delete_branch(self, name: str) -> None:
-        self.repo.refs.remove_if_equals(b"refs/heads/" + name.encode(), None)
 
     def _make_commit(self, tree: bytes, message: bytes, parents: list[bytes]) -> Commit:
         commit = Commit()

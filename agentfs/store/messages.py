@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from agentfs.errors import MessageFileError
+from agentfs.errors import MessageFileError, validation_problems
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -253,11 +253,7 @@ def _parse(
     try:
         message = Message.model_validate({**fields, "content": content})
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'file'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise MessageFileError(path, f"invalid fields: {problems}") from None
+        raise MessageFileError(path, f"invalid fields: {validation_problems(exc)}") from None
     message._source = data
     message._source_ext = ext
     message._source_fields = _snapshot(message)
@@ -320,10 +316,18 @@ def _closing_fence(text: str, start: int) -> tuple[int, int] | None:
     return None
 
 
+def load_dropped(path: Path) -> Message:
+    """Read and parse a file dropped as a new user message (see `parse_dropped`)."""
+    return parse_dropped(path, _read(path))
+
+
 def load_message(path: Path) -> Message:
     """Read and parse one message file."""
+    return parse_message(path, _read(path))
+
+
+def _read(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise MessageFileError(path, f"cannot read: {exc.strerror}") from None
-    return parse_message(path, data)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentfs.errors import AgentfsError, MessageFileError, TraceNotFound
+from agentfs.errors import AgentfsError, MessageFileError, TraceNotFound, validation_problems
 from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.commits import Step
 from agentfs.store.gitrepo import GitRepo
@@ -24,7 +24,7 @@ from agentfs.store.messages import (
     Message,
     authored_fields,
     load_message,
-    parse_dropped,
+    load_dropped,
     parse_file_name,
     render_message,
 )
@@ -153,10 +153,9 @@ class Trace:
         try:
             return TraceMeta.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
-            )
-            raise AgentfsError(f"{self.meta_path}: invalid fields: {problems}") from None
+            raise AgentfsError(
+                f"{self.meta_path}: invalid fields: {validation_problems(exc)}"
+            ) from None
 
     def save_meta(self) -> None:
         data = self.meta.model_dump(mode="json")
@@ -384,7 +383,7 @@ class Trace:
         source's removal), then the staged copy goes; `recover()` finishes a
         step a crash cut short.
         """
-        probe = _read_dropped(source)
+        probe = load_dropped(source)
         fields = {"goal_id": goal_id, **authored_fields(probe)}
         message = self.new_message("user", probe.content, **fields)
         staged = self._staging_dir / f"{message.sequence:06d}-{source.name}"
@@ -422,7 +421,7 @@ class Trace:
         ingested = False
         for sequence, staged in self._staged_ingests():
             if sequence not in written:
-                probe = _read_dropped(staged)
+                probe = load_dropped(staged)
                 message = self.new_message("user", probe.content, **authored_fields(probe))
                 self.commit_step("user", [message], extra_paths=[self._staged_source(staged)])
                 ingested = True
@@ -627,12 +626,3 @@ def _summary_of(messages: Sequence[Message]) -> str:
     if last.role == "tool" and len(messages) > 1:
         return f"{len(messages)} tool results"
     return last.text
-
-
-def _read_dropped(source: Path) -> Message:
-    """Validate a dropped file as a user message before it is moved."""
-    try:
-        data = source.read_bytes()
-    except OSError as exc:
-        raise MessageFileError(source, f"cannot read: {exc.strerror}") from None
-    return parse_dropped(source, data)

@@ -5,7 +5,3 @@ from agentfs.tools.files import FILE_TOOLS
 
 __all__ = ["FILE_TOOLS", "Tool", "ToolContext", "ToolFailure", "ToolRegistry", "ToolResult"]
 
-
-def default_tools() -> ToolRegistry:
-    """The tools every run has."""
-    return ToolRegistry(FILE_TOOLS)

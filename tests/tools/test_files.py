@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.tools import ToolContext, default_tools
+from agentfs.tools import FILE_TOOLS, ToolContext, ToolRegistry
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def ctx(tmp_path: Path) -> ToolContext:
 
 
 def call(ctx, name, **arguments):
-    return default_tools().call(name, arguments, ctx)
+    return ToolRegistry(FILE_TOOLS).call(name, arguments, ctx)
 
 
 def test_read_write_edit_round_trip(ctx):
