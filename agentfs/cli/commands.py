@@ -350,6 +350,27 @@ def status(as_json: bool) -> None:
 
 @cli.command()
 @click.argument("trace_ref", metavar="TRACE")
+@click.option("--model", help="Model to write the summary: replay:PATH or anthropic:MODEL-ID.")
+def compress(trace_ref: str, model: str | None) -> None:
+    """Compress TRACE now (Level 2): summarize it on a side branch and continue from
+    system + first user message + summary.
+
+    The side branch agentfs/TRACE/compression-N keeps the request and the
+    model's answer; the summary is committed on main with that branch as its
+    second parent. No message file is deleted: `agentfs rewind` to an earlier
+    sequence puts the originals back on the path.
+    """
+    project = _project(trace_ref)
+    trace = project.trace(trace_ref)
+    chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
+    runner = Runner(project.workspace, project.repo, chosen, config=project.config,
+                    command_env=safe_environment(os.environ))
+    summary = runner.compress(trace.id)
+    click.echo(f"{trace.id}: summary #{summary.sequence} from {summary.model_extra['source_branch']}")
+
+
+@cli.command()
+@click.argument("trace_ref", metavar="TRACE")
 @click.option("--summaries", is_flag=True, help="Show the summaries of finished goals.")
 def goals(trace_ref: str, summaries: bool) -> None:
     """Print TRACE's goal tree (goals.json): [ ] open, [x] done, [-] abandoned."""

@@ -24,6 +24,7 @@ from agentfs.core.compaction import compress_completed_goals
 from agentfs.core.context import CONTEXT_TOOL, CommandHook, ContextHook, ContextSources, context_tool
 from agentfs.core.delegate import delegate_tool
 from agentfs.core.goals import GoalTree, goal_tool
+from agentfs.core.sidebranch import compress
 from agentfs.core.injection import DEFAULT_SKILL_RECENCY, skills_to_inject, synthetic_calls
 from agentfs.core.tokens import TokenCounter
 from agentfs.errors import AgentfsError, ConfigError
@@ -68,6 +69,7 @@ class _Session:
     skill_recency: int
     depth: int
     started_with_skills: bool = False
+    compressed_at: int | None = None  # head right after the last Level 2 compression
 
 
 class Runner:
@@ -193,6 +195,11 @@ class Runner:
                 result.stop = "max_iterations"
                 return
             request = self._request(session, path)
+            if self._over_budget(request) and session.compressed_at != trace.meta.head:
+                self._compress(session, request)  # Level 2, then build the request anew
+                session.compressed_at = trace.meta.head
+                result.steps.append("summary")
+                continue
             stale = skills_to_inject(
                 session.declared_skills, trace.meta.injected_skills, request.messages,
                 session.skill_recency,
@@ -269,6 +276,36 @@ class Runner:
                 request.system, request.messages, request.tools
             ),
         )
+
+    def _over_budget(self, request: ModelRequest) -> bool:
+        """Still over `context_window × compression_threshold` after Level 1?"""
+        limit = self.config.token_limit(self.model.name)
+        ratio = self.tokens.ratio(request.messages)
+        if self.tokens.upper_bound(request.system, request.messages, request.tools) * ratio <= limit:
+            return False
+        return self.tokens.request(request.system, request.messages, request.tools) * ratio > limit
+
+    def _compress(self, session: _Session, request: ModelRequest) -> None:
+        outcome = compress(
+            session.trace, self.model, request.messages, system=request.system,
+            tools=request.tools, max_tokens=self.config.max_tokens,
+        )
+        self._emit("compressed", trace=session.trace.id, branch=outcome.branch,
+                   sequence=outcome.summary.sequence)
+
+    def compress(self, trace_id: str) -> Message:
+        """Run Level 2 compression now (`agentfs compress`); returns the summary message."""
+        trace = Trace(self.workspace, self.repo, trace_id)
+        with trace.lock():
+            trace.reload()
+            trace.recover()
+            session = _Session(trace, self._tools_for(trace), [], DEFAULT_SKILL_RECENCY, self._depth)
+            request = self._request(session, trace.main_path())
+            outcome = compress(
+                trace, self.model, request.messages, system=request.system,
+                tools=request.tools, max_tokens=self.config.max_tokens,
+            )
+        return outcome.summary
 
     def preview(self, trace_id: str) -> ModelRequest:
         """The request the next model call of `trace_id` would send (nothing is written)."""

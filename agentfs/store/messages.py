@@ -74,7 +74,7 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = Field(default=None, description="For tool results: the call")
     is_error: bool | None = Field(default=None, description="For tool results: it failed")
-    synthetic: Literal["context", "skill", "recovery"] | None = Field(
+    synthetic: Literal["context", "skill", "recovery", "summary"] | None = Field(
         default=None, description="Set when agentfs, not the model or user, wrote it"
     )
     branch_type: str | None = None

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentfs.errors import AgentfsError, MessageFileError, TraceNotFound, validation_problems
 from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.commits import Step
-from agentfs.store.gitrepo import GitRepo
+from agentfs.store.gitrepo import Change, GitRepo
 from agentfs.store.lock import TraceLock, is_locked
 from agentfs.store.messages import (
     Message,
@@ -209,6 +209,15 @@ class Trace:
         """Where agentfs makes temp files for atomic writes (inside `.git`)."""
         return self.workspace.state_dir / "tmp"
 
+    def commit_to_branch(self, branch: str, messages: Sequence[Message], kind: str = "branch") -> bytes:
+        """Commit message files on side branch `branch` only: the work tree, the index
+        and `main` are not touched."""
+        changes = [
+            Change(self.rel(self.message_path(m)), render_message(m)) for m in messages
+        ]
+        step = Step(self.id, kind, messages[-1].sequence, summary=_summary_of(messages))
+        return self.repo.commit_changes(b"refs/heads/" + branch.encode(), changes, step.message())
+
     def rel(self, path: Path) -> str:
         return self.workspace.relpath(path)
 
@@ -348,6 +357,7 @@ class Trace:
         summary: str | None = None,
         move_head: bool = True,
         written: bool = False,
+        extra_parents: Sequence[bytes] = (),
     ) -> bytes:
         """Write `messages`, move the head to the last one, commit it all as one step.
 
@@ -372,7 +382,9 @@ class Trace:
             summary=summary if summary is not None else (_summary_of(messages) if messages else ""),
             goal_id=last.goal_id if last else None,
         )
-        return self.repo.commit_worktree([*paths, *extra_paths], step.message())
+        return self.repo.commit_worktree(
+            [*paths, *extra_paths], step.message(), extra_parents=extra_parents
+        )
 
     def ingest(self, source: Path, *, kind: str = "user", goal_id: str | None = None) -> Message:
         """Take a dropped file (e.g. from `inbox/`) as the next user message, exactly once.

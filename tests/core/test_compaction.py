@@ -129,10 +129,6 @@ def test_compressed_requests_are_always_valid(history):
 
 
 def test_runner_compresses_what_it_sends_and_show_as_sent_agrees(workspace, write_script):
-    config = workspace / "agentfs.toml"
-    config.write_text(config.read_text() + "\ncontext_window = 1000\n"
-                      "compression_threshold = 1.0\n")
-    git(workspace, "commit", "-qam", "small window")
     big = "x " * 600
     script = write_script([
         {"tool_calls": [{"name": "goal", "input": {"add": "Read"}}]},
@@ -143,6 +139,10 @@ def test_runner_compresses_what_it_sends_and_show_as_sent_agrees(workspace, writ
         {"text": "second answer"},
     ])
     run_cli("run", "t", "-m", "read big.txt", "--model", f"replay:{script}", cwd=workspace)
+    config = workspace / "agentfs.toml"  # now make the window small: Level 1 must act
+    config.write_text(config.read_text() + "\ncontext_window = 1000\n"
+                      "compression_threshold = 1.0\n")
+    git(workspace, "commit", "-qam", "small window")
     from agentfs.core.workspace import Project
 
     project = Project.open(workspace)

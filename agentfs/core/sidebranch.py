@@ -1,0 +1,117 @@
+"""Level 2 compression on a Git side branch, ending in a summary commit on `main`.
+
+The branch `agentfs/<trace>/compression-<n>` starts at main's head. The
+request for a summary and the model's answer are committed there only, never
+in main's work tree. The outcome is one commit on `main`: a summary message
+whose `parent_sequence` is the first user message, so the main path becomes
+system + first user message + summary, and whose second parent is the side
+branch's head, so `git log --graph` shows where the summary came from.
+
+A branch left without its outcome (a crash) is never merged: the next
+compression starts a new branch, and the old one stays as a record.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentfs.core.goals import GoalTree
+from agentfs.errors import AgentfsError
+from agentfs.models.base import Model, ModelRequest, ToolSpec
+from agentfs.store.messages import Message
+from agentfs.store.trace import Trace
+from agentfs.store.workspace import GOALS_FILE
+
+COMPRESSION = "compression"
+
+SUMMARY_REQUEST = """\
+[agentfs: compression] The conversation is getting too long for the context window. \
+Write a summary that lets you continue the work from it alone: the task and its \
+constraints, what has been done and found (with file names), decisions and their \
+reasons, and what remains to do. Do not call tools; answer with the summary only.
+
+Current goals, with the summaries of finished ones:
+{goals}"""
+
+SUMMARY_HEADER = "[agentfs: summary of the conversation so far, replacing the messages it covers]"
+
+
+@dataclass
+class Compression:
+    """The outcome: the summary on main and the side branch it came from."""
+
+    summary: Message
+    branch: str
+    branch_head: bytes
+
+
+def side_calls(trace: Trace, branch_type: str) -> int:
+    """Model calls completed on side branches of this type (replay's position)."""
+    return int(trace.meta.context.get("side_calls", {}).get(branch_type, 0))
+
+
+def next_branch(trace: Trace, branch_type: str) -> str:
+    prefix = f"agentfs/{trace.id}/{branch_type}-"
+    taken = {name[len(prefix) :] for name in trace.repo.branches(prefix)}
+    number = 1
+    while str(number) in taken:
+        number += 1
+    return f"{prefix}{number}"
+
+
+def compress(
+    trace: Trace,
+    model: Model,
+    history: list[Message],
+    *,
+    system: str,
+    tools: list[ToolSpec],
+    max_tokens: int,
+) -> Compression:
+    """Run a compression side branch over `history` (what would be sent) and commit
+    the summary on main. The caller holds the trace's lock."""
+    path = trace.main_path()
+    first_user = next((m for m in path if m.role == "user"), None)
+    if first_user is None or not history:
+        raise AgentfsError(f"trace {trace.id!r} has nothing to compress yet")
+    tree = GoalTree.load(trace.dir / GOALS_FILE)
+    branch = next_branch(trace, COMPRESSION)
+    start = trace.repo.head()
+    assert start is not None
+    trace.repo.create_branch(branch, start)
+
+    fields = {"branch_type": COMPRESSION, "branch_id": branch}
+    ask = trace.new_message(
+        "user", SUMMARY_REQUEST.format(goals=tree.to_prompt(include_summary=True)), **fields
+    )
+    ask.parent_sequence = history[-1].sequence
+    trace.commit_to_branch(branch, [ask])
+    request = ModelRequest(
+        system=system,
+        messages=[*history, ask],
+        tools=tools,
+        branch_type=COMPRESSION,
+        call_index=side_calls(trace, COMPRESSION),
+        max_tokens=max_tokens,
+    )
+    response = model.complete(request)
+    answer = trace.new_message(
+        "assistant", response.text, model=response.model or model.name,
+        usage=response.usage, stop_reason=response.stop_reason, **fields,
+    )
+    answer.parent_sequence = ask.sequence
+    head = trace.commit_to_branch(branch, [answer])
+
+    text = response.text.strip() or "(the model gave no summary)"
+    summary = trace.new_message(
+        "user",
+        f"{SUMMARY_HEADER}\n\n{text}\n\n## Goals\n{tree.to_prompt(include_summary=True)}",
+        synthetic="summary",
+        goal_id=tree.focus,
+        source_branch=branch,
+    )
+    summary.parent_sequence = first_user.sequence
+    counts = trace.meta.context.setdefault("side_calls", {})
+    counts[COMPRESSION] = side_calls(trace, COMPRESSION) + 1
+    trace.commit_step("summary", [summary], extra_parents=[head], summary=f"from {branch}")
+    return Compression(summary, branch, head)

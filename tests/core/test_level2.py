@@ -1,0 +1,82 @@
+"""Level 2 compression on Git side branches, and rewinding through it."""
+
+from __future__ import annotations
+
+import json
+
+from agentfs.core.sidebranch import SUMMARY_HEADER
+from tests.conftest import assert_git_clean, git, run_cli
+
+
+def setup_workspace(root, write_script, window: int):
+    config = root / "agentfs.toml"
+    config.write_text(config.read_text().replace("max_iterations = 50", "max_iterations = 200")
+                      + f"\ncontext_window = {window}\ncompression_threshold = 1.0\n")
+    git(root, "commit", "-qam", "small window")
+    turns = [{"text": f"step {i}", "tool_calls": [
+        {"name": "write_file", "input": {"path": f"notes/{i}.md", "content": "words " * 120}}]}
+        for i in range(16)] + [{"text": "all done"}]
+    compression = [{"text": "First summary: steps 0-5 written."},
+                   {"text": "Second summary: steps up to 11 written."}]
+    return write_script(turns, compression=compression)
+
+
+def test_two_compressions_make_two_summary_commits_with_side_branches(workspace, write_script):
+    script = setup_workspace(workspace, write_script, window=2200)
+    done = run_cli("run", "t", "-m", "write the notes", "--model", f"replay:{script}",
+                   cwd=workspace)
+    assert "all done" in done.stdout
+    summaries = git(workspace, "log", "--format=%H %P %s", "--grep", "^t: summary").splitlines()
+    assert len(summaries) == 2
+    branches = git(workspace, "branch", "--format=%(refname:short)").split()
+    assert sorted(b for b in branches if b.startswith("agentfs/")) == [
+        "agentfs/t/compression-1", "agentfs/t/compression-2"]
+    for line in summaries:
+        sha, first_parent, second_parent, *_ = line.split()
+        branch_heads = {git(workspace, "rev-parse", b).strip() for b in branches
+                        if b.startswith("agentfs/")}
+        assert second_parent in branch_heads
+    graph = git(workspace, "log", "--graph", "--oneline", "-40")
+    assert "compression" in graph
+    # the side branches' files never reach main's work tree
+    on_disk = {p.name for p in (workspace / "traces/t/messages").iterdir()}
+    for branch in ("agentfs/t/compression-1", "agentfs/t/compression-2"):
+        side = set(git(workspace, "ls-tree", "-r", "--name-only", branch,
+                       "traces/t/messages").split())
+        base = set(git(workspace, "ls-tree", "-r", "--name-only", f"{branch}~2",
+                       "traces/t/messages").split())
+        side_only = {p.rsplit("/", 1)[1] for p in side - base}
+        assert len(side_only) == 2  # the request for a summary and the answer
+        assert not side_only & on_disk
+    assert_git_clean(workspace)
+
+    shown = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)["messages"]
+    roles = [m["role"] for m in shown]
+    assert roles[:3] == ["system", "user", "user"]  # system, first user message, summary
+    assert shown[2]["text"].startswith(SUMMARY_HEADER)
+    assert "Second summary" in shown[2]["text"] and shown[2]["synthetic"] == "summary"
+    assert shown[2]["parent_sequence"] == shown[1]["sequence"]
+
+    # rewinding into the first compressed region puts the originals back on the path
+    everything = json.loads(run_cli("show", "t", "--all", "--json", cwd=workspace).stdout)
+    step4 = next(m for m in everything["messages"] if m["text"] == "step 4")
+    target = step4["parent_sequence"]  # the last result of step 3
+    run_cli("rewind", "t", str(target), cwd=workspace)
+    after = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)["messages"]
+    assert any(m["text"] == "step 3" for m in after)
+    assert not any(m["synthetic"] == "summary" for m in after)
+    run_cli("run", "t", "-m", "go on", "--model", f"replay:{script}", cwd=workspace)
+    assert_git_clean(workspace)
+
+
+def test_compress_command_and_the_request_after_it(workspace, write_script):
+    script = setup_workspace(workspace, write_script, window=100_000)
+    run_cli("run", "t", "-m", "write the notes", "--model", f"replay:{script}",
+            "--max-iterations", "3", cwd=workspace)
+    out = run_cli("compress", "t", "--model", f"replay:{script}", cwd=workspace).stdout
+    assert "from agentfs/t/compression-1" in out
+    as_sent = json.loads(run_cli("show", "t", "--json", "--as-sent", cwd=workspace).stdout)
+    assert [m["role"] for m in as_sent["messages"]] == ["system", "user", "user"]
+    assert "First summary" in as_sent["messages"][2]["text"]
+    assert_git_clean(workspace)
+    git(workspace, "fsck", "--strict")
