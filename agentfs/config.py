@@ -50,6 +50,19 @@ class ToolsConfig(BaseModel):
     bash_output_limit: int = Field(default=30_000, ge=100, description="Characters of output kept")
 
 
+class KnowledgeConfig(BaseModel):
+    """Reflection: lessons saved as knowledge items."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enable_extraction: bool = Field(
+        default=False, description="Reflect on a side branch before each Level 2 compression"
+    )
+    enable_completion_extraction: bool = Field(
+        default=False, description="Reflect when the model finishes a task"
+    )
+
+
 class HookConfig(BaseModel):
     """A context-injection hook: a shell command whose output is injected."""
 
@@ -88,6 +101,7 @@ class WorkspaceConfig(BaseModel):
     presets: dict[str, Preset] = Field(default_factory=dict)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     context_hooks: list[HookConfig] = Field(default_factory=list)
+    knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
     max_delegation_depth: int = Field(default=2, ge=0, description="Nesting of delegate calls")
 
     def token_limit(self, model_name: str) -> int:

@@ -15,6 +15,7 @@ import click
 from agentfs.cli.render import message_record, show_text
 from agentfs.config import DEFAULT_MODEL
 from agentfs.core.goals import GoalTree
+from agentfs.core.knowledge import load_items
 from agentfs.core.runner import Runner
 from agentfs.core.workspace import Project, init_workspace
 from agentfs.errors import AgentfsError
@@ -367,6 +368,27 @@ def compress(trace_ref: str, model: str | None) -> None:
                     command_env=safe_environment(os.environ))
     summary = runner.compress(trace.id)
     click.echo(f"{trace.id}: summary #{summary.sequence} from {summary.model_extra['source_branch']}")
+
+
+@cli.command()
+@click.option("--status", "status_filter", type=click.Choice(["pending", "accepted", "rejected"]),
+              help="Only items with this status.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def knowledge(status_filter: str | None, as_json: bool) -> None:
+    """List knowledge items (knowledge/*.md): saved by reflection, judged by knowledge
+    evaluation; accepted ones are what the knowledge_search tool finds."""
+    project = _project()
+    items = [i for i in load_items(project.workspace.knowledge_dir)
+             if status_filter is None or i.status == status_filter]
+    if as_json:
+        click.echo(json.dumps([{**i.model_dump(), "body": i.body} for i in items], indent=2))
+        return
+    if not items:
+        click.echo("no knowledge items")
+    for item in items:
+        source = f"{item.source_trace}#{item.source_sequence}" if item.source_sequence else item.source_trace
+        reason = f" — {item.reason}" if item.reason else ""
+        click.echo(f"{item.status:<9} {item.id:<32} {item.title} [{source}]{reason}")
 
 
 @cli.command()

@@ -24,6 +24,8 @@ from agentfs.core.compaction import compress_completed_goals
 from agentfs.core.context import CONTEXT_TOOL, CommandHook, ContextHook, ContextSources, context_tool
 from agentfs.core.delegate import delegate_tool
 from agentfs.core.goals import GoalTree, goal_tool
+from agentfs.core.knowledge import knowledge_search_tool
+from agentfs.core.reflection import evaluate_knowledge, pending_items, reflect
 from agentfs.core.sidebranch import compress
 from agentfs.core.injection import DEFAULT_SKILL_RECENCY, skills_to_inject, synthetic_calls
 from agentfs.core.tokens import TokenCounter
@@ -220,6 +222,10 @@ class Runner:
                 self._run_tools(session, assistant)
                 result.steps.append("tool")
                 self._ingest_inbox(session, result)
+            elif self.config.knowledge.enable_completion_extraction and not trace.pending_inbox():
+                reflect(trace, self.model, [*request.messages, assistant],
+                        system=request.system, max_tokens=self.config.max_tokens)
+                result.steps.append("outcome")
 
     def _request(self, session: _Session, path: list[Message]) -> ModelRequest:
         trace = session.trace
@@ -286,6 +292,15 @@ class Runner:
         return self.tokens.request(request.system, request.messages, request.tools) * ratio > limit
 
     def _compress(self, session: _Session, request: ModelRequest) -> None:
+        """The side-branch queue: reflection (if extraction is on) or knowledge
+        evaluation (if items are pending), then compression."""
+        trace = session.trace
+        if self.config.knowledge.enable_extraction:
+            reflect(trace, self.model, request.messages, system=request.system,
+                    max_tokens=self.config.max_tokens)
+        elif pending_items(trace):
+            evaluate_knowledge(trace, self.model, request.messages, system=request.system,
+                               max_tokens=self.config.max_tokens)
         outcome = compress(
             session.trace, self.model, request.messages, system=request.system,
             tools=request.tools, max_tokens=self.config.max_tokens,
@@ -375,6 +390,7 @@ class Runner:
         registry.add(goal_tool(trace.dir / GOALS_FILE))
         registry.add(skill_tool(self.skills))
         registry.add(context_tool(sources))
+        registry.add(knowledge_search_tool(self.workspace.knowledge_dir))
         if self.config.tools.bash:
             registry.add(bash_tool(
                 self.config.tools.bash_timeout, self.config.tools.bash_output_limit,

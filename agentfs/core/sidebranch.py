@@ -21,6 +21,7 @@ from agentfs.models.base import Model, ModelRequest, ToolSpec
 from agentfs.store.messages import Message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
+from agentfs.tools.base import ToolContext, ToolRegistry
 
 COMPRESSION = "compression"
 
@@ -59,6 +60,67 @@ def next_branch(trace: Trace, branch_type: str) -> str:
     return f"{prefix}{number}"
 
 
+def run_branch(
+    trace: Trace,
+    model: Model,
+    branch_type: str,
+    history: list[Message],
+    prompt: str,
+    *,
+    system: str,
+    specs: list[ToolSpec],
+    tools: ToolRegistry | None = None,
+    max_tokens: int = 4096,
+    max_turns: int = 8,
+) -> tuple[str, bytes, str]:
+    """Run a side branch: `prompt` after `history`, then model turns (running `tools`
+    when given) until the model stops calling tools. Everything is committed on
+    the branch only. Returns (branch, its head, the model's last text)."""
+    branch = next_branch(trace, branch_type)
+    start = trace.repo.head()
+    assert start is not None
+    trace.repo.create_branch(branch, start)
+    fields = {"branch_type": branch_type, "branch_id": branch}
+    ask = trace.new_message("user", prompt, **fields)
+    ask.parent_sequence = history[-1].sequence if history else None
+    head = trace.commit_to_branch(branch, [ask])
+    sent = [*history, ask]
+    calls = side_calls(trace, branch_type)
+    text = ""
+    context = ToolContext(trace.workspace.root, trace.id, tmp_dir=trace.tmp_dir)
+    for _ in range(max_turns):
+        response = model.complete(ModelRequest(
+            system=system, messages=sent, tools=specs, branch_type=branch_type,
+            call_index=calls, max_tokens=max_tokens,
+        ))
+        calls += 1
+        text = response.text
+        wanted = response.tool_calls if tools is not None else []
+        answer = trace.new_message(
+            "assistant", response.text, tool_calls=wanted or None,
+            model=response.model or model.name, usage=response.usage,
+            stop_reason=response.stop_reason, **fields,
+        )
+        answer.parent_sequence = sent[-1].sequence
+        head = trace.commit_to_branch(branch, [answer])
+        sent.append(answer)
+        if not wanted or tools is None:
+            break
+        results = []
+        for call in wanted:
+            outcome = tools.call(call.name, call.input, context)
+            result = trace.new_message(
+                "tool", outcome.content, tool_call_id=call.id,
+                is_error=True if outcome.is_error else None, **fields,
+            )
+            result.parent_sequence = sent[-1].sequence
+            sent.append(result)
+            results.append(result)
+        head = trace.commit_to_branch(branch, results)
+    trace.meta.context.setdefault("side_calls", {})[branch_type] = calls
+    return branch, head, text
+
+
 def compress(
     trace: Trace,
     model: Model,
@@ -75,34 +137,12 @@ def compress(
     if first_user is None or not history:
         raise AgentfsError(f"trace {trace.id!r} has nothing to compress yet")
     tree = GoalTree.load(trace.dir / GOALS_FILE)
-    branch = next_branch(trace, COMPRESSION)
-    start = trace.repo.head()
-    assert start is not None
-    trace.repo.create_branch(branch, start)
-
-    fields = {"branch_type": COMPRESSION, "branch_id": branch}
-    ask = trace.new_message(
-        "user", SUMMARY_REQUEST.format(goals=tree.to_prompt(include_summary=True)), **fields
+    branch, head, text = run_branch(
+        trace, model, COMPRESSION, history,
+        SUMMARY_REQUEST.format(goals=tree.to_prompt(include_summary=True)),
+        system=system, specs=tools, max_tokens=max_tokens, max_turns=1,
     )
-    ask.parent_sequence = history[-1].sequence
-    trace.commit_to_branch(branch, [ask])
-    request = ModelRequest(
-        system=system,
-        messages=[*history, ask],
-        tools=tools,
-        branch_type=COMPRESSION,
-        call_index=side_calls(trace, COMPRESSION),
-        max_tokens=max_tokens,
-    )
-    response = model.complete(request)
-    answer = trace.new_message(
-        "assistant", response.text, model=response.model or model.name,
-        usage=response.usage, stop_reason=response.stop_reason, **fields,
-    )
-    answer.parent_sequence = ask.sequence
-    head = trace.commit_to_branch(branch, [answer])
-
-    text = response.text.strip() or "(the model gave no summary)"
+    text = text.strip() or "(the model gave no summary)"
     summary = trace.new_message(
         "user",
         f"{SUMMARY_HEADER}\n\n{text}\n\n## Goals\n{tree.to_prompt(include_summary=True)}",
@@ -111,7 +151,5 @@ def compress(
         source_branch=branch,
     )
     summary.parent_sequence = first_user.sequence
-    counts = trace.meta.context.setdefault("side_calls", {})
-    counts[COMPRESSION] = side_calls(trace, COMPRESSION) + 1
     trace.commit_step("summary", [summary], extra_parents=[head], summary=f"from {branch}")
     return Compression(summary, branch, head)

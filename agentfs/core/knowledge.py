@@ -1,0 +1,142 @@
+"""Knowledge items: what reflection learned, judged by knowledge evaluation.
+
+Each item is `knowledge/<id>.md`: YAML frontmatter (`id`, `status`
+pending|accepted|rejected, `title`, `source_trace`, `source_sequence`,
+`reason`) and the item's text as the body. Reflection side branches create
+pending items, `knowledge_eval` side branches accept or reject them, and the
+`knowledge_search` tool finds accepted ones.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from agentfs.errors import AgentfsError, validation_problems
+from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
+
+Status = Literal["pending", "accepted", "rejected"]
+MAX_RESULTS = 5
+
+
+class KnowledgeItem(BaseModel):
+    id: str
+    title: str
+    status: Status = "pending"
+    source_trace: str
+    source_sequence: int | None = None
+    reason: str | None = Field(default=None, description="Why it was accepted or rejected")
+    body: str = Field(default="", exclude=True)
+
+    def render(self) -> bytes:
+        header = yaml.safe_dump(
+            self.model_dump(exclude_none=True), sort_keys=False, allow_unicode=True, width=1_000_000
+        )
+        return f"---\n{header}---\n{self.body.rstrip()}\n".encode()
+
+
+def load_items(folder: Path) -> list[KnowledgeItem]:
+    """Every item in `folder`, by id; a broken file is an error naming it."""
+    items = []
+    for path in sorted(folder.glob("*.md")) if folder.is_dir() else []:
+        text = path.read_text(encoding="utf-8")
+        _, _, rest = text.partition("---\n")
+        header, sep, body = rest.partition("\n---\n")
+        try:
+            fields = yaml.safe_load(header) if sep else None
+            if not isinstance(fields, dict):
+                raise AgentfsError(f"{path}: no frontmatter", hint="see docs/context.md")
+            items.append(KnowledgeItem.model_validate({**fields, "body": body.strip()}))
+        except (yaml.YAMLError, ValidationError) as exc:
+            detail = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
+            raise AgentfsError(f"{path}: invalid knowledge item: {detail}") from None
+    return items
+
+
+def slug(title: str, taken: set[str]) -> str:
+    base = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:48] or "item"
+    candidate, number = base, 2
+    while candidate in taken:
+        candidate, number = f"{base}-{number}", number + 1
+    return candidate
+
+
+def search(items: list[KnowledgeItem], query: str) -> list[KnowledgeItem]:
+    """Accepted items ranked by how many of the query's words they contain."""
+    words = [w for w in re.findall(r"\w+", query.lower()) if len(w) > 2]
+    scored = []
+    for item in items:
+        if item.status != "accepted":
+            continue
+        text = f"{item.title} {item.body}".lower()
+        score = sum(text.count(w) for w in words)
+        if score:
+            scored.append((score, item.id, item))
+    return [item for _, _, item in sorted(scored, key=lambda t: (-t[0], t[1]))[:MAX_RESULTS]]
+
+
+def knowledge_search_tool(folder: Path) -> Tool:
+    def run(arguments: dict[str, Any], context: ToolContext) -> str:
+        query = arguments.get("query")
+        if not isinstance(query, str) or not query.strip():
+            raise ToolFailure("'query' must be a non-empty string")
+        found = search(load_items(folder), query)
+        if not found:
+            return f"no accepted knowledge matches {query!r}"
+        return "\n\n".join(f"## {i.title} ({i.id})\n{i.body}" for i in found)
+
+    return Tool(
+        "knowledge_search",
+        "Search accepted knowledge items (lessons saved from earlier work) by keywords.",
+        schema({"query": {"type": "string"}}, ["query"]),
+        run,
+    )
+
+
+def save_knowledge_tool(collected: list[KnowledgeItem], trace_id: str, source: int | None,
+                        taken: set[str]) -> Tool:
+    """For reflection branches: items are collected, and written by the branch's outcome."""
+
+    def run(arguments: dict[str, Any], context: ToolContext) -> str:
+        title, body = arguments.get("title"), arguments.get("content")
+        if not isinstance(title, str) or not title.strip() or not isinstance(body, str):
+            raise ToolFailure("give 'title' and 'content' as strings")
+        item = KnowledgeItem(id=slug(title, taken), title=title.strip(), body=body,
+                             source_trace=trace_id, source_sequence=source)
+        taken.add(item.id)
+        collected.append(item)
+        return f"saved knowledge item {item.id} (pending evaluation)"
+
+    return Tool(
+        "save_knowledge",
+        "Save a reusable lesson from this work as a knowledge item (pending until evaluated).",
+        schema({"title": {"type": "string"}, "content": {"type": "string"}}, ["title", "content"]),
+        run,
+    )
+
+
+def judge_knowledge_tool(pending: dict[str, KnowledgeItem]) -> Tool:
+    """For knowledge_eval branches: verdicts change the collected items in place."""
+
+    def run(arguments: dict[str, Any], context: ToolContext) -> str:
+        item = pending.get(str(arguments.get("id")))
+        verdict = arguments.get("verdict")
+        if item is None:
+            raise ToolFailure(f"no pending item {arguments.get('id')!r}; pending: {', '.join(pending)}")
+        if verdict not in ("accept", "reject"):
+            raise ToolFailure("'verdict' must be accept or reject")
+        item.status = "accepted" if verdict == "accept" else "rejected"
+        item.reason = str(arguments.get("reason") or "")
+        return f"{item.id}: {item.status}"
+
+    return Tool(
+        "judge_knowledge",
+        "Accept or reject a pending knowledge item, with a reason.",
+        schema({"id": {"type": "string"}, "verdict": {"type": "string", "enum": ["accept", "reject"]},
+                "reason": {"type": "string"}}, ["id", "verdict", "reason"]),
+        run,
+    )
