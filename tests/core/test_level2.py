@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agentfs.core.sidebranch import SUMMARY_HEADER
-from tests.conftest import assert_git_clean, git, run_cli
+from tests.conftest import assert_git_clean, git, run_cli, user
 
 
 def setup_workspace(root, write_script, window: int):
@@ -80,3 +80,71 @@ def test_compress_command_and_the_request_after_it(workspace, write_script):
     assert "First summary" in as_sent["messages"][2]["text"]
     assert_git_clean(workspace)
     git(workspace, "fsck", "--strict")
+
+
+def test_restoring_trace_files_with_git_then_running_continues_from_them(workspace, write_script):
+    script = setup_workspace(workspace, write_script, window=100_000)
+    run_cli("run", "t", "-m", "write the notes", "--model", f"replay:{script}",
+            "--max-iterations", "2", cwd=workspace)
+    older = git(workspace, "rev-parse", "HEAD").strip()
+    run_cli("run", "t", "--model", f"replay:{script}", "--max-iterations", "2", cwd=workspace)
+    head_before = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)["head"]
+    git(workspace, "checkout", older, "--", "traces/t")
+    restored_head = json.loads((workspace / "traces/t/trace.json").read_text())["head"]
+    assert restored_head < head_before
+    run_cli("run", "t", "-m", "from the restored point", "--model", f"replay:{script}",
+            "--max-iterations", "1", cwd=workspace)
+    shown = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)["messages"]
+    sequences = [m["sequence"] for m in shown]
+    assert restored_head in sequences and head_before not in sequences
+    new_user = next(m for m in shown if m["text"] == "from the restored point")
+    assert new_user["parent_sequence"] == restored_head
+    assert "t: edit" in git(workspace, "log", "--format=%s", "-5")
+    assert_git_clean(workspace)
+
+
+def test_declared_skill_is_reinjected_after_compression(workspace, write_script):
+    (workspace / "skills" / "notes.md").write_text(
+        "---\nname: notes\ndescription: How to write notes.\n---\nKeep notes short.\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "skill")
+    script = setup_workspace(workspace, write_script, window=2200)
+    run_cli("run", "t", "-m", "write the notes", "--model", f"replay:{script}",
+            "--inject-skill", "notes", "--skill-recency", "50", cwd=workspace)
+    everything = json.loads(run_cli("show", "t", "--all", "--json", cwd=workspace).stdout)
+    summaries = [m for m in everything["messages"] if m["synthetic"] == "summary"]
+    assert summaries
+    first_summary = summaries[0]["sequence"]
+    injections = [m for m in everything["messages"]
+                  if m["synthetic"] == "skill" and m["role"] == "tool"]
+    assert any(m["sequence"] < first_summary for m in injections)
+    assert any(m["sequence"] > first_summary for m in injections), \
+        "the skill compressed away must be injected again"
+
+
+def test_a_side_branch_cut_short_is_never_merged(project, write_script):
+    from agentfs.core.runner import Runner
+    from agentfs.core.sidebranch import COMPRESSION, next_branch
+    from agentfs.models.replay import ReplayModel
+    from agentfs.store.trace import Trace
+
+    project.new_trace("t", user("go"))
+    script = write_script([{"text": "a"}], compression=[{"text": "S1"}, {"text": "S2"}])
+    runner = Runner(project.workspace, project.repo, ReplayModel(script), config=project.config)
+    runner.run("t")
+    trace = Trace(project.workspace, project.repo, "t")
+    # a crash after the branch got its request, before the model answered
+    branch = next_branch(trace, COMPRESSION)
+    project.repo.create_branch(branch, project.repo.head())
+    ask = trace.new_message("user", "summarize", branch_type=COMPRESSION, branch_id=branch)
+    trace.commit_to_branch(branch, [ask])
+
+    summary = runner.compress("t")
+    assert summary.model_extra["source_branch"] == "agentfs/t/compression-2"
+    assert "S1" in summary.text  # the cut-short branch consumed no script entry
+    root = project.workspace.root
+    merged = git(root, "log", "--format=%P", "-1").split()
+    assert git(root, "rev-parse", "agentfs/t/compression-2").strip() == merged[1]
+    unmerged = git(root, "branch", "--no-merged", "main", "--format=%(refname:short)").split()
+    assert "agentfs/t/compression-1" in unmerged
+    assert_git_clean(root)
