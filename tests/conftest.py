@@ -75,3 +75,27 @@ def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True,
     if check:
         assert done.returncode == 0, f"agentfs {' '.join(args)} → {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done
+
+
+def kill_runs_at_random(args: list[str], *, cwd: Path, times: int, seed: int,
+                        delay: tuple[float, float], env: dict | None = None) -> int:
+    """Start `agentfs ARGS` `times` times, SIGKILL each at a random instant (unless it
+    finished first); returns how many kills landed inside a run."""
+    import random
+    import signal
+    import time
+
+    rng = random.Random(seed)
+    kills = 0
+    for _ in range(times):
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentfs", *args], cwd=cwd,
+            env={**os.environ, **(env or {})}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        time.sleep(rng.uniform(*delay))  # a random instant, not a synchronisation
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            kills += 1
+        _, stderr = proc.communicate()
+        assert proc.returncode in (0, -signal.SIGKILL), stderr.decode()
+    return kills

@@ -3,12 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import random
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +11,7 @@ import pytest
 from agentfs.core.runner import Runner
 from agentfs.models.anthropic import AnthropicModel
 from agentfs.testing import FakeAnthropicServer, assert_valid_request
-from tests.conftest import assert_git_clean, git, run_cli, user
+from tests.conftest import assert_git_clean, git, kill_runs_at_random, run_cli, user
 
 STEPS = 12
 
@@ -109,21 +103,10 @@ def test_killed_and_resumed_runs_resend_identical_prefixes(tmp_path, server):
     run_cli("init", str(root), cwd=tmp_path)
     run_cli("new", "t", "-m", "write the files", cwd=root)
     server.enqueue(*[answer] * 200)
-    env = {**os.environ, "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.base_url}
-    rng = random.Random(7)
-    kills = 0
-    for _ in range(6):
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agentfs", "run", "t", "-q", "--model", "anthropic:claude-test"],
-            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(0.7, 1.3))  # a random instant, not a synchronisation
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            kills += 1
-        _, stderr = proc.communicate()
-        assert proc.returncode in (0, -signal.SIGKILL), stderr.decode()
-    run_cli("run", "t", "-q", "--model", "anthropic:claude-test", cwd=root,
-            env={"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.base_url})
+    env = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.base_url}
+    args = ["run", "t", "-q", "--model", "anthropic:claude-test"]
+    kills = kill_runs_at_random(args, cwd=root, times=6, seed=7, delay=(0.7, 1.3), env=env)
+    run_cli(*args, cwd=root, env=env)
     assert kills >= 2
 
     bodies = [without_cache_control(r.body) for r in server.requests]

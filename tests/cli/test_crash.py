@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import random
 import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 from agentfs.core.runner import INTERRUPTED
 from agentfs.store.messages import load_message
-from tests.conftest import assert_git_clean, git, run_cli
+from tests.conftest import assert_git_clean, git, kill_runs_at_random, run_cli
 
 TURNS = 40
 KILLS = 12
@@ -50,13 +44,6 @@ def message_files(root: Path) -> dict[str, bytes]:
     return {p.name: CLOCK.sub(b"## Current time", p.read_bytes()) for p in sorted(folder.iterdir())}
 
 
-def start_run(root: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "agentfs", "run", "t", "-q"], cwd=root,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-
-
 def test_killed_runs_resume_without_loss_or_duplicates(tmp_path):
     reference, crashed = tmp_path / "reference", tmp_path / "crashed"
     reference.mkdir()
@@ -65,16 +52,8 @@ def test_killed_runs_resume_without_loss_or_duplicates(tmp_path):
     make_workspace(crashed)
     run_cli("run", "t", cwd=reference)
 
-    rng = random.Random(20261202)
-    kills = 0
-    for _ in range(KILLS):
-        proc = start_run(crashed)
-        time.sleep(rng.uniform(0.5, 1.2))  # a random instant, not a synchronisation
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            kills += 1
-        _, stderr = proc.communicate()
-        assert proc.returncode in (0, -signal.SIGKILL), stderr.decode()
+    kills = kill_runs_at_random(["run", "t", "-q"], cwd=crashed, times=KILLS, seed=20261202,
+                                delay=(0.5, 1.2))
     assert kills >= 3, "the kills never landed inside a run; adjust the timing"
     run_cli("run", "t", "-q", cwd=crashed)
 
