@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,8 @@ from agentfs.store.messages import load_dropped, parse_dropped
 from agentfs.skills import load_skills
 from agentfs.store.workspace import GOALS_FILE, check_trace_id
 from agentfs.tools.subprocesses import safe_environment
+from agentfs.watch.observe import observe
+from agentfs.watch.watcher import Watcher
 
 EXAMPLE_TRACE = "demo"
 
@@ -426,6 +431,63 @@ def skills(as_json: bool) -> None:
             click.echo(f"invalid: {error}", err=True)
     if catalog.errors:
         raise click.exceptions.Exit(1)
+
+
+@cli.command()
+@click.argument("workspace", type=click.Path(file_okay=False, path_type=Path), required=False)
+@click.option("--once", is_flag=True, help="Take what is pending, wait for those runs, exit.")
+@click.option("--max-parallel", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Traces run at the same time.")
+@click.option("--settle", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Seconds a dropped file must stay unchanged before it is taken.")
+@click.option("--model", help="Model for every run (default: model in agentfs.toml).")
+@click.option("--json", "as_json", is_flag=True, help="Log JSON lines instead of text.")
+def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float,
+          model: str | None, as_json: bool) -> None:
+    """Run traces when files are dropped into inboxes.
+
+    A Markdown file saved into traces/ID/inbox/ continues trace ID; one saved
+    into the workspace's inbox/ starts a new trace named after the file
+    (frontmatter may set `preset` and `model`). Files are taken once they
+    have settled; editor temp and swap files are ignored. Ctrl-C or SIGTERM
+    lets running traces finish their current step, then exits 0.
+    """
+    project = Project.open(workspace)
+    chosen = _choose_model(project, None, None, model)
+    watcher = Watcher(project, chosen, _watch_logger(as_json), settle=settle,
+                      max_parallel=max_parallel,
+                      runner_options={"command_env": safe_environment(os.environ)})
+
+    def stop(signum: int, frame: Any) -> None:
+        watcher.stopping.set()
+        watcher.wake()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    if once:
+        watcher.run_once()
+        return
+    observer, kind = observe(project.workspace.root, watcher.wake)
+    watcher.log("watching", {"workspace": str(project.workspace.root), "observer": kind})
+    try:
+        watcher.run_forever()
+    finally:
+        observer.stop()
+        observer.join()
+    watcher.log("stopped", {})
+
+
+def _watch_logger(as_json: bool) -> Callable[[str, dict], None]:
+    def log(event: str, data: dict) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        if as_json:
+            click.echo(json.dumps({"time": stamp, "event": event, **data}))
+        else:
+            details = " ".join(f"{k}={v}" for k, v in data.items())
+            click.echo(f"{stamp} {event} {details}".rstrip())
+        sys.stdout.flush()
+
+    return log
 
 
 @cli.command()

@@ -56,7 +56,7 @@ class RunResult:
 
     trace_id: str
     iterations: int = 0
-    stop: str = "end_turn"  # end_turn | max_iterations | nothing_to_do
+    stop: str = "end_turn"  # end_turn | max_iterations | nothing_to_do | stopped
     final_text: str = ""
     steps: list[str] = field(default_factory=list)
 
@@ -90,11 +90,13 @@ class Runner:
         on_text: Callable[[str], None] | None = None,
         on_event: EventSink | None = None,
         command_env: Mapping[str, str] | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
         """`command_env` is what bash commands and hook commands see (default: only a
         PATH); the CLI passes the safe part of its environment."""
         self.workspace = workspace
         self.command_env = command_env
+        self.stop = stop or (lambda: False)
         self.repo = repo
         self.model = model
         self.config = config or WorkspaceConfig()
@@ -195,6 +197,9 @@ class Runner:
                 return
             if result.iterations >= max_iterations:
                 result.stop = "max_iterations"
+                return
+            if self.stop():  # asked to stop: every step so far is committed
+                result.stop = "stopped"
                 return
             request = self._request(session, path)
             if self._over_budget(request) and session.compressed_at != trace.meta.head:

@@ -80,7 +80,11 @@ class Project:
         with Trace(self.workspace, self.repo, trace_id).lock():  # creators exclude each other
             trace = Trace.create(self.workspace, self.repo, meta)
             system = trace.new_message("system", prompt)
-            trace.commit_step("create", [system], summary=f"new trace ({meta.created_at})")
+            keep = trace.inbox_dir / KEEP  # so the inbox exists for people to drop files into
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            keep.write_bytes(b"")
+            trace.commit_step("create", [system], summary=f"new trace ({meta.created_at})",
+                              extra_paths=[trace.rel(keep)])
             user = trace.new_message("user", first_message.content, **authored_fields(first_message))
             trace.commit_step("user", [user])
         return trace

@@ -152,7 +152,7 @@ def test_trace_without_user_message_is_an_error(project, write_script):
 def test_inbox_files_are_ingested_before_running(project, write_script):
     project.new_trace("t1", user("go"))
     inbox = project.workspace.root / "traces/t1/inbox"
-    inbox.mkdir()
+    inbox.mkdir(exist_ok=True)
     (inbox / "later.md").write_text("a dropped message\n")
     (inbox / ".later.md.swp").write_bytes(b"vim swap")
     runner, model = make_runner(project, write_script([{"text": "seen"}]))

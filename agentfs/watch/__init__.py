@@ -1,0 +1,1 @@
+"""Watch mode: runs started by files dropped into inboxes."""
