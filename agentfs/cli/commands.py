@@ -440,7 +440,7 @@ def skills(as_json: bool) -> None:
               help="Traces run at the same time.")
 @click.option("--settle", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Seconds a dropped file must stay unchanged before it is taken.")
-@click.option("--model", help="Model for every run (default: model in agentfs.toml).")
+@click.option("--model", help="Model for every run (default: each trace's, else agentfs.toml's).")
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines instead of text.")
 def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float,
           model: str | None, as_json: bool) -> None:
@@ -453,8 +453,12 @@ def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float,
     lets running traces finish their current step, then exits 0.
     """
     project = Project.open(workspace)
-    chosen = _choose_model(project, None, None, model)
-    watcher = Watcher(project, chosen, _watch_logger(as_json), settle=settle,
+    _choose_model(project, None, None, model)  # a missing key or script fails now, not per run
+
+    def model_for(trace_model: str | None, preset: str | None) -> Model:
+        return _choose_model(project, trace_model, preset, model)
+
+    watcher = Watcher(project, model_for, _watch_logger(as_json), settle=settle,
                       max_parallel=max_parallel,
                       runner_options={"command_env": safe_environment(os.environ)})
 

@@ -57,6 +57,7 @@ class Project:
         preset: str | None = None,
         model: str | None = None,
         skills: SkillCatalog | None = None,
+        inject_skills: list[str] | None = None,
     ) -> Trace:
         """Create a trace: `trace.json` and the system message (commit `create`), then
         the first user message (commit `user`).
@@ -76,7 +77,10 @@ class Project:
             self.config, explicit=explicit_system, run_prompt=system_prompt, preset=preset,
             skills=skills if skills is not None else load_skills(self.workspace.skills_dir),
         )
-        meta = TraceMeta(id=trace_id, preset=preset, model=model)
+        for name in inject_skills or []:
+            (skills if skills is not None else load_skills(self.workspace.skills_dir)).get(name)
+        context = {"inject_skills": list(inject_skills)} if inject_skills else {}
+        meta = TraceMeta(id=trace_id, preset=preset, model=model, context=context)
         with Trace(self.workspace, self.repo, trace_id).lock():  # creators exclude each other
             trace = Trace.create(self.workspace, self.repo, meta)
             system = trace.new_message("system", prompt)

@@ -43,7 +43,7 @@ class Watcher:
     """Watches one workspace; `run_once()` or `run_forever()`."""
 
     project: Project
-    model: Model
+    model_for: Callable[[str | None, str | None], Model]  # (trace's model, preset) -> model
     log: Log
     settle: float = 1.0
     max_parallel: int = 2
@@ -51,6 +51,7 @@ class Watcher:
 
     def __post_init__(self) -> None:
         self._seen: dict[Path, _Seen] = {}
+        self._rejected: dict[Path, tuple[int, int]] = {}  # left alone until they change
         self._running: dict[str, Future] = {}
         self._pool = ThreadPoolExecutor(max_workers=self.max_parallel)
         self._wake = threading.Event()
@@ -76,6 +77,8 @@ class Watcher:
         except FileNotFoundError:
             self._seen.pop(path, None)
             return False
+        if self._rejected.get(path) == (st.st_size, st.st_mtime_ns):
+            return False
         seen = self._seen.get(path)
         if seen is None or (seen.size, seen.mtime_ns) != (st.st_size, st.st_mtime_ns):
             self._seen[path] = _Seen(st.st_size, st.st_mtime_ns, now)
@@ -87,7 +90,7 @@ class Watcher:
         except MessageFileError as exc:
             if now - seen.since >= self.settle * 5:
                 self.log("invalid", {"file": str(path), "error": str(exc)})
-                self._seen[path] = _Seen(st.st_size, st.st_mtime_ns, now + 3600)
+                self._rejected[path] = (st.st_size, st.st_mtime_ns)
             return False
         return True
 
@@ -139,11 +142,15 @@ class Watcher:
             try:
                 message = load_dropped(staged)
                 fields = message.model_extra or {}
-                self.project.new_trace(trace_id, message, preset=fields.get("preset"),
-                                       model=fields.get("model"))
+                skills = fields.get("inject_skills") or []
+                self.project.new_trace(
+                    trace_id, message, preset=fields.get("preset"), model=fields.get("model"),
+                    inject_skills=[skills] if isinstance(skills, str) else list(skills),
+                )
             except AgentfsError as exc:
                 os.rename(staged, source)  # give it back, untouched
-                self._seen[source] = _Seen(-1, -1, time.monotonic() + 3600)
+                st = source.stat()
+                self._rejected[source] = (st.st_size, st.st_mtime_ns)
                 self.log("error", {"file": name, "error": str(exc)})
                 return None
             self.log("new_trace", {"trace": trace_id, "file": name})
@@ -160,10 +167,12 @@ class Watcher:
         started = time.monotonic()
         self.log("run_started", {"trace": trace_id})
         try:
-            runner = Runner(self.project.workspace, self.project.repo, self.model,
+            meta = self.project.trace(trace_id).meta
+            runner = Runner(self.project.workspace, self.project.repo,
+                            self.model_for(meta.model, meta.preset),
                             config=self.project.config, stop=self.stopping.is_set,
                             **self.runner_options)
-            result = runner.run(trace_id)
+            result = runner.run(trace_id, inject_skills=meta.context.get("inject_skills", []))
         except TraceLocked:
             self.log("busy", {"trace": trace_id})  # another process runs it; retried later
             return

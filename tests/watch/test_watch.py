@@ -48,18 +48,28 @@ def texts(root: Path, trace: str = "t") -> list[str]:
 
 
 def test_once_takes_pending_drops_and_new_traces(ws):
+    (ws / "skills" / "style-guide.md").write_text(
+        "---\nname: style-guide\ndescription: Writing style.\n---\nShort lines.\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "skill")
     (ws / "traces/t/inbox").mkdir(exist_ok=True)
     (ws / "traces/t/inbox/more.md").write_text("a follow-up\n")
     (ws / "traces/t/inbox/.more.md.swp").write_bytes(b"swap")
-    (ws / "inbox" / "Fix the README.md").write_text("---\npreset: null\n---\nplease fix\n")
+    (ws / "inbox" / "Fix the README.md").write_text(
+        "---\ninject_skills: [style-guide]\n---\nplease fix\n")
+    (ws / "inbox" / "bad.md").write_text("---\npreset: nope\n---\nx\n")
     out = run_cli("watch", "--once", "--settle", "0.2", "--json", cwd=ws).stdout
     events = [json.loads(line)["event"] for line in out.splitlines()]
     assert events.count("run_finished") == 2 and "new_trace" in events
+    assert events.count("error") == 1  # bad.md: reported once, given back untouched
+    assert (ws / "inbox" / "bad.md").read_text() == "---\npreset: nope\n---\nx\n"
+    (ws / "inbox" / "bad.md").unlink()
     assert texts(ws)[-2:] == ["a follow-up", "answer 0"]
     assert "Fix-the-README" in Project.open(ws).workspace.trace_ids()
-    assert texts(ws, "Fix-the-README")[1:] == ["please fix", "answer 0"]
+    fix = texts(ws, "Fix-the-README")
+    assert fix[1] == "please fix" and fix[-1] == "answer 0"
+    assert any("Short lines." in t for t in fix)  # the declared skill was injected
     assert (ws / "traces/t/inbox/.more.md.swp").exists()
-    git(ws, "rm", "-q", "--cached", "--ignore-unmatch", "traces/t/inbox/.more.md.swp")
     (ws / "traces/t/inbox/.more.md.swp").unlink()
     assert_git_clean(ws)
 
@@ -67,7 +77,7 @@ def test_once_takes_pending_drops_and_new_traces(ws):
 def test_live_watcher_with_editor_like_saves(ws):
     project = Project.open(ws)
     events: list[tuple[str, dict]] = []
-    watcher = Watcher(project, ReplayModel(ws / "script.json"),
+    watcher = Watcher(project, lambda model, preset: ReplayModel(ws / "script.json"),
                       lambda e, d: events.append((e, d)), settle=0.3)
     observer, _ = observe(ws, watcher.wake)
     thread = threading.Thread(target=watcher.run_forever, daemon=True)
@@ -116,3 +126,52 @@ def test_sigterm_stops_cleanly(ws):
     assert proc.returncode == 0, err.decode()
     assert_git_clean(ws)
     git(ws, "fsck", "--strict")
+
+
+def message_texts_on_disk(root: Path, trace: str = "t") -> list[str]:
+    from agentfs.store.messages import load_message
+
+    folder = root / "traces" / trace / "messages"
+    return [load_message(p).text for p in sorted(folder.iterdir())]
+
+
+def drop_many(folder: Path, count: int) -> set[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (folder / f"drop-{i:04d}.md").write_text(f"drop {i}\n")
+    return {f"drop {i}" for i in range(count)}
+
+
+def test_a_burst_of_files_is_ingested_exactly_once(ws):
+    expected = drop_many(ws / "traces/t/inbox", 1000)
+    run_cli("watch", "--once", "--settle", "0.2", cwd=ws, timeout=600)
+    texts_on_disk = message_texts_on_disk(ws)
+    assert sorted(t for t in texts_on_disk if t.startswith("drop ")) == sorted(expected)
+    assert [p.name for p in (ws / "traces/t/inbox").iterdir()] == [".gitkeep"]
+    assert_git_clean(ws)
+
+
+def test_watcher_killed_mid_ingest_then_restarted(ws):
+    from tests.conftest import kill_runs_at_random
+
+    expected = drop_many(ws / "traces/t/inbox", 150)
+    kills = kill_runs_at_random(["watch", "--settle", "0"], cwd=ws, times=4, seed=3,
+                                delay=(0.8, 1.6))
+    assert kills >= 1
+    run_cli("watch", "--once", "--settle", "0.1", cwd=ws, timeout=300)
+    drops = [t for t in message_texts_on_disk(ws) if t.startswith("drop ")]
+    assert sorted(drops) == sorted(expected), "a drop was lost or taken twice"
+    assert_git_clean(ws)
+
+
+def test_two_watchers_never_run_a_trace_twice_at_once(ws):
+    expected = drop_many(ws / "traces/t/inbox", 60)
+    procs = [subprocess.Popen([sys.executable, "-m", "agentfs", "watch", "--once",
+                               "--settle", "0.1", "--json"], cwd=ws,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outputs]
+    drops = [t for t in message_texts_on_disk(ws) if t.startswith("drop ")]
+    assert sorted(drops) == sorted(expected)
+    assert_git_clean(ws)
