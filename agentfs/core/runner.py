@@ -59,6 +59,8 @@ class RunResult:
     stop: str = "end_turn"  # end_turn | max_iterations | nothing_to_do | stopped
     final_text: str = ""
     steps: list[str] = field(default_factory=list)
+    input_tokens: int = 0  # as reported by the provider (offline models report none)
+    output_tokens: int = 0
 
 
 @dataclass
@@ -220,6 +222,11 @@ class Runner:
             response = self.model.complete(request, self.on_text)
             self._note_estimate(response, request)
             result.iterations += 1
+            if response.usage is not None:
+                usage = response.usage
+                result.input_tokens += (usage.input_tokens + usage.cache_read_input_tokens
+                                        + usage.cache_creation_input_tokens)
+                result.output_tokens += usage.output_tokens
             result.final_text = response.text
             assistant = self._persist_response(session, response, stale, request.call_index + 1)
             result.steps.append("assistant")

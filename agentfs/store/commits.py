@@ -29,6 +29,7 @@ KINDS = (
     "summary",  # compression summary
     "branch",  # a step on a side branch
     "outcome",  # a side branch's result recorded on main
+    "error",  # a run failed; trace.json's context.last_error says why
 )
 
 

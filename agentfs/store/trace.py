@@ -209,6 +209,15 @@ class Trace:
         """Where agentfs makes temp files for atomic writes (inside `.git`)."""
         return self.workspace.state_dir / "tmp"
 
+    def record_error(self, error: str) -> bytes:
+        """Leave a visible record of a failed run: `context.last_error` in trace.json,
+        committed as kind `error`. The caller holds the lock."""
+        self.reload()
+        self.meta.context["last_error"] = {
+            "at": datetime.now(UTC).isoformat(timespec="seconds"), "error": error,
+        }
+        return self.commit_step("error", [], summary=error)
+
     def commit_to_branch(self, branch: str, messages: Sequence[Message], kind: str = "branch") -> bytes:
         """Commit message files on side branch `branch` only: the work tree, the index
         and `main` are not touched."""

@@ -178,10 +178,21 @@ class Watcher:
             return
         except AgentfsError as exc:
             self.log("error", {"trace": trace_id, "error": str(exc)})
+            self._record_error(trace_id, str(exc))
             return
         self.log("run_finished", {"trace": trace_id, "iterations": result.iterations,
-                                  "stop": result.stop,
+                                  "stop": result.stop, "input_tokens": result.input_tokens,
+                                  "output_tokens": result.output_tokens,
                                   "seconds": round(time.monotonic() - started, 3)})
+
+    def _record_error(self, trace_id: str, error: str) -> None:
+        """A failed run leaves an `error` commit in its trace; the watcher carries on."""
+        trace = self.project.trace(trace_id)
+        try:
+            with trace.lock():
+                trace.record_error(error)
+        except AgentfsError as exc:
+            self.log("error", {"trace": trace_id, "error": f"could not record: {exc}"})
 
     def wake(self) -> None:
         self._wake.set()

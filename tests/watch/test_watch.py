@@ -175,3 +175,24 @@ def test_two_watchers_never_run_a_trace_twice_at_once(ws):
     drops = [t for t in message_texts_on_disk(ws) if t.startswith("drop ")]
     assert sorted(drops) == sorted(expected)
     assert_git_clean(ws)
+
+
+def test_a_failing_run_leaves_an_error_record_and_the_watcher_carries_on(ws):
+    run_cli("new", "u", "-m", "other", cwd=ws)
+    for trace in ("t", "u"):
+        (ws / "traces" / trace / "inbox" / "go.md").write_text("go\n")
+    from agentfs.testing import FakeAnthropicServer
+
+    with FakeAnthropicServer() as server:
+        server.fail_next(400, count=2)  # refused, so not retried
+        out = run_cli("watch", "--once", "--settle", "0.1", "--json", "--model",
+                      "anthropic:claude-test", cwd=ws,
+                      env={"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.base_url})
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    errors = [e for e in events if e["event"] == "error"]
+    assert {e["trace"] for e in errors} == {"t", "u"}
+    for trace in ("t", "u"):
+        meta = json.loads((ws / "traces" / trace / "trace.json").read_text())
+        assert "Anthropic" in meta["context"]["last_error"]["error"]
+        assert f"{trace}: error" in git(ws, "log", "--format=%s", "-3")
+    assert_git_clean(ws)
