@@ -15,6 +15,7 @@ import stat
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from dulwich.index import IndexEntry, index_entry_from_stat
@@ -44,6 +45,11 @@ class Change:
     path: str
     data: bytes | None
     mode: int = FILE_MODE
+
+    @cached_property
+    def blob(self) -> Blob | None:
+        """The blob for `data`, hashed once for both the commit and the index entry."""
+        return None if self.data is None else Blob.from_string(self.data)
 
 
 def init_repo(root: Path) -> bool:
@@ -223,9 +229,8 @@ class GitRepo:
                 continue
             change = Change(path, data, mode)
             changes.append(change)
-            index_changes[path.encode()] = index_entry_from_stat(
-                st, Blob.from_string(data).id, mode=mode
-            )
+            assert change.blob is not None
+            index_changes[path.encode()] = index_entry_from_stat(st, change.blob.id, mode=mode)
         with (
             index_intent(self.state_dir, [p.decode() for p in index_changes]),
             IndexUpdate(self.index_path, self.state_dir) as index,
@@ -278,10 +283,9 @@ class GitRepo:
         """
         blobs: dict[str, tuple[int, bytes]] = {}
         for change in changes:
-            if change.data is not None:
-                blob = Blob.from_string(change.data)
-                self.objects.add_object(blob)
-                blobs[change.path] = (change.mode, blob.id)
+            if change.blob is not None:
+                self.objects.add_object(change.blob)
+                blobs[change.path] = (change.mode, change.blob.id)
         tree_changes = [
             (c.path.encode(), *(blobs[c.path] if c.path in blobs else (None, None)))
             for c in changes

@@ -350,8 +350,10 @@ class Trace:
         was_current = self._snapshot is not None and self._snapshot_key == self._dir_key()
         atomic_write(path, render_message(message), tmp_dir=self.tmp_dir)
         if was_current and self._snapshot is not None:
+            newest = message.sequence > max(self._snapshot, default=0)
             self._snapshot[message.sequence] = message
-            self._snapshot = dict(sorted(self._snapshot.items()))
+            if not newest:  # new messages come last; only a rewrite can be out of order
+                self._snapshot = dict(sorted(self._snapshot.items()))
             self._snapshot_key = self._dir_key()
         return path
 
