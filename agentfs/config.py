@@ -103,6 +103,11 @@ class WorkspaceConfig(BaseModel):
     context_hooks: list[HookConfig] = Field(default_factory=list)
     knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
     max_delegation_depth: int = Field(default=2, ge=0, description="Nesting of delegate calls")
+    fsync: Literal["files", "all"] = Field(
+        default="files",
+        description="files: fsync each file agentfs writes before its rename; "
+        "all: also every Git object, ref, index and directory change (survives power loss)",
+    )
 
     def token_limit(self, model_name: str) -> int:
         """Input tokens above which a request to `model_name` is compressed."""

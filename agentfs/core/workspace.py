@@ -41,7 +41,7 @@ class Project:
         """The workspace containing `start` (default: the current directory)."""
         workspace = find_workspace(start)
         config = load_config(workspace.config_path)
-        return cls(workspace, GitRepo(workspace.root), config)
+        return cls(workspace, GitRepo(workspace.root, durable=config.fsync == "all"), config)
 
     def trace(self, ref: str) -> Trace:
         """An existing trace, by id or by a path to its directory."""

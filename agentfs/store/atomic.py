@@ -1,4 +1,4 @@
-"""Crash-safe file writes: temp file, fsync, rename, fsync of the directory."""
+"""Crash-safe file writes: temp file, fsync, rename (and optionally fsync of the directory)."""
 
 from __future__ import annotations
 
@@ -9,31 +9,48 @@ import stat
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes, *, tmp_dir: Path | None = None, durable: bool = True) -> None:
+def atomic_write(
+    path: Path, data: bytes, *, tmp_dir: Path | None = None, sync_dir: bool = False
+) -> None:
     """Replace `path` with `data` so a reader sees the old or the new bytes, never a mix.
 
     The temp file is made in `tmp_dir` when given (agentfs passes a folder
     inside `.git`, so a crash never leaves a stray file where Git or the
-    user would see it), else beside `path`. With `durable` the data and the
-    rename are fsynced, so the write survives a power loss, not only a kill.
+    user would see it), else beside `path`. The data is fsynced before the
+    rename, so the file is never found empty or cut short after a crash;
+    with `sync_dir` the rename itself is fsynced too, so the new file also
+    survives a power loss that follows at once (see `fsync` in
+    docs/configuration.md).
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if tmp_dir is not None:
-        tmp_dir.mkdir(parents=True, exist_ok=True)
+    for attempt in range(2):
         try:
-            _write_via(tmp_dir / _temp_name(path), path, data, durable)
+            _write(path, data, tmp_dir, sync_dir)
+            return
+        except FileNotFoundError:
+            if attempt:
+                raise
+            # the folders are made on first use only: mkdir costs a syscall per write
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if tmp_dir is not None:
+                tmp_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _write(path: Path, data: bytes, tmp_dir: Path | None, sync_dir: bool) -> None:
+    if tmp_dir is not None:
+        try:
+            _write_via(tmp_dir / _temp_name(path), path, data, sync_dir)
             return
         except OSError as exc:
             if exc.errno != errno.EXDEV:  # another filesystem: fall back to a temp beside it
                 raise
-    _write_via(path.with_name("." + _temp_name(path)), path, data, durable)
+    _write_via(path.with_name("." + _temp_name(path)), path, data, sync_dir)
 
 
 def _temp_name(path: Path) -> str:
     return f"{os.getpid()}-{secrets.token_hex(4)}-{path.name}.tmp"
 
 
-def _write_via(tmp: Path, path: Path, data: bytes, durable: bool) -> None:
+def _write_via(tmp: Path, path: Path, data: bytes, sync_dir: bool) -> None:
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)  # keep an executable bit
     except FileNotFoundError:
@@ -44,8 +61,7 @@ def _write_via(tmp: Path, path: Path, data: bytes, durable: bool) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
-        if durable:
-            os.fsync(fd)
+        os.fsync(fd)
     finally:
         os.close(fd)
     try:
@@ -53,8 +69,17 @@ def _write_via(tmp: Path, path: Path, data: bytes, durable: bool) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    if durable:
+    if sync_dir:
         fsync_dir(path.parent)
+
+
+def open_creating(path: Path, flags: int, mode: int = 0o644) -> int:
+    """`os.open` with `os.O_CREAT`, making the missing parent folders on the way."""
+    try:
+        return os.open(path, flags | os.O_CREAT, mode)
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(path, flags | os.O_CREAT, mode)
 
 
 def fsync_dir(directory: Path) -> None:

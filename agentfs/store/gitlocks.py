@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 
 from agentfs.errors import GitStateError
+from agentfs.store.atomic import fsync_dir, open_creating
 
 #: How long to wait for a `.lock` held by another program before giving up.
 WAIT_S = 30.0
@@ -36,8 +37,11 @@ RECORD_SIZE = 64
 class GitLockFile:
     """`with GitLockFile(target, state_dir) as lock: lock.write(data)` replaces `target`."""
 
-    def __init__(self, target: Path, state_dir: Path, *, wait: float = WAIT_S) -> None:
+    def __init__(
+        self, target: Path, state_dir: Path, *, wait: float = WAIT_S, durable: bool = False
+    ) -> None:
         self.target = target
+        self.durable = durable
         self.lock_path = target.with_name(target.name + ".lock")
         digest = hashlib.sha1(str(target).encode()).hexdigest()[:12]
         self.owner_path = state_dir / "locks" / f"git-{target.name}-{digest}.owner"
@@ -61,8 +65,7 @@ class GitLockFile:
             self.abort()
 
     def acquire(self) -> None:
-        self.owner_path.parent.mkdir(parents=True, exist_ok=True)
-        owner = os.open(self.owner_path, os.O_RDWR | os.O_CREAT, 0o644)
+        owner = open_creating(self.owner_path, os.O_RDWR)
         fcntl.flock(owner, fcntl.LOCK_EX)  # only agentfs processes take it, briefly
         self._owner_fd = owner
         deadline = time.monotonic() + self.wait
@@ -89,7 +92,7 @@ class GitLockFile:
             self._record(f"creating {time.time_ns()}")
             previous = ""
             try:
-                fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+                fd = open_creating(self.lock_path, os.O_RDWR | os.O_EXCL)
                 break
             except FileExistsError:
                 continue  # someone else took it between the check and the create
@@ -135,10 +138,12 @@ class GitLockFile:
             view = view[os.write(self._fd, view) :]
 
     def commit(self) -> None:
-        """fsync the new content and rename it over the target."""
+        """Rename the new content over the target; when `durable`, fsync it and the
+        rename (Git by default does neither for refs and the index)."""
         assert self._fd is not None
         try:
-            os.fsync(self._fd)
+            if self.durable:
+                os.fsync(self._fd)
         finally:
             os.close(self._fd)
             self._fd = None
@@ -146,6 +151,8 @@ class GitLockFile:
             os.replace(self.lock_path, self.target)
         finally:
             self._release_owner()
+        if self.durable:
+            fsync_dir(self.target.parent)
 
     def abort(self) -> None:
         """Drop the lock without touching the target."""

@@ -19,15 +19,16 @@ from functools import cached_property
 from pathlib import Path
 
 from dulwich.index import IndexEntry, index_entry_from_stat
-from dulwich.object_store import commit_tree_changes
 from dulwich.objects import Blob, Commit, Tree
 from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
+from agentfs.store.atomic import open_creating
 from agentfs.store.gitlocks import GitLockFile
-from agentfs.store.index import IndexUpdate, check_index, update_index
+from agentfs.store.index import IndexUpdate, StatCache, check_index, stat_cache, update_index
 from agentfs.store.intents import dead_intents, index_intent
 from agentfs.store.objects import ObjectWriter
+from agentfs.store.trees import change_tree
 
 MAIN = b"refs/heads/main"
 DEFAULT_IDENTITY = b"agentfs <agentfs@localhost>"
@@ -65,10 +66,17 @@ def init_repo(root: Path) -> bool:
 
 
 class GitRepo:
-    """Commits, branches and history of one workspace repository."""
+    """Commits, branches and history of one workspace repository.
 
-    def __init__(self, root: Path) -> None:
+    With `durable`, every object, ref, index and directory change of a
+    commit is fsynced before the commit returns (the workspace setting
+    `fsync = "all"`); by default they are written as Git itself writes them,
+    without fsync, which a killed process cannot harm.
+    """
+
+    def __init__(self, root: Path, *, durable: bool = False) -> None:
         self.root = root
+        self.durable = durable
         try:
             self.repo = Repo(str(root))
         except Exception as exc:  # dulwich raises NotGitRepository and others
@@ -78,7 +86,7 @@ class GitRepo:
         self.store = self.repo.object_store
         self.git_dir = Path(self.repo.controldir())
         self.state_dir = self.git_dir / "agentfs"
-        self.objects = ObjectWriter(self.store, self.git_dir / "objects")
+        self.objects = ObjectWriter(self.store, self.git_dir / "objects", durable=durable)
         self.index_path = Path(self.repo.index_path())
         self._identity: bytes | None = None
         self._index_checked = False
@@ -176,6 +184,10 @@ class GitRepo:
             if (b"refs/heads/" + name).startswith(base)
         )
 
+    def stat_cache(self, prefix: str) -> StatCache:
+        """The index's stat data for the files below directory `prefix`."""
+        return stat_cache(self.index_path, prefix)
+
     # --- writing -----------------------------------------------------------
 
     def identity(self) -> bytes:
@@ -233,7 +245,7 @@ class GitRepo:
             index_changes[path.encode()] = index_entry_from_stat(st, change.blob.id, mode=mode)
         with (
             index_intent(self.state_dir, [p.decode() for p in index_changes]),
-            IndexUpdate(self.index_path, self.state_dir) as index,
+            IndexUpdate(self.index_path, self.state_dir, durable=self.durable) as index,
         ):
             sha = self.commit_changes(MAIN, changes, message, extra_parents=extra_parents)
             index.apply(index_changes)
@@ -248,7 +260,7 @@ class GitRepo:
             for path in paths:
                 found = self.tree_lookup(head, path)
                 changes[path.encode()] = None if found is None else self._entry_for(path, *found)
-            update_index(self.index_path, self.state_dir, changes)
+            update_index(self.index_path, self.state_dir, changes, durable=self.durable)
             intent.unlink(missing_ok=True)
 
     def _entry_for(self, path: str, mode: int, sha: bytes) -> IndexEntry:
@@ -281,27 +293,20 @@ class GitRepo:
         The work tree and the index are not touched: this is how side
         branches are written, and the object half of `commit_worktree`.
         """
-        blobs: dict[str, tuple[int, bytes]] = {}
+        tree_changes: list[tuple[bytes, int, bytes | None]] = []
         for change in changes:
             if change.blob is not None:
                 self.objects.add_object(change.blob)
-                blobs[change.path] = (change.mode, change.blob.id)
-        tree_changes = [
-            (c.path.encode(), *(blobs[c.path] if c.path in blobs else (None, None)))
-            for c in changes
-        ]
+            sha = None if change.blob is None else bytes.fromhex(change.blob.id.decode())
+            tree_changes.append((change.path.encode(), change.mode, sha))
         delay = 0.001
         for _ in range(CAS_ATTEMPTS):
             current = self.head(ref)
             parent = current if current is not None else start
-            base_tree: bytes | Tree = self.commit(parent).tree if parent is not None else Tree()
-            present = [
-                change
-                for change in tree_changes
-                if change[2] is not None
-                or (isinstance(base_tree, bytes) and _exists(self.store, base_tree, change[0]))
-            ]
-            tree = commit_tree_changes(self.objects, base_tree, present)  # type: ignore[arg-type]
+            base_tree = self.commit(parent).tree if parent is not None else None
+            tree = change_tree(self.objects, base_tree, tree_changes)
+            if tree is None:
+                tree = self.objects.add_raw(Tree.type_num, b"")
             parents = ([parent] if parent is not None else []) + list(extra_parents)
             commit = self._make_commit(tree, message, parents)
             if self._swap(ref, current, commit.id, message):
@@ -320,8 +325,7 @@ class GitRepo:
         new one, append to the reflog, rename the lock over the ref.
         """
         path = self.git_dir / ref.decode()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with GitLockFile(path, self.state_dir) as lock:
+        with GitLockFile(path, self.state_dir, durable=self.durable) as lock:
             if self._read_ref(ref) != old:
                 lock.abort()
                 return False
@@ -338,7 +342,6 @@ class GitRepo:
 
     def _append_reflog(self, ref: bytes, old: bytes | None, new: bytes, message: bytes) -> None:
         log = self.git_dir / "logs" / ref.decode()
-        log.parent.mkdir(parents=True, exist_ok=True)
         now = int(time.time())
         offset = _utc_offset(now) // 60
         tz = f"{'+' if offset >= 0 else '-'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
@@ -347,8 +350,11 @@ class GitRepo:
             (old or b"0" * 40) + b" " + new + b" " + self.identity()
             + f" {now} {tz}\t".encode() + b"agentfs: " + subject_line + b"\n"
         )
-        with open(log, "ab") as f:
-            f.write(line)
+        fd = open_creating(log, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
     def create_branch(self, name: str, start: bytes) -> None:
         """Create `refs/heads/<name>` at `start`; an existing branch is an error."""
@@ -374,14 +380,6 @@ class GitRepo:
 def _utc_offset(timestamp: int) -> int:
     """Local time's offset from UTC in seconds at `timestamp`."""
     return time.localtime(timestamp).tm_gmtoff
-
-
-def _exists(store: object, tree_sha: bytes, path: bytes) -> bool:
-    try:
-        _lookup(store, tree_sha, path)
-    except KeyError:
-        return False
-    return True
 
 
 def _lookup(store: object, tree_sha: bytes, path: bytes) -> tuple[int, bytes]:

@@ -34,9 +34,9 @@ class IndexUpdate:
     user's `git commit` can never read the new HEAD with the old index.
     """
 
-    def __init__(self, index_path: Path, state_dir: Path) -> None:
+    def __init__(self, index_path: Path, state_dir: Path, *, durable: bool = False) -> None:
         self.index_path = index_path
-        self._lock = GitLockFile(index_path, state_dir)
+        self._lock = GitLockFile(index_path, state_dir, durable=durable)
         self._raw: rawindex.RawIndex | None = None
         self._written = False
 
@@ -72,11 +72,15 @@ class IndexUpdate:
 
 
 def update_index(
-    index_path: Path, state_dir: Path, changes: Mapping[bytes, IndexEntry | None]
+    index_path: Path,
+    state_dir: Path,
+    changes: Mapping[bytes, IndexEntry | None],
+    *,
+    durable: bool = False,
 ) -> None:
     """Set (or with None remove) the given index entries, atomically and under Git's lock."""
     if changes:
-        with IndexUpdate(index_path, state_dir) as update:
+        with IndexUpdate(index_path, state_dir, durable=durable) as update:
             update.apply(changes)
 
 
@@ -133,3 +137,34 @@ def _read(index_path: Path) -> tuple[dict, int | None, list]:
 
 def _signature(extension: object) -> bytes:
     return getattr(extension, "signature", b"")
+
+
+class StatCache:
+    """What the index knows about the files below a directory, to skip reading
+    files whose stat has not changed since they were committed (as `git status`)."""
+
+    def __init__(self, entries: Mapping[str, bytes], index_mtime_ns: int) -> None:
+        self._entries = entries
+        self._index_mtime_ns = index_mtime_ns
+
+    def blob_id(self, path: str, st: os.stat_result) -> bytes | None:
+        """The blob id `path` still holds, or None if it must be read to know.
+
+        A file modified in the same clock tick as the index was written could
+        keep its recorded stat ("racily clean"); it is read.
+        """
+        raw = self._entries.get(path)
+        if raw is None or st.st_mtime_ns >= self._index_mtime_ns:
+            return None
+        return rawindex.entry_sha(raw) if rawindex.stat_matches(raw, st) else None
+
+
+def stat_cache(index_path: Path, prefix: str) -> StatCache:
+    """The index's stat data for the files below directory `prefix`."""
+    try:
+        mtime_ns = os.stat(index_path).st_mtime_ns
+        index = rawindex.load(index_path)
+    except (OSError, rawindex.Unsupported):
+        return StatCache({}, 0)
+    entries = index.below(prefix.encode())
+    return StatCache({path.decode(): raw for path, raw in entries.items()}, mtime_ns)

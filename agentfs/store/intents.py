@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from agentfs.store.atomic import open_creating
+
 
 def _folder(state_dir: Path) -> Path:
     return state_dir / "intents"
@@ -27,10 +29,9 @@ def _folder(state_dir: Path) -> Path:
 def index_intent(state_dir: Path, paths: list[str]) -> Iterator[None]:
     """Hold an intent for `paths` while the body commits and refreshes the index."""
     folder = _folder(state_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     name = f"{os.getpid()}-{uuid.uuid4().hex}.json"
     tmp = folder / f".{name}"
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    fd = open_creating(tmp, os.O_RDWR | os.O_EXCL)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, json.dumps(paths).encode())

@@ -54,6 +54,15 @@ class RawIndex:
                 self.keys.insert(start, (path, 0))
                 self.raws.insert(start, raw)
 
+    def below(self, prefix: bytes) -> dict[bytes, bytes]:
+        """Raw stage-0 entries of the paths below directory `prefix`, by path."""
+        start = bisect.bisect_left(self.keys, (prefix + b"/", 0))
+        end = bisect.bisect_left(self.keys, (prefix + b"0", 0))  # '0' follows '/'
+        return {
+            path: raw for (path, stage), raw in zip(self.keys[start:end], self.raws[start:end])
+            if stage == 0
+        }
+
     def encode(self) -> bytes:
         body = b"".join(
             [HEADER.pack(b"DIRC", self.version, len(self.raws)), *self.raws]
@@ -124,3 +133,27 @@ def remember(path: Path, index: RawIndex) -> None:
 
 def forget(path: Path) -> None:
     _cache.pop(str(path), None)
+
+
+STAT = struct.Struct(">LLLLLLLLLL20s")
+
+
+def stat_matches(raw: bytes, st: os.stat_result) -> bool:
+    """True if the file's stat is the one recorded in index entry `raw` (as Git checks)."""
+    ctime_s, ctime_ns, mtime_s, mtime_ns, _dev, ino, mode, _uid, _gid, size, _sha = (
+        STAT.unpack_from(raw, 0)
+    )
+    return (
+        mtime_s == st.st_mtime_ns // 1_000_000_000 & 0xFFFFFFFF
+        and mtime_ns == st.st_mtime_ns % 1_000_000_000
+        and ctime_s == st.st_ctime_ns // 1_000_000_000 & 0xFFFFFFFF
+        and ctime_ns == st.st_ctime_ns % 1_000_000_000
+        and size == st.st_size & 0xFFFFFFFF
+        and ino == st.st_ino & 0xFFFFFFFF
+        and (mode & 0o100) == (st.st_mode & 0o100)
+    )
+
+
+def entry_sha(raw: bytes) -> bytes:
+    """Hex id of the blob recorded in index entry `raw`."""
+    return raw[40:60].hex().encode()

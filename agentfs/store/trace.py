@@ -13,9 +13,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from dulwich.objects import Blob
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentfs.errors import AgentfsError, MessageFileError, TraceNotFound, validation_problems
+from agentfs.store import parsecache
 from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.commits import Step
 from agentfs.store.gitrepo import Change, GitRepo
@@ -71,6 +73,10 @@ class TraceMeta(BaseModel):
     context: dict[str, Any] = Field(default_factory=dict, description="Free-form runtime state")
 
 
+#: Parsed message files of each messages directory this process has read.
+_parsed: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
+
+
 def is_ignored_name(name: str) -> bool:
     """Editor and agentfs temporary files that are never messages or edits."""
     return (
@@ -97,7 +103,8 @@ class Trace:
         self.inbox_dir = self.dir / INBOX_DIR
         self.meta_path = self.dir / TRACE_FILE
         self._meta: TraceMeta | None = None
-        self._cache: dict[str, tuple[tuple[int, int, int], Message]] = {}
+        # Parsed files by name, shared by every Trace of this directory in the process.
+        self._cache = _parsed.setdefault(str(self.messages_dir), {})
         self._snapshot: dict[int, Message] | None = None
         self._snapshot_key: tuple[int, int] | None = None
 
@@ -163,6 +170,7 @@ class Trace:
             self.meta_path,
             (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode(),
             tmp_dir=self.tmp_dir,
+            sync_dir=self.repo.durable,
         )
 
     def lock(self) -> TraceLock:
@@ -199,7 +207,10 @@ class Trace:
             self._save_in_flight(record)
 
     def _save_in_flight(self, record: InFlight) -> None:
-        atomic_write(self._in_flight_path, record.model_dump_json().encode(), tmp_dir=self.tmp_dir)
+        atomic_write(
+            self._in_flight_path, record.model_dump_json().encode(),
+            tmp_dir=self.tmp_dir, sync_dir=self.repo.durable,
+        )
 
     def clear_in_flight(self) -> None:
         self._in_flight_path.unlink(missing_ok=True)
@@ -240,11 +251,18 @@ class Trace:
         removed or renamed (a run holding the lock writes the only new files);
         `recover()` refreshes, so in-place edits are seen by the next run.
         """
+        return dict(self._current(refresh))
+
+    def _current(self, refresh: bool = False) -> dict[int, Message]:
+        """The snapshot behind `messages()`, brought up to date (not a copy)."""
         key = self._dir_key()
         if not refresh and self._snapshot is not None and key == self._snapshot_key:
-            return dict(self._snapshot)
+            return self._snapshot
+        if not self._cache:
+            self._cache.update(parsecache.load(self._cache_path))
         found: dict[int, Message] = {}
         seen: set[str] = set()
+        parsed = 0
         try:
             entries = list(os.scandir(self.messages_dir))
         except FileNotFoundError:
@@ -258,13 +276,14 @@ class Trace:
                     )
                 continue
             st = entry.stat(follow_symlinks=False)
-            key = (st.st_mtime_ns, st.st_size, st.st_ino)
+            stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
             cached = self._cache.get(name)
-            if cached is not None and cached[0] == key:
+            if cached is not None and cached[0] == stamp:
                 message = cached[1]
             else:
                 message = load_message(Path(entry.path))
-                self._cache[name] = (key, message)
+                self._cache[name] = (stamp, message)
+                parsed += 1
             seen.add(name)
             if message.sequence in found:
                 raise MessageFileError(
@@ -276,9 +295,15 @@ class Trace:
             found[message.sequence] = message
         for stale in set(self._cache) - seen:
             del self._cache[stale]
+        if parsed >= parsecache.SAVE_AFTER:
+            parsecache.save(self._cache_path, self._cache)
         self._snapshot = dict(sorted(found.items()))
         self._snapshot_key = key
-        return dict(self._snapshot)
+        return self._snapshot
+
+    @property
+    def _cache_path(self) -> Path:
+        return self.workspace.state_dir / "cache" / f"{self.id}.pickle"
 
     def _dir_key(self) -> tuple[int, int] | None:
         try:
@@ -326,7 +351,7 @@ class Trace:
         return self.path_to(self.meta.head, messages)
 
     def next_sequence(self) -> int:
-        highest = max(self.messages(), default=0)
+        highest = next(reversed(self._current()), 0)
         return max(self.meta.next_sequence, highest + 1)
 
     def new_message(self, role: str, content: Any = "", **fields: Any) -> Message:
@@ -348,9 +373,11 @@ class Trace:
     def write_message(self, message: Message) -> Path:
         path = self.message_path(message)
         was_current = self._snapshot is not None and self._snapshot_key == self._dir_key()
-        atomic_write(path, render_message(message), tmp_dir=self.tmp_dir)
+        atomic_write(
+            path, render_message(message), tmp_dir=self.tmp_dir, sync_dir=self.repo.durable
+        )
         if was_current and self._snapshot is not None:
-            newest = message.sequence > max(self._snapshot, default=0)
+            newest = message.sequence > next(reversed(self._snapshot), 0)
             self._snapshot[message.sequence] = message
             if not newest:  # new messages come last; only a rewrite can be out of order
                 self._snapshot = dict(sorted(self._snapshot.items()))
@@ -535,7 +562,7 @@ class Trace:
             if message.parent_sequence not in (None, head):
                 continue
             if message.parent_sequence is None and head is not None:
-                message.parent_sequence = head
+                message = message.model_copy(update={"parent_sequence": head})
             adopted.append(message)
             head = sequence
         return adopted
@@ -552,28 +579,42 @@ class Trace:
 
     def _committed_files(self, head_commit: bytes | None) -> dict[str, tuple[int, bytes]]:
         """Committed files under the trace, with the same names left out as on disk."""
+        prefix = self.rel(self.dir)
         return {
             path: entry
-            for path, entry in self.repo.walk(head_commit, self.rel(self.dir)).items()
-            if not any(is_ignored_name(part) for part in path.split("/"))
+            for path, entry in self.repo.walk(head_commit, prefix).items()
+            if not any(is_ignored_name(part) for part in path[len(prefix) + 1 :].split("/"))
         }
 
     def _worktree_files(self) -> dict[str, bytes]:
-        """Files under the trace directory (editor temp files left out): path → blob id."""
-        from dulwich.objects import Blob
+        """Files under the trace directory (editor temp files left out): path → blob id.
 
+        Like `git status`, a file whose stat matches its index entry is taken to
+        hold the entry's blob without being read, unless it changed in the same
+        clock tick as the index was written ("racily clean").
+        """
+        prefix = self.rel(self.dir)
+        known = self.repo.stat_cache(prefix)
         files: dict[str, bytes] = {}
-        for directory, dirnames, filenames in os.walk(self.dir):
-            dirnames[:] = [d for d in dirnames if not is_ignored_name(d)]
-            for name in filenames:
-                if is_ignored_name(name):
-                    continue
-                full = Path(directory) / name
-                if full.is_symlink():
-                    data = os.readlink(full).encode()
-                else:
-                    data = full.read_bytes()
-                files[self.rel(full)] = Blob.from_string(data).id
+        pending = [(str(self.dir), prefix)]
+        while pending:
+            directory, rel_dir = pending.pop()
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if is_ignored_name(entry.name):
+                        continue
+                    rel = f"{rel_dir}/{entry.name}"
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append((entry.path, rel))
+                        continue
+                    blob_id = known.blob_id(rel, entry.stat(follow_symlinks=False))
+                    if blob_id is not None:
+                        files[rel] = blob_id
+                    elif entry.is_symlink():
+                        files[rel] = Blob.from_string(os.readlink(entry.path).encode()).id
+                    else:
+                        with open(entry.path, "rb") as f:
+                            files[rel] = Blob.from_string(f.read()).id
         return files
 
     def rewind(self, sequence: int) -> bytes:

@@ -1,0 +1,68 @@
+"""Parsed message files kept across processes, so a long trace opens fast.
+
+Parsing YAML frontmatter costs about 150 µs per file: 1.5 s for a trace of
+10,000 messages, paid again by every `agentfs run`. After a scan that had
+to parse many files, the parsed messages are saved to
+`.git/agentfs/cache/<trace>.pickle` with each file's stat stamp (mtime,
+ctime, size, inode), and the next process reuses every entry whose file still has
+that stamp. It is derived data: deleting it only costs one slow load, and
+an unreadable or outdated cache is ignored.
+
+A file changed within the same clock tick as the cache was written could
+keep its stamp; as Git does for its index ("racily clean" entries), an
+entry whose file is not older than the cache file is not trusted.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import secrets
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+#: Bumped when what is pickled changes shape (the versions below are checked too).
+FORMAT = 2
+#: Save after a scan that parsed at least this many files.
+SAVE_AFTER = 32
+
+Stamp = tuple[int, int, int, int]  # (mtime_ns, ctime_ns, size, inode)
+
+
+def load(path: Path) -> dict[str, tuple[Stamp, Any]]:
+    """Trusted entries of the cache at `path` (file name → (stamp, message)); {} if none."""
+    try:
+        with open(path, "rb") as f:
+            written_ns = os.fstat(f.fileno()).st_mtime_ns
+            data = pickle.load(f)
+    except FileNotFoundError:
+        return {}
+    except Exception:  # noqa: BLE001 — any damage or version skew: start afresh
+        return {}
+    if not isinstance(data, dict) or data.get("key") != _key():
+        return {}
+    entries = data.get("entries")
+    if not isinstance(entries, dict):
+        return {}
+    return {name: entry for name, entry in entries.items() if entry[0][0] < written_ns}
+
+
+def save(path: Path, entries: dict[str, tuple[Stamp, Any]]) -> None:
+    """Replace the cache at `path` (atomically, not fsynced: it can be rebuilt)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump({"key": _key(), "entries": entries}, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a cache that cannot be written is not an error
+
+
+def _key() -> tuple[object, ...]:
+    """What a cache must have been written by to be read."""
+    from agentfs import __version__  # at call time: agentfs/__init__ imports the store
+
+    return ("agentfs-parse-cache", FORMAT, __version__, pydantic.VERSION)

@@ -1,0 +1,55 @@
+"""`python -m bench [--quick] [--only NAMES] [--out PATH]`: run the benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.report import Results
+
+#: Benchmark modules, in the order they run; each has `run(results, quick, scratch)`.
+SUITES = ["persistence", "load", "memory", "cache", "watcher"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, under a minute")
+    parser.add_argument(
+        "--only", default="", help=f"comma-separated subset of: {', '.join(SUITES)}"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results.json",
+        help="where to write the figures as JSON (default: bench/results.json)",
+    )
+    parser.add_argument(
+        "--scratch", type=Path, default=Path(__file__).parent / ".scratch",
+        help="where to build the benchmark workspaces (default: bench/.scratch; "
+        "use a directory on the filesystem your workspaces live on)",
+    )
+    args = parser.parse_args(argv)
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()] or SUITES
+    unknown = sorted(set(chosen) - set(SUITES))
+    if unknown:
+        parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(SUITES)}")
+    results = Results(quick=args.quick)
+    started = time.perf_counter()
+    for name in chosen:
+        print(f"== {name}", flush=True)
+        module = importlib.import_module(f"bench.{name}")
+        args.scratch.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=args.scratch) as scratch:
+            module.run(results, args.quick, Path(scratch))
+    seconds = time.perf_counter() - started
+    print()
+    print(results.table())
+    results.save(args.out, seconds, args.scratch)
+    print(f"\n{len(results.figures)} figures in {seconds:.0f} s, written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

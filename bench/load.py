@@ -1,0 +1,111 @@
+"""Trace load: opening a 10,000-message trace and building the next request.
+
+What `agentfs run` does before its first model call, timed in a fresh
+process (cold) and again in the same process (warm):
+
+- open the workspace and the trace, take its lock, `recover()` (which
+  compares every file of the trace with the last commit), and build the
+  request the model would get (`Runner.preview`: main path, Level 1,
+  token estimate, tools).
+
+The trace has 10,000 message files but, like any trace that long, has been
+compressed: its main path is the system prompt, the first user message, a
+summary and the last 38 messages. Cold is measured twice: on the very first
+open (every file parsed) and on later opens (parsed messages come from the
+parse cache, `agentfs/store/parsecache.py`). Interpreter start and imports
+are reported on their own line. Warm is the same work again in the same
+process: with the same `Trace` (the next request of a run) and with a new
+one (a new run in a long-lived process such as the watcher).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench.fixtures import TRACE, long_trace
+from bench.report import Results, median
+
+SIZE = 10_000
+KEPT = 38  # main path after the summary; SIZE - KEPT lands on a user turn
+
+
+def run(results: Results, quick: bool, scratch: Path) -> None:
+    root = scratch / "ws"
+    long_trace(root, SIZE, kept=KEPT)
+    rounds = 3 if quick else 7
+    first = [probe(root, fresh=True) for _ in range(2 if quick else 3)]
+    later = [probe(root, fresh=False) for _ in range(rounds)]
+    group, label = "load", f"{SIZE:,} msgs"
+    results.add(group, "import agentfs (new process)", median([p["import_ms"] for p in later]), "ms")
+    results.add(group, f"cold, first open, no parse cache ({label})",
+                median([p["cold_ms"] for p in first]), "ms")
+    results.add(group, f"cold, with parse cache ({label})",
+                median([p["cold_ms"] for p in later]), "ms", "budget <= 300")
+    results.add(group, f"warm, next request of the same run ({label})",
+                median([p["warm_same_ms"] for p in later]), "ms", "budget <= 20")
+    results.add(group, f"warm, new run in the same process ({label})",
+                median([p["warm_new_ms"] for p in later]), "ms", "budget <= 20")
+    results.add(group, "messages in the request", later[0]["request_messages"], "msgs")
+
+
+def probe(root: Path, *, fresh: bool, memory: bool = False) -> dict[str, float]:
+    """Time the load in a new Python process; `fresh` deletes the parse cache first."""
+    if fresh:
+        shutil.rmtree(root / ".git" / "agentfs" / "cache", ignore_errors=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.load", str(root), "memory" if memory else "time"],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _open_and_build(root: Path, trace_id: str):
+    """What a run does before its first model call; returns the trace and the request."""
+    from agentfs.core.runner import Runner
+    from agentfs.core.workspace import Project
+    from agentfs.testing import ScriptedModel
+
+    project = Project.open(root)
+    trace = project.trace(trace_id)
+    runner = Runner(project.workspace, project.repo, ScriptedModel(), config=project.config)
+    with trace.lock():
+        trace.recover()
+        request = runner.preview(trace.id)
+    return runner, trace, request
+
+
+def _main(root: Path, mode: str) -> None:
+    import resource
+
+    started = time.perf_counter()
+    import agentfs.core.runner  # noqa: F401  the imports a run pays for
+
+    imported = time.perf_counter()
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    runner, trace, request = _open_and_build(root, TRACE)
+    cold = time.perf_counter()
+    report = {
+        "import_ms": (imported - started) * 1000,
+        "cold_ms": (cold - imported) * 1000,
+        "request_messages": len(request.messages),
+        "messages": len(trace.messages()),
+        "rss_before_kb": rss_before,
+        "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    }
+    if mode == "time":
+        t0 = time.perf_counter()
+        runner.preview(trace.id)
+        report["warm_same_ms"] = (time.perf_counter() - t0) * 1000
+        t0 = time.perf_counter()
+        _open_and_build(root, TRACE)
+        report["warm_new_ms"] = (time.perf_counter() - t0) * 1000
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    _main(Path(sys.argv[1]), sys.argv[2])

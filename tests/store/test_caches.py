@@ -1,0 +1,133 @@
+"""What makes a long trace fast to open must never make it wrong: the on-disk parse
+cache, the index's stat data in recover(), the fsync setting, folders made on demand."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agentfs.core.workspace import Project
+from agentfs.store import parsecache, trace as trace_module
+from agentfs.store.trace import Trace
+from tests.conftest import assert_git_clean, git, user
+
+
+@pytest.fixture
+def trace(project: Project) -> Trace:
+    trace = project.new_trace("demo", user("hello"))
+    for n in range(parsecache.SAVE_AFTER + 8):
+        role = "assistant" if n % 2 == 0 else "user"
+        trace.commit_step(role, [trace.new_message(role, f"{role} number {n:04d}")])
+    return trace
+
+
+def new_process(project: Project) -> Trace:
+    """The trace as a new process opens it: nothing parsed in memory."""
+    trace_module._parsed.clear()
+    return Project.open(project.workspace.root).trace("demo")
+
+
+def count_parses(monkeypatch) -> list[Path]:
+    parsed: list[Path] = []
+    real = trace_module.load_message
+
+    def counting(path: Path):
+        parsed.append(path)
+        return real(path)
+
+    monkeypatch.setattr(trace_module, "load_message", counting)
+    return parsed
+
+
+def test_a_new_process_reuses_parsed_messages(project: Project, trace: Trace, monkeypatch) -> None:
+    first = new_process(project)
+    expected = {s: m.text for s, m in first.messages(refresh=True).items()}  # parses, saves
+    assert (project.workspace.state_dir / "cache" / "demo.pickle").exists()
+    parsed = count_parses(monkeypatch)
+    second = new_process(project)
+    assert {s: m.text for s, m in second.messages(refresh=True).items()} == expected
+    assert parsed == []
+
+
+def test_an_edit_that_keeps_size_and_mtime_is_still_seen(
+    project: Project, trace: Trace, monkeypatch
+) -> None:
+    new_process(project).messages(refresh=True)  # cache written after the files
+    path = trace.messages_dir / "000003-assistant.md"
+    before = os.stat(path)
+    path.write_bytes(path.read_bytes().replace(b"number 0000", b"NUMBER 0000"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # only ctime tells
+    edited = new_process(project)
+    assert edited.messages(refresh=True)[3].text == "assistant NUMBER 0000"
+    assert edited.recover() == ["edit"]  # and recover() does not trust the index either
+    assert "NUMBER" in git(project.workspace.root, "show", "HEAD:traces/demo/messages/000003-assistant.md")
+    assert_git_clean(project.workspace.root)
+
+
+def test_a_damaged_or_foreign_cache_is_ignored(project: Project, trace: Trace) -> None:
+    new_process(project).messages(refresh=True)
+    cache = project.workspace.state_dir / "cache" / "demo.pickle"
+    for damage in (b"not a pickle", cache.read_bytes()[:100]):
+        cache.write_bytes(damage)
+        os.utime(cache, ns=(0, 2**62))  # even a cache that claims to be newest
+        assert parsecache.load(cache) == {}
+        assert new_process(project).messages(refresh=True)[3].text == "assistant number 0000"
+        assert parsecache.load(cache)  # rebuilt by that scan
+
+
+def test_recover_reads_only_files_whose_stat_changed(
+    project: Project, trace: Trace, monkeypatch
+) -> None:
+    read: list[str] = []
+    real_open = open
+
+    def tracking_open(file, *args, **kwargs):
+        if str(file).startswith(str(trace.dir)):
+            read.append(os.path.basename(str(file)))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", tracking_open)
+    fresh = new_process(project)
+    with fresh.lock():
+        assert fresh.recover() == []
+    assert read == []  # every file matched its index entry
+    (trace.messages_dir / "000004-user.md").write_text("---\nrole: user\n---\nchanged\n")
+    with fresh.lock():
+        assert fresh.recover() == ["edit"]
+    assert read == ["000004-user.md"]
+
+
+def _fsyncs_per_step(project: Project, monkeypatch) -> int:
+    trace = project.trace("demo")
+    calls: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    trace.commit_step("assistant", [trace.new_message("assistant", "counted")])
+    monkeypatch.setattr(os, "fsync", real)
+    return len(calls)
+
+
+def test_fsync_files_by_default_and_everything_with_all(workspace: Path, monkeypatch) -> None:
+    project = Project.open(workspace)
+    project.new_trace("demo", user("hello"))
+    assert _fsyncs_per_step(project, monkeypatch) == 2  # the message file and trace.json
+    config = workspace / "agentfs.toml"
+    config.write_text(config.read_text() + '\nfsync = "all"\n')
+    git(workspace, "commit", "-qam", "fsync all")
+    durable = Project.open(workspace)
+    assert durable.repo.durable
+    # + their directories, 2 blobs, 4 trees, the commit (each with its folder), ref, index
+    assert _fsyncs_per_step(durable, monkeypatch) > 12
+    assert_git_clean(workspace)
+
+
+def test_folders_under_git_agentfs_are_made_again_when_deleted(
+    project: Project, trace: Trace
+) -> None:
+    for name in ("tmp", "locks", "intents"):
+        shutil.rmtree(project.workspace.state_dir / name, ignore_errors=True)
+    trace.commit_step("assistant", [trace.new_message("assistant", "still works")])
+    assert_git_clean(project.workspace.root)
