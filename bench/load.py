@@ -58,10 +58,19 @@ def probe(root: Path, *, fresh: bool, memory: bool = False) -> dict[str, float]:
     if fresh:
         shutil.rmtree(root / ".git" / "agentfs" / "cache", ignore_errors=True)
     done = subprocess.run(
-        [sys.executable, "-m", "bench.load", str(root), "memory" if memory else "time"],
+        [sys.executable, "-c", PROBE, str(root), "memory" if memory else "time"],
         capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+PROBE = """
+import sys, time
+started = time.perf_counter()
+import agentfs.core.runner  # what a run imports, timed
+from bench.load import measure
+measure(sys.argv[1], sys.argv[2], time.perf_counter() - started)
+"""
 
 
 def _open_and_build(root: Path, trace_id: str):
@@ -75,23 +84,20 @@ def _open_and_build(root: Path, trace_id: str):
     runner = Runner(project.workspace, project.repo, ScriptedModel(), config=project.config)
     with trace.lock():
         trace.recover()
-        request = runner.preview(trace.id)
+        request = runner.preview(trace)
     return runner, trace, request
 
 
-def _main(root: Path, mode: str) -> None:
+def measure(root: str, mode: str, import_seconds: float) -> None:
+    """The probe's side: time (or measure the memory of) a cold load, print JSON."""
     import resource
 
-    started = time.perf_counter()
-    import agentfs.core.runner  # noqa: F401  the imports a run pays for
-
-    imported = time.perf_counter()
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    runner, trace, request = _open_and_build(root, TRACE)
-    cold = time.perf_counter()
+    started = time.perf_counter()
+    runner, trace, request = _open_and_build(Path(root), TRACE)
     report = {
-        "import_ms": (imported - started) * 1000,
-        "cold_ms": (cold - imported) * 1000,
+        "import_ms": import_seconds * 1000,
+        "cold_ms": (time.perf_counter() - started) * 1000,
         "request_messages": len(request.messages),
         "messages": len(trace.messages()),
         "rss_before_kb": rss_before,
@@ -99,13 +105,9 @@ def _main(root: Path, mode: str) -> None:
     }
     if mode == "time":
         t0 = time.perf_counter()
-        runner.preview(trace.id)
+        runner.preview(trace)
         report["warm_same_ms"] = (time.perf_counter() - t0) * 1000
         t0 = time.perf_counter()
-        _open_and_build(root, TRACE)
+        _open_and_build(Path(root), TRACE)
         report["warm_new_ms"] = (time.perf_counter() - t0) * 1000
     print(json.dumps(report))
-
-
-if __name__ == "__main__":
-    _main(Path(sys.argv[1]), sys.argv[2])

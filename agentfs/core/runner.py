@@ -334,9 +334,11 @@ class Runner:
             )
         return outcome.summary
 
-    def preview(self, trace_id: str) -> ModelRequest:
-        """The request the next model call of `trace_id` would send (nothing is written)."""
-        trace = Trace(self.workspace, self.repo, trace_id)
+    def preview(self, trace: str | Trace) -> ModelRequest:
+        """The request the next model call of a trace (an id, or an open `Trace` whose
+        parsed messages are reused) would send; nothing is written."""
+        if isinstance(trace, str):
+            trace = Trace(self.workspace, self.repo, trace)
         session = _Session(trace, self._tools_for(trace), [], DEFAULT_SKILL_RECENCY, self._depth)
         return self._request(session, trace.main_path())
 

@@ -143,7 +143,9 @@ class StatCache:
     """What the index knows about the files below a directory, to skip reading
     files whose stat has not changed since they were committed (as `git status`)."""
 
-    def __init__(self, entries: Mapping[str, bytes], index_mtime_ns: int) -> None:
+    def __init__(
+        self, entries: Mapping[str, tuple[tuple[int, ...], bytes]], index_mtime_ns: int
+    ) -> None:
         self._entries = entries
         self._index_mtime_ns = index_mtime_ns
 
@@ -153,10 +155,10 @@ class StatCache:
         A file modified in the same clock tick as the index was written could
         keep its recorded stat ("racily clean"); it is read.
         """
-        raw = self._entries.get(path)
-        if raw is None or st.st_mtime_ns >= self._index_mtime_ns:
+        known = self._entries.get(path)
+        if known is None or st.st_mtime_ns >= self._index_mtime_ns:
             return None
-        return rawindex.entry_sha(raw) if rawindex.stat_matches(raw, st) else None
+        return known[1] if known[0] == rawindex.stat_key(st) else None
 
 
 def stat_cache(index_path: Path, prefix: str) -> StatCache:
@@ -166,5 +168,4 @@ def stat_cache(index_path: Path, prefix: str) -> StatCache:
         index = rawindex.load(index_path)
     except (OSError, rawindex.Unsupported):
         return StatCache({}, 0)
-    entries = index.below(prefix.encode())
-    return StatCache({path.decode(): raw for path, raw in entries.items()}, mtime_ns)
+    return StatCache(index.stat_keys(prefix.encode()), mtime_ns)

@@ -12,6 +12,7 @@ parses back to an equal message (see docs/trace-format.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -90,7 +91,7 @@ class Message(BaseModel):
     )
 
     _source: bytes | None = PrivateAttr(default=None)
-    _source_fields: dict[str, Any] | None = PrivateAttr(default=None)
+    _source_digest: bytes | None = PrivateAttr(default=None)
     _source_ext: str | None = PrivateAttr(default=None)
 
     @property
@@ -153,7 +154,7 @@ def render_message(message: Message) -> bytes:
     if (
         message._source is not None
         and message._source_ext == ext
-        and message._source_fields == _snapshot(message)
+        and message._source_digest == _digest(message)
     ):
         return message._source
     if ext == "json":
@@ -171,8 +172,9 @@ def render_message(message: Message) -> bytes:
     return f"---\n{header}---\n{message.content}\n".encode("utf-8")
 
 
-def _snapshot(message: Message) -> dict[str, Any]:
-    return message.model_dump(mode="json")
+def _digest(message: Message) -> bytes:
+    """A fingerprint of every field, to tell whether a parsed message was changed since."""
+    return hashlib.blake2b(message.model_dump_json().encode(), digest_size=16).digest()
 
 
 def parse_message(path: Path, data: bytes) -> Message:
@@ -256,7 +258,7 @@ def _parse(
         raise MessageFileError(path, f"invalid fields: {validation_problems(exc)}") from None
     message._source = data
     message._source_ext = ext
-    message._source_fields = _snapshot(message)
+    message._source_digest = _digest(message)
     return message
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import pydantic
 
 #: Bumped when what is pickled changes shape (the versions below are checked too).
-FORMAT = 2
+FORMAT = 3
 #: Save after a scan that parsed at least this many files.
 SAVE_AFTER = 32
 

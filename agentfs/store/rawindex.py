@@ -40,9 +40,14 @@ class RawIndex:
     keys: list[tuple[bytes, int]] = field(default_factory=list)  # (path, stage), sorted
     raws: list[bytes] = field(default_factory=list)
     extensions: list[tuple[bytes, bytes]] = field(default_factory=list)
+    #: `stat_keys` results by prefix, valid until the next `apply`.
+    memo: dict[bytes, dict[str, tuple[tuple[int, ...], bytes]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def apply(self, changes: Mapping[bytes, IndexEntry | None]) -> None:
         """Replace (or with None remove) every stage of each path by a stage-0 entry."""
+        self.memo.clear()
         for path, entry in changes.items():
             start = bisect.bisect_left(self.keys, (path, 0))
             end = start
@@ -54,14 +59,24 @@ class RawIndex:
                 self.keys.insert(start, (path, 0))
                 self.raws.insert(start, raw)
 
-    def below(self, prefix: bytes) -> dict[bytes, bytes]:
-        """Raw stage-0 entries of the paths below directory `prefix`, by path."""
-        start = bisect.bisect_left(self.keys, (prefix + b"/", 0))
-        end = bisect.bisect_left(self.keys, (prefix + b"0", 0))  # '0' follows '/'
-        return {
-            path: raw for (path, stage), raw in zip(self.keys[start:end], self.raws[start:end])
-            if stage == 0
-        }
+    def stat_keys(self, prefix: bytes) -> dict[str, tuple[tuple[int, ...], bytes]]:
+        """For the stage-0 entries below directory `prefix`: path → (the `stat_key` a
+        file must have to still hold the entry's blob, the blob's hex id)."""
+        found = self.memo.get(prefix)
+        if found is None:
+            start = bisect.bisect_left(self.keys, (prefix + b"/", 0))
+            end = bisect.bisect_left(self.keys, (prefix + b"0", 0))  # '0' follows '/'
+            found = {}
+            for (path, stage), raw in zip(self.keys[start:end], self.raws[start:end]):
+                if stage == 0:
+                    ctime_s, ctime_ns, mtime_s, mtime_ns, _dev, ino, mode, _uid, _gid, size, sha = (
+                        STAT.unpack_from(raw, 0)
+                    )
+                    key = (mtime_s * 10**9 + mtime_ns, ctime_s * 10**9 + ctime_ns, size, ino,
+                           mode & 0o100)
+                    found[path.decode()] = (key, sha.hex().encode())
+            self.memo[prefix] = found
+        return found
 
     def encode(self) -> bytes:
         body = b"".join(
@@ -136,24 +151,11 @@ def forget(path: Path) -> None:
 
 
 STAT = struct.Struct(">LLLLLLLLLL20s")
+MASK = 0xFFFFFFFF
 
 
-def stat_matches(raw: bytes, st: os.stat_result) -> bool:
-    """True if the file's stat is the one recorded in index entry `raw` (as Git checks)."""
-    ctime_s, ctime_ns, mtime_s, mtime_ns, _dev, ino, mode, _uid, _gid, size, _sha = (
-        STAT.unpack_from(raw, 0)
-    )
-    return (
-        mtime_s == st.st_mtime_ns // 1_000_000_000 & 0xFFFFFFFF
-        and mtime_ns == st.st_mtime_ns % 1_000_000_000
-        and ctime_s == st.st_ctime_ns // 1_000_000_000 & 0xFFFFFFFF
-        and ctime_ns == st.st_ctime_ns % 1_000_000_000
-        and size == st.st_size & 0xFFFFFFFF
-        and ino == st.st_ino & 0xFFFFFFFF
-        and (mode & 0o100) == (st.st_mode & 0o100)
-    )
-
-
-def entry_sha(raw: bytes) -> bytes:
-    """Hex id of the blob recorded in index entry `raw`."""
-    return raw[40:60].hex().encode()
+def stat_key(st: os.stat_result) -> tuple[int, ...]:
+    """What an index entry records of a file's stat, as `RawIndex.stat_keys` gives it
+    (Git keeps the low 32 bits of sizes and inode numbers)."""
+    return (st.st_mtime_ns, st.st_ctime_ns, st.st_size & MASK, st.st_ino & MASK,
+            st.st_mode & 0o100)

@@ -20,6 +20,7 @@ from agentfs.errors import AgentfsError, MessageFileError, TraceNotFound, valida
 from agentfs.store import parsecache
 from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.commits import Step
+from agentfs.store.gcpause import gc_paused
 from agentfs.store.gitrepo import Change, GitRepo
 from agentfs.store.lock import TraceLock, is_locked
 from agentfs.store.messages import (
@@ -107,6 +108,9 @@ class Trace:
         self._cache = _parsed.setdefault(str(self.messages_dir), {})
         self._snapshot: dict[int, Message] | None = None
         self._snapshot_key: tuple[int, int] | None = None
+        # recover() stats every file anyway; the next scan of messages/ reuses that
+        # listing if the directory has not changed since: (directory key, listing).
+        self._stat_hint: tuple[tuple[int, int] | None, dict[str, os.stat_result]] | None = None
 
     # --- metadata ----------------------------------------------------------
 
@@ -258,36 +262,30 @@ class Trace:
         key = self._dir_key()
         if not refresh and self._snapshot is not None and key == self._snapshot_key:
             return self._snapshot
+        with gc_paused():
+            return self._scan(key)
+
+    def _scan(self, key: tuple[int, int] | None) -> dict[int, Message]:
         if not self._cache:
             self._cache.update(parsecache.load(self._cache_path))
         found: dict[int, Message] = {}
         seen: set[str] = set()
         parsed = 0
-        try:
-            entries = list(os.scandir(self.messages_dir))
-        except FileNotFoundError:
-            entries = []
-        for entry in entries:
-            name = entry.name
-            if is_ignored_name(name) or not entry.is_file(follow_symlinks=False):
-                if entry.is_symlink():
-                    raise MessageFileError(
-                        Path(entry.path), "is a symlink", hint="message files must be regular files"
-                    )
-                continue
-            st = entry.stat(follow_symlinks=False)
+        hint, self._stat_hint = self._stat_hint, None
+        listing = hint[1] if hint is not None and hint[0] == key else self._list_messages()
+        for name, st in listing.items():
             stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
             cached = self._cache.get(name)
             if cached is not None and cached[0] == stamp:
                 message = cached[1]
             else:
-                message = load_message(Path(entry.path))
+                message = load_message(self.messages_dir / name)
                 self._cache[name] = (stamp, message)
                 parsed += 1
             seen.add(name)
             if message.sequence in found:
                 raise MessageFileError(
-                    Path(entry.path),
+                    self.messages_dir / name,
                     f"sequence {message.sequence} is also used by "
                     f"{found[message.sequence].file_name()}",
                     hint="each sequence number may be used by one file only; rename one",
@@ -300,6 +298,23 @@ class Trace:
         self._snapshot = dict(sorted(found.items()))
         self._snapshot_key = key
         return self._snapshot
+
+    def _list_messages(self) -> dict[str, os.stat_result]:
+        """The message files of `messages/` and their stat (symlinks refused)."""
+        listing: dict[str, os.stat_result] = {}
+        try:
+            entries = list(os.scandir(self.messages_dir))
+        except FileNotFoundError:
+            return listing
+        for entry in entries:
+            if is_ignored_name(entry.name) or not entry.is_file(follow_symlinks=False):
+                if entry.is_symlink():
+                    raise MessageFileError(
+                        Path(entry.path), "is a symlink", hint="message files must be regular files"
+                    )
+                continue
+            listing[entry.name] = entry.stat(follow_symlinks=False)
+        return listing
 
     @property
     def _cache_path(self) -> Path:
@@ -372,6 +387,7 @@ class Trace:
 
     def write_message(self, message: Message) -> Path:
         path = self.message_path(message)
+        self._stat_hint = None
         was_current = self._snapshot is not None and self._snapshot_key == self._dir_key()
         atomic_write(
             path, render_message(message), tmp_dir=self.tmp_dir, sync_dir=self.repo.durable
@@ -499,8 +515,9 @@ class Trace:
         self.repo.repair_index()
         head_commit = self.repo.head()
         prefix = self.rel(self.dir)
-        committed = self._committed_files(head_commit)
-        on_disk = self._worktree_files()
+        with gc_paused():
+            committed = self._committed_files(head_commit)
+            on_disk = self._worktree_files()
         inbox = f"{prefix}/{INBOX_DIR}/"
         changed = sorted(
             path
@@ -580,11 +597,15 @@ class Trace:
     def _committed_files(self, head_commit: bytes | None) -> dict[str, tuple[int, bytes]]:
         """Committed files under the trace, with the same names left out as on disk."""
         prefix = self.rel(self.dir)
-        return {
-            path: entry
-            for path, entry in self.repo.walk(head_commit, prefix).items()
-            if not any(is_ignored_name(part) for part in path[len(prefix) + 1 :].split("/"))
-        }
+        ignored_dirs: dict[str, bool] = {}
+        files: dict[str, tuple[int, bytes]] = {}
+        for path, entry in self.repo.walk(head_commit, prefix).items():
+            directory, _, name = path[len(prefix) + 1 :].rpartition("/")
+            if directory not in ignored_dirs:
+                ignored_dirs[directory] = any(is_ignored_name(p) for p in directory.split("/") if p)
+            if not ignored_dirs[directory] and not is_ignored_name(name):
+                files[path] = entry
+        return files
 
     def _worktree_files(self) -> dict[str, bytes]:
         """Files under the trace directory (editor temp files left out): path → blob id.
@@ -596,9 +617,14 @@ class Trace:
         prefix = self.rel(self.dir)
         known = self.repo.stat_cache(prefix)
         files: dict[str, bytes] = {}
+        messages_key = self._dir_key()
+        listing: dict[str, os.stat_result] | None = None
         pending = [(str(self.dir), prefix)]
         while pending:
             directory, rel_dir = pending.pop()
+            in_messages = directory == str(self.messages_dir)
+            if in_messages:
+                listing = {}
             with os.scandir(directory) as entries:
                 for entry in entries:
                     if is_ignored_name(entry.name):
@@ -607,7 +633,13 @@ class Trace:
                     if entry.is_dir(follow_symlinks=False):
                         pending.append((entry.path, rel))
                         continue
-                    blob_id = known.blob_id(rel, entry.stat(follow_symlinks=False))
+                    st = entry.stat(follow_symlinks=False)
+                    if in_messages and listing is not None:
+                        if entry.is_symlink():
+                            listing = None  # let the scan of messages/ report it
+                        else:
+                            listing[entry.name] = st
+                    blob_id = known.blob_id(rel, st)
                     if blob_id is not None:
                         files[rel] = blob_id
                     elif entry.is_symlink():
@@ -615,6 +647,8 @@ class Trace:
                     else:
                         with open(entry.path, "rb") as f:
                             files[rel] = Blob.from_string(f.read()).id
+        if listing is not None and self._dir_key() == messages_key:
+            self._stat_hint = (messages_key, listing)
         return files
 
     def rewind(self, sequence: int) -> bytes:

@@ -36,6 +36,7 @@ class _Seen:
     size: int
     mtime_ns: int
     since: float
+    parses: bool = False  # parsed fine at this size and mtime: no need to read it again
 
 
 @dataclass
@@ -57,6 +58,7 @@ class Watcher:
         self._wake = threading.Event()
         self.stopping = threading.Event()
         self._lock = threading.Lock()
+        self._next_due: float | None = None  # when the next waiting file will have settled
 
     # --- scanning ---------------------------------------------------------------
 
@@ -70,8 +72,12 @@ class Watcher:
             found += [(trace_id, p) for p in _files(ws.trace_dir(trace_id) / INBOX_DIR)]
         return found
 
-    def settled(self, path: Path, now: float) -> bool:
-        """True once `path` kept its size and mtime for the settle window and parses."""
+    def settled(self, path: Path, now: float, *, parse: bool = True) -> bool:
+        """True once `path` kept its size and mtime for the settle window and parses.
+
+        Without `parse` only the settle clock is kept (for a file whose trace is
+        running): reading a file makes inotify events that would wake the loop.
+        """
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -80,18 +86,26 @@ class Watcher:
         if self._rejected.get(path) == (st.st_size, st.st_mtime_ns):
             return False
         seen = self._seen.get(path)
-        if seen is None or (seen.size, seen.mtime_ns) != (st.st_size, st.st_mtime_ns):
-            self._seen[path] = _Seen(st.st_size, st.st_mtime_ns, now)
-            return False
-        if st.st_size == 0 or now - seen.since < self.settle:
+        changed = seen is None or (seen.size, seen.mtime_ns) != (st.st_size, st.st_mtime_ns)
+        if changed:
+            seen = self._seen[path] = _Seen(st.st_size, st.st_mtime_ns, now)
+        if changed or st.st_size == 0 or now - seen.since < self.settle:
+            due = seen.since + self.settle
+            self._next_due = due if self._next_due is None else min(self._next_due, due)
             return False  # an editor may truncate first and write in place after
-        try:
-            load_dropped(path)
-        except MessageFileError as exc:
-            if now - seen.since >= self.settle * 5:
-                self.log("invalid", {"file": str(path), "error": str(exc)})
-                self._rejected[path] = (st.st_size, st.st_mtime_ns)
+        if not parse:
             return False
+        if not seen.parses:
+            try:
+                load_dropped(path)
+            except MessageFileError as exc:
+                if not path.exists():  # taken meanwhile (by the running run): not invalid
+                    self._seen.pop(path, None)
+                elif now - seen.since >= self.settle * 5:
+                    self.log("invalid", {"file": str(path), "error": str(exc)})
+                    self._rejected[path] = (st.st_size, st.st_mtime_ns)
+                return False
+            seen.parses = True
         return True
 
     # --- acting -----------------------------------------------------------------
@@ -99,10 +113,13 @@ class Watcher:
     def tick(self) -> None:
         """One scan: start runs for settled drops whose trace is not running."""
         now = time.monotonic()
+        self._next_due = None
         with self._lock:
             self._running = {t: f for t, f in self._running.items() if not f.done()}
+            running = set(self._running)
         for trace_id, path in self.drops():
-            if self.stopping.is_set() or not self.settled(path, now):
+            waits = trace_id is not None and trace_id in running  # its run takes it, or the next
+            if self.stopping.is_set() or not self.settled(path, now, parse=not waits):
                 continue
             if trace_id is None:
                 trace_id = self._start_trace(path)
@@ -210,13 +227,21 @@ class Watcher:
         self.close()
 
     def run_forever(self, tick: float = 0.2, rescan: float = 5.0) -> None:
-        """Until `stopping` is set; ticks on events and at least every `rescan` seconds."""
+        """Until `stopping` is set; ticks on events, when a waiting file has settled, and
+        at least every `rescan` seconds."""
         self.finish_staged()
         while not self.stopping.is_set():
             self.tick()
-            self._wake.wait(min(tick, rescan))
+            self._wake.wait(self._wait_time(tick, rescan))
             self._wake.clear()
         self.close()
+
+    def _wait_time(self, tick: float, rescan: float) -> float:
+        """Until the next tick, or sooner if a waiting file settles before it."""
+        wait = min(tick, rescan)
+        if self._next_due is not None:
+            wait = max(0.0, min(wait, self._next_due - time.monotonic()))
+        return wait
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -196,3 +196,55 @@ def test_a_failing_run_leaves_an_error_record_and_the_watcher_carries_on(ws):
         assert "Anthropic" in meta["context"]["last_error"]["error"]
         assert f"{trace}: error" in git(ws, "log", "--format=%s", "-3")
     assert_git_clean(ws)
+
+
+def test_a_follow_up_waiting_for_a_running_trace_does_not_spin_the_loop(ws):
+    """The file waits (its trace is busy): the loop keeps ticking at its pace, and
+    reading the file must not wake it again and again."""
+    from agentfs.testing import FunctionModel
+    from agentfs.models.base import ModelResponse
+
+    release = threading.Event()
+
+    def slow(request):
+        release.wait(10)
+        return ModelResponse(text="done")
+
+    project = Project.open(ws)
+    events: list[tuple[str, dict]] = []
+    watcher = Watcher(project, lambda model, preset: FunctionModel(slow),
+                      lambda e, d: events.append((e, d)), settle=0.2)
+    ticks = 0
+    real_tick = watcher.tick
+
+    def counting_tick():
+        nonlocal ticks
+        ticks += 1
+        real_tick()
+
+    watcher.tick = counting_tick
+    observer, _ = observe(ws, watcher.wake)
+    thread = threading.Thread(target=watcher.run_forever, daemon=True)
+    thread.start()
+    inbox = ws / "traces/t/inbox"
+    inbox.mkdir(exist_ok=True)
+    try:
+        (inbox / "first.md").write_text("first\n")
+        wait_for(lambda: any(e == "run_started" for e, _ in events), what="the first run")
+        (inbox / "second.md").write_text("second, while the model is busy\n")
+        time.sleep(0.5)  # let it settle
+        before = ticks
+        time.sleep(1.5)  # a window with the file settled and its trace still running
+        assert ticks - before <= 15, f"{ticks - before} ticks in 1.5 s: the loop spins"
+        release.set()
+        wait_for(lambda: not list(inbox.glob("*.md")), what="both files taken")
+        wait_for(lambda: not watcher._busy(), what="the runs to end")
+    finally:
+        release.set()
+        watcher.stopping.set()
+        watcher.wake()
+        thread.join(timeout=20)
+        observer.stop()
+        observer.join()
+    assert "second, while the model is busy" in texts(ws)
+    assert_git_clean(ws)
