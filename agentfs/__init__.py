@@ -6,7 +6,7 @@
 """
 
 from agentfs.config import WorkspaceConfig, load_config
-from agentfs.core.runner import RunResult, Runner
+from agentfs.core.runner import Runner, RunResult
 from agentfs.core.system_prompt import DEFAULT_SYSTEM_PREFIX, build_system_prompt
 from agentfs.core.workspace import Project, init_workspace
 from agentfs.errors import AgentfsError

@@ -97,7 +97,7 @@ class SkillCatalog:
 
 def load_skills(
     workspace_skills_dir: Path | None,
-    builtin_dir: Path = builtin_skills_dir(),
+    builtin_dir: Path | None = None,
     *,
     strict: bool = False,
 ) -> SkillCatalog:
@@ -105,7 +105,7 @@ def load_skills(
 
     Args:
         workspace_skills_dir: the workspace's `skills/`; `None` or a missing folder means none.
-        builtin_dir: the skills that ship with agentfs.
+        builtin_dir: the skills that ship with agentfs (default: the bundled ones).
         strict: raise the first `SkillError` instead of collecting it.
 
     Returns:
@@ -116,7 +116,7 @@ def load_skills(
     skills: dict[str, Skill] = {}
     errors: list[SkillError] = []
     sources: list[tuple[Path | None, Origin]] = [
-        (builtin_dir, "builtin"),
+        (builtin_dir if builtin_dir is not None else builtin_skills_dir(), "builtin"),
         (workspace_skills_dir, "workspace"),
     ]
     for directory, origin in sources:

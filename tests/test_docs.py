@@ -56,7 +56,7 @@ def test_code_link_resolves(doc, path, name):
 
 def _sections() -> dict[str, str]:
     text = (ROOT / "docs" / "cli.md").read_text()
-    parts = re.split(r"^## agentfs (\S+)\s*$", text, flags=re.M)
+    parts = re.split(r"^## agentfs (\S+)\s*$", text, flags=re.MULTILINE)
     return {parts[i]: parts[i + 1] for i in range(1, len(parts), 2)}
 
 

@@ -25,9 +25,9 @@ from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest, ModelResponse
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
+from agentfs.skills import load_skills
 from agentfs.store.commits import parse_trailers, subject
 from agentfs.store.messages import load_dropped, parse_dropped
-from agentfs.skills import load_skills
 from agentfs.store.workspace import GOALS_FILE, check_trace_id
 from agentfs.tools.subprocesses import safe_environment
 from agentfs.watch.observe import observe

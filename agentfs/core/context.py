@@ -82,7 +82,7 @@ def build_context(sources: ContextSources) -> str:
     for name, hook in sources.hooks:
         try:
             text = hook(sources.trace_id)
-        except Exception as exc:  # a hook must never break the run
+        except Exception as exc:  # noqa: BLE001 — a hook must never break the run
             text = f"(hook failed: {type(exc).__name__}: {exc})"
         if text:
             parts.append(f"## {name}\n{text}")

@@ -21,13 +21,19 @@ from typing import Any
 
 from agentfs.config import WorkspaceConfig
 from agentfs.core.compaction import compress_completed_goals
-from agentfs.core.context import CONTEXT_TOOL, CommandHook, ContextHook, ContextSources, context_tool
+from agentfs.core.context import (
+    CONTEXT_TOOL,
+    CommandHook,
+    ContextHook,
+    ContextSources,
+    context_tool,
+)
 from agentfs.core.delegate import delegate_tool
 from agentfs.core.goals import GoalTree, goal_tool
+from agentfs.core.injection import DEFAULT_SKILL_RECENCY, skills_to_inject, synthetic_calls
 from agentfs.core.knowledge import knowledge_search_tool
 from agentfs.core.reflection import evaluate_knowledge, pending_items, reflect
 from agentfs.core.sidebranch import compress
-from agentfs.core.injection import DEFAULT_SKILL_RECENCY, skills_to_inject, synthetic_calls
 from agentfs.core.tokens import TokenCounter
 from agentfs.errors import AgentfsError, ConfigError
 from agentfs.models.base import Model, ModelRequest, ModelResponse, ToolSpec
@@ -37,8 +43,8 @@ from agentfs.store.messages import Message, ToolCall, Usage
 from agentfs.store.trace import InjectedSkill, Trace
 from agentfs.store.workspace import GOALS_FILE, Workspace
 from agentfs.tools import FILE_TOOLS, ToolContext, ToolRegistry
-from agentfs.tools.bash import bash_tool
 from agentfs.tools.base import Tool
+from agentfs.tools.bash import bash_tool
 from agentfs.tools.plugins import plugin_tools
 from agentfs.tools.skill import skill_tool
 

@@ -22,6 +22,7 @@ import random
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from agentfs.errors import GitStateError
 from agentfs.store.atomic import fsync_dir, open_creating
@@ -49,7 +50,7 @@ class GitLockFile:
         self._owner_fd: int | None = None
         self._fd: int | None = None
 
-    def __enter__(self) -> GitLockFile:
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 

@@ -79,7 +79,7 @@ class GitRepo:
         self.durable = durable
         try:
             self.repo = Repo(str(root))
-        except Exception as exc:  # dulwich raises NotGitRepository and others
+        except Exception as exc:  # noqa: BLE001 — dulwich raises NotGitRepository and others
             raise GitStateError(
                 f"{root}: not a Git repository ({exc})", hint="run `agentfs init` there"
             ) from None

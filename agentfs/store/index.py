@@ -11,6 +11,7 @@ import io
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Self
 
 from dulwich.index import (
     IndexChecksumReader,
@@ -40,7 +41,7 @@ class IndexUpdate:
         self._raw: rawindex.RawIndex | None = None
         self._written = False
 
-    def __enter__(self) -> IndexUpdate:
+    def __enter__(self) -> Self:
         self._lock.acquire()
         return self
 
@@ -126,7 +127,7 @@ def _read(index_path: Path) -> tuple[dict, int | None, list]:
             reader = IndexChecksumReader(f)
             entries, version, extensions = read_index_dict_with_version(reader)
             reader.check_checksum(allow_empty=True)
-    except Exception as exc:  # dulwich raises several types for formats it cannot read
+    except Exception as exc:  # noqa: BLE001 — dulwich raises several types for formats it cannot read
         raise GitStateError(
             f"{index_path}: agentfs cannot read this Git index ({type(exc).__name__})",
             hint="a split index is not supported: run `git config core.splitIndex false` "

@@ -15,6 +15,7 @@ import socket
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from agentfs.errors import TraceLocked
 
@@ -50,7 +51,7 @@ class TraceLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> TraceLock:
+    def __enter__(self) -> Self:
         self.acquire()
         return self
 

@@ -169,7 +169,7 @@ def render_message(message: Message) -> bytes:
         default_flow_style=False,
         width=1_000_000,
     )
-    return f"---\n{header}---\n{message.content}\n".encode("utf-8")
+    return f"---\n{header}---\n{message.content}\n".encode()
 
 
 def _digest(message: Message) -> bytes:
@@ -299,8 +299,7 @@ def _split_frontmatter(path: Path, text: str) -> tuple[dict[str, Any], str]:
         body = text[body_start:]
     else:
         fields, body = {}, text
-    if body.endswith("\n"):
-        body = body[:-1]
+    body = body.removesuffix("\n")
     return fields, body
 
 

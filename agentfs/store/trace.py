@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,8 +27,8 @@ from agentfs.store.lock import TraceLock, is_locked
 from agentfs.store.messages import (
     Message,
     authored_fields,
-    load_message,
     load_dropped,
+    load_message,
     parse_file_name,
     render_message,
 )
@@ -78,15 +79,14 @@ class TraceMeta(BaseModel):
 _parsed: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
 
 
+#: Hidden files, editor backups (`x~`), Emacs auto-saves (`#x#`), swap and temp
+#: files, and vim's `4913` probe. One regex: it runs on every file of a trace.
+_IGNORED = re.compile(r"\A(?:\..*|.*~|#(?:.*#)?|.*\.(?:swp|swo|swx|tmp|part)|4913)\Z", re.DOTALL)
+
+
 def is_ignored_name(name: str) -> bool:
     """Editor and agentfs temporary files that are never messages or edits."""
-    return (
-        name.startswith(".")
-        or name.endswith("~")
-        or (name.startswith("#") and name.endswith("#"))
-        or name.endswith((".swp", ".swo", ".swx", ".tmp", ".part"))
-        or name == "4913"
-    )
+    return _IGNORED.match(name) is not None
 
 
 class Trace:

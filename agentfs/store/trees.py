@@ -133,10 +133,10 @@ def change_tree(
             tree.set(head, mode, sha)
     for name, subchanges in nested.items():
         current = tree.get(name)
-        is_dir = current is not None and stat.S_ISDIR(current[0])
-        if not is_dir and all(sha is None for _, _, sha in subchanges):
+        sub_base = current[1].hex().encode() if current and stat.S_ISDIR(current[0]) else None
+        if sub_base is None and all(sha is None for _, _, sha in subchanges):
             continue  # deletions below a file or nothing: there is nothing to delete
-        sub = change_tree(objects, current[1].hex().encode() if is_dir else None, subchanges)
+        sub = change_tree(objects, sub_base, subchanges)
         if sub is None:
             tree.remove(name)
         else:

@@ -92,7 +92,7 @@ class ToolRegistry:
             value = tool.run(arguments, context)
         except (ToolFailure, AgentfsError) as exc:
             return ToolResult(str(exc), is_error=True)
-        except Exception as exc:  # a tool bug must not crash the run
+        except Exception as exc:  # noqa: BLE001 — a tool bug must not crash the run
             return ToolResult(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
         return value if isinstance(value, ToolResult) else ToolResult(value)
 

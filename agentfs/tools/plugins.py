@@ -24,7 +24,7 @@ def plugin_tools(root: Path) -> list[Tool]:
             value = entry.load()
             if callable(value) and not isinstance(value, Tool):
                 value = value(root)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 — report any failure of a plugin
             raise ConfigError(
                 f"tool plugin {entry.name!r} ({entry.value}) failed to load: {exc}",
                 hint="fix or uninstall the package that provides it",

@@ -17,7 +17,6 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
-
 #: Events that change nothing; the watcher's own reads make them.
 _READS = {EVENT_TYPE_OPENED, EVENT_TYPE_CLOSED_NO_WRITE}
 

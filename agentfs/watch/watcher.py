@@ -87,7 +87,7 @@ class Watcher:
             return False
         seen = self._seen.get(path)
         changed = seen is None or (seen.size, seen.mtime_ns) != (st.st_size, st.st_mtime_ns)
-        if changed:
+        if seen is None or changed:
             seen = self._seen[path] = _Seen(st.st_size, st.st_mtime_ns, now)
         if changed or st.st_size == 0 or now - seen.since < self.settle:
             due = seen.since + self.settle

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,7 +110,7 @@ def test_killed_and_resumed_runs_resend_identical_prefixes(tmp_path, server):
     assert kills >= 2
 
     bodies = [without_cache_control(r.body) for r in server.requests]
-    for earlier, later in zip(bodies, bodies[1:]):
+    for earlier, later in itertools.pairwise(bodies):
         assert later["system"] == earlier["system"] and later["tools"] == earlier["tools"]
         before = [json.dumps(m, sort_keys=True) for m in earlier["messages"]]
         after = [json.dumps(m, sort_keys=True) for m in later["messages"]]

@@ -14,7 +14,7 @@ from agentfs.models.anthropic_messages import to_api_messages
 from agentfs.models.replay import ReplayModel
 from agentfs.store.messages import Message, ToolCall
 from agentfs.testing import check_request
-from tests.conftest import git, run_cli, user
+from tests.conftest import git, run_cli
 
 
 class Builder:

@@ -32,7 +32,7 @@ def test_two_compressions_make_two_summary_commits_with_side_branches(workspace,
     assert sorted(b for b in branches if b.startswith("agentfs/")) == [
         "agentfs/t/compression-1", "agentfs/t/compression-2"]
     for line in summaries:
-        sha, first_parent, second_parent, *_ = line.split()
+        _sha, _first_parent, second_parent, *_ = line.split()
         branch_heads = {git(workspace, "rev-parse", b).strip() for b in branches
                         if b.startswith("agentfs/")}
         assert second_parent in branch_heads

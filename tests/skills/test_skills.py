@@ -206,8 +206,8 @@ def test_limits_are_inclusive(ws_skills, no_builtins):
         ("name: yes\ndescription: d", "name must be text, but YAML 1.1 reads unquoted yes/no"),
         ("name: on\ndescription: d", "boolean"),
         ("name: 2024\ndescription: d", "number"),
-        ("name: a\ndescription: 2024-01-01", "description must be text, but YAML reads an "
-                                              "unquoted date"),
+        ("name: a\ndescription: 2024-01-01", ("description must be text, but YAML reads an "
+                                              "unquoted date")),
         ("name: a\ndescription: no", "boolean"),
         ("name: a\ndescription: [x, y]", "list"),
         ("name: a\ndescription: d\non: push", "key True is not text"),

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from agentfs.core.workspace import Project
-from agentfs.store import parsecache, trace as trace_module
+from agentfs.store import parsecache
+from agentfs.store import trace as trace_module
 from agentfs.store.trace import Trace
 from tests.conftest import assert_git_clean, git, user
 

@@ -11,8 +11,7 @@ import pytest
 from agentfs.core.workspace import Project
 from agentfs.errors import AgentfsError, MessageFileError
 from agentfs.store.commits import parse_trailers
-from agentfs.store.messages import ToolCall
-from agentfs.store.messages import parse_dropped
+from agentfs.store.messages import ToolCall, parse_dropped
 from agentfs.store.trace import Trace, TraceMeta
 from tests.conftest import assert_git_clean, git, user
 

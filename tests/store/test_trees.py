@@ -38,9 +38,10 @@ def _one_per_path(changes: list) -> list:
 def _apply(model: dict[bytes, tuple[int, bytes]], path: bytes, entry) -> None:
     """What a change means: a file replaces whatever was at or above its path."""
     for other in list(model):
-        if other == path or other.startswith(path + b"/") or path.startswith(other + b"/"):
-            if entry is not None or not path.startswith(other + b"/"):
-                del model[other]
+        below = other == path or other.startswith(path + b"/")
+        above = path.startswith(other + b"/")  # a file where the change needs a folder
+        if below or (above and entry is not None):
+            del model[other]
     if entry is not None:
         model[path] = entry
 

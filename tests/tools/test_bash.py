@@ -57,7 +57,7 @@ def test_bash_is_off_unless_enabled_and_its_files_are_committed(project, write_s
     project.new_trace("t", user("go"))
     runner = Runner(project.workspace, project.repo, ReplayModel(script), config=project.config)
     runner.run("t")
-    result = [m for m in project.trace("t").main_path() if m.role == "tool"][0]
+    result = next(m for m in project.trace("t").main_path() if m.role == "tool")
     assert result.is_error and "unknown tool 'bash'" in result.text
 
     config = project.workspace.config_path

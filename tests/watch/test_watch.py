@@ -122,7 +122,7 @@ def test_sigterm_stops_cleanly(ws):
         wait_for(lambda: texts(ws)[-2:] == ["go", "answer 0"], what="the run")
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        _out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err.decode()
     assert_git_clean(ws)
     git(ws, "fsck", "--strict")
@@ -201,8 +201,8 @@ def test_a_failing_run_leaves_an_error_record_and_the_watcher_carries_on(ws):
 def test_a_follow_up_waiting_for_a_running_trace_does_not_spin_the_loop(ws):
     """The file waits (its trace is busy): the loop keeps ticking at its pace, and
     reading the file must not wake it again and again."""
-    from agentfs.testing import FunctionModel
     from agentfs.models.base import ModelResponse
+    from agentfs.testing import FunctionModel
 
     release = threading.Event()
 
