@@ -37,12 +37,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(SUITES)}")
     results = Results(quick=args.quick)
     started = time.perf_counter()
-    for name in chosen:
-        print(f"== {name}", flush=True)
-        module = importlib.import_module(f"bench.{name}")
-        args.scratch.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f"{name}-", dir=args.scratch) as scratch:
-            module.run(results, args.quick, Path(scratch))
+    args.scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="run-", dir=args.scratch) as session:
+        for name in chosen:
+            print(f"== {name}", flush=True)
+            module = importlib.import_module(f"bench.{name}")
+            suite_started = time.perf_counter()
+            scratch = Path(session) / name  # fixtures shared between suites go beside
+            scratch.mkdir()
+            module.run(results, args.quick, scratch)
+            print(f"   ({time.perf_counter() - suite_started:.0f} s)", flush=True)
     seconds = time.perf_counter() - started
     print()
     print(results.table())

@@ -1,7 +1,9 @@
 """Workspaces with long traces, built fast for benchmarking.
 
-A trace of N messages is written as N message files and committed with the
-`git` CLI in one commit (making N agentfs steps would take minutes). The
+A trace of N messages is written as N message files and committed in one
+commit with `git fast-import`, which writes a pack instead of N loose
+objects (making N agentfs steps, or `git add` of 10,000 files, takes
+minutes on a slow filesystem). The
 messages cycle through a realistic turn: a user request, an assistant turn
 with a tool call, the tool's result, an assistant answer. With `kept`, the
 trace looks like one that Level 2 compression has shortened: all N files
@@ -12,6 +14,7 @@ last `kept` messages.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -63,24 +66,69 @@ def message(sequence: int) -> Message:
                    stop_reason="end_turn")
 
 
+def clone_workspace(template: Path, target: Path) -> Path:
+    """A copy of a workspace in a fraction of the time: message files and Git objects,
+    which nobody changes in place (agentfs and git replace them), are hard links."""
+
+    def place(src: str, dst: str) -> None:
+        shared = "/messages/" in src or "/.git/objects/" in src
+        (os.link if shared else shutil.copy2)(src, dst)
+
+    shutil.copytree(template, target, symlinks=True, copy_function=place)
+    return target
+
+
+def shared_long_trace(scratch: Path, count: int, *, kept: int | None = None) -> Path:
+    """A `long_trace` workspace built once per benchmark run, beside the suites'
+    folders, for suites that only read it (lock and cache files aside)."""
+    root = scratch.parent / "shared" / f"long-{count}-{kept}"
+    if not root.exists():
+        long_trace(root, count, kept=kept)
+    return root
+
+
 def long_trace(root: Path, count: int, *, kept: int | None = None) -> Project:
     """A workspace at `root` whose trace `long` has `count` messages, all committed."""
     init_workspace(root)
     project = Project.open(root)
     first = parse_dropped(Path("<bench>"), b"Start of a long trace.")
     trace = project.new_trace(TRACE, first)  # messages 1 (system) and 2 (user)
-    messages_dir = trace.messages_dir
     summary_at = None if kept is None else count - kept
+    files: dict[Path, bytes] = {}
     for sequence in range(3, count + 1):
         if sequence == summary_at:
             m = Message(id=f"msg-{sequence:06d}", sequence=sequence, parent_sequence=2,
                         role="user", synthetic="summary", content=f"{SUMMARY_HEADER}\n\n{PARAGRAPH}")
         else:
             m = message(sequence)
-        (messages_dir / m.file_name()).write_bytes(render_message(m))
+        files[trace.messages_dir / m.file_name()] = render_message(m)
     trace.meta.head = count
     trace.meta.next_sequence = count + 1
     trace.save_meta()
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", f"bench: {count} messages")
+    files[trace.meta_path] = trace.meta_path.read_bytes()
+    for path, data in files.items():
+        path.write_bytes(data)
+    _commit_with_fast_import(root, files, f"bench: {count} messages")
     return Project.open(root)
+
+
+def _commit_with_fast_import(root: Path, files: dict[Path, bytes], message: str) -> None:
+    """Commit `files` on main in one pack, then bring the index up to date."""
+    parent = git(root, "rev-parse", "HEAD").strip()
+    chunks = [
+        b"commit refs/heads/main\n",
+        b"committer bench <bench@localhost> 1767225600 +0000\n",
+        b"data %d\n%s\n" % (len(message.encode()), message.encode()),
+        b"from %s\n" % parent.encode(),
+    ]
+    for path, data in files.items():
+        name = path.relative_to(root.resolve()).as_posix().encode()
+        chunks.append(b"M 100644 inline %s\ndata %d\n%s\n" % (name, len(data), data))
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=root, input=b"".join(chunks),
+                   check=True, env={**os.environ, **GIT_ENV})
+    git(root, "read-tree", "HEAD")
+    git(root, "update-index", "-q", "--refresh")
+    # A workspace that has been used has all 256 loose-object folders; a pack alone
+    # has none, and making them would be measured as part of the first steps.
+    for n in range(256):
+        (root / ".git" / "objects" / f"{n:02x}").mkdir(exist_ok=True)

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.fixtures import TRACE, long_trace
+from bench.fixtures import TRACE, shared_long_trace
 from bench.report import Results, median
 
 SIZE = 10_000
@@ -35,8 +35,7 @@ KEPT = 38  # main path after the summary; SIZE - KEPT lands on a user turn
 
 
 def run(results: Results, quick: bool, scratch: Path) -> None:
-    root = scratch / "ws"
-    long_trace(root, SIZE, kept=KEPT)
+    root = shared_long_trace(scratch, SIZE, kept=KEPT)
     rounds = 3 if quick else 7
     first = [probe(root, fresh=True) for _ in range(2 if quick else 3)]
     later = [probe(root, fresh=False) for _ in range(rounds)]

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.fixtures import long_trace
+from bench.fixtures import shared_long_trace
 from bench.load import KEPT, SIZE, probe
 from bench.report import Results
 
 
 def run(results: Results, quick: bool, scratch: Path) -> None:
-    root = scratch / "ws"
-    long_trace(root, SIZE, kept=KEPT)
+    root = shared_long_trace(scratch, SIZE, kept=KEPT)
     parsing = probe(root, fresh=True, memory=True)
     cached = probe(root, fresh=False, memory=True)
     label = f"{SIZE:,} msgs"

@@ -4,6 +4,13 @@ Measured in traces of 100, 1,000 and 10,000 messages, side by side with two
 baselines doing the same work: appending the same records to a JSONL file
 with fsync (the floor: one durable write), and making the same commits with
 the `git` CLI (`git add` + `git commit`).
+
+A step also creates about a dozen small files (temp files renamed into
+place, seven loose objects, lock files), and what that costs varies a lot
+with the filesystem and with what else the disk is doing. So a fourth
+series does only that, with no Git or agentfs logic: 12 small files created
+and renamed into place, 2 of them fsynced. The four series run round-robin,
+one step of each in turn, so they all see the same disk weather.
 """
 
 from __future__ import annotations
@@ -12,13 +19,15 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from agentfs.store.messages import render_message
-from bench.fixtures import TRACE, git, long_trace, message
+from bench.fixtures import TRACE, clone_workspace, git, long_trace, message
 from bench.report import Results, median, p95
 
 SIZES = (100, 1_000, 10_000)
+FILES_PER_STEP, FSYNCED_PER_STEP = 12, 2
 
 
 def run(results: Results, quick: bool, scratch: Path) -> None:
@@ -27,80 +36,123 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
     for size in SIZES:
         template = scratch / f"template-{size}"
         long_trace(template, size)
-        agentfs_ms = _agentfs_steps(_copy(template, scratch / f"agentfs-{size}"), size, steps)
-        jsonl_ms = _jsonl_steps(scratch / f"floor-{size}.jsonl", size, steps)
-        git_ms = _git_cli_steps(_copy(template, scratch / f"git-{size}"), size, steps)
-        medians[size] = median(agentfs_ms)
+        series = {
+            "agentfs": _agentfs_steps(clone_workspace(template, scratch / f"agentfs-{size}"), size),
+            "jsonl": _jsonl_steps(scratch / f"floor-{size}.jsonl", size),
+            "git": _git_cli_steps(clone_workspace(template, scratch / f"git-{size}"), size),
+            "files": _file_steps(scratch / f"files-{size}"),
+        }
+        timings = _round_robin(series, steps)
+        agentfs, jsonl, git_cli, files = (timings[k] for k in ("agentfs", "jsonl", "git", "files"))
+        medians[size] = median(agentfs)
         label = f"{size:,} msgs"
-        results.add("persistence", f"agentfs step, median ({label})", median(agentfs_ms), "ms")
-        results.add("persistence", f"agentfs step, p95 ({label})", p95(agentfs_ms), "ms")
-        results.add("persistence", f"JSONL append+fsync, median ({label})", median(jsonl_ms), "ms")
-        results.add("persistence", f"JSONL append+fsync, p95 ({label})", p95(jsonl_ms), "ms")
-        results.add("persistence", f"git CLI add+commit, median ({label})", median(git_ms), "ms")
-        results.add("persistence", f"git CLI add+commit, p95 ({label})", p95(git_ms), "ms")
-        results.add("persistence", f"agentfs / JSONL floor ({label})",
-                    median(agentfs_ms) / median(jsonl_ms), "x", "lower is better")
-        results.add("persistence", f"git CLI / agentfs ({label})",
-                    median(git_ms) / median(agentfs_ms), "x", "budget >= 4")
+        add = results.add
+        add("persistence", f"agentfs step, median ({label})", median(agentfs), "ms")
+        add("persistence", f"agentfs step, p95 ({label})", p95(agentfs), "ms")
+        add("persistence", f"JSONL append+fsync, median ({label})", median(jsonl), "ms")
+        add("persistence", f"JSONL append+fsync, p95 ({label})", p95(jsonl), "ms")
+        add("persistence", f"git CLI add+commit, median ({label})", median(git_cli), "ms")
+        add("persistence", f"git CLI add+commit, p95 ({label})", p95(git_cli), "ms")
+        add("persistence", f"a step's file operations alone, median ({label})", median(files),
+            "ms", f"{FILES_PER_STEP} files created and renamed, {FSYNCED_PER_STEP} fsynced")
+        add("persistence", f"agentfs / JSONL floor ({label})",
+            median(agentfs) / median(jsonl), "x", "lower is better")
+        add("persistence", f"agentfs / file operations alone ({label})",
+            median(agentfs) / median(files), "x", "what agentfs adds to the filesystem's cost")
+        add("persistence", f"git CLI / agentfs ({label})",
+            median(git_cli) / median(agentfs), "x", "budget >= 4")
         shutil.rmtree(template)
     results.add("persistence", "growth of the median, 100 -> 10,000 msgs",
                 medians[10_000] / medians[100], "x", "budget <= 2")
 
 
-def _copy(template: Path, target: Path) -> Path:
-    shutil.copytree(template, target, symlinks=True)
-    return target
+def _round_robin(series: dict[str, Iterator[None]], steps: int) -> dict[str, list[float]]:
+    """Time one step of each series in turn, `steps` times."""
+    timings: dict[str, list[float]] = {name: [] for name in series}
+    for started in series.values():
+        next(started)  # setup, not timed
+    for _ in range(steps):
+        for name, steps_of in series.items():
+            began = time.perf_counter()
+            next(steps_of)
+            timings[name].append((time.perf_counter() - began) * 1000)
+    for name, steps_of in series.items():
+        steps_of.close()
+    return timings
 
 
-def _agentfs_steps(root: Path, size: int, steps: int) -> list[float]:
+def _sequences(size: int) -> Iterator[int]:
+    sequence = size + 1
+    while True:
+        yield sequence
+        sequence += 1
+
+
+def _agentfs_steps(root: Path, size: int) -> Iterator[None]:
     from agentfs.core.workspace import Project
 
-    project = Project.open(root)
-    trace = project.trace(TRACE)
-    timings = []
+    trace = Project.open(root).trace(TRACE)
     with trace.lock():
         trace.recover()  # what a run does first; not part of a step
-        for sequence in range(size + 1, size + 1 + steps):
-            template = message(sequence)
-            started = time.perf_counter()
-            m = trace.new_message(template.role, template.content,
-                                  tool_calls=template.tool_calls,
-                                  tool_call_id=template.tool_call_id)
-            trace.commit_step(m.role, [m])
-            timings.append((time.perf_counter() - started) * 1000)
-    git(root, "fsck", "--no-dangling")  # what was measured is a valid repository
-    return timings
+        yield
+        try:
+            for sequence in _sequences(size):
+                template = message(sequence)
+                m = trace.new_message(template.role, template.content,
+                                      tool_calls=template.tool_calls,
+                                      tool_call_id=template.tool_call_id)
+                trace.commit_step(m.role, [m])
+                yield
+        finally:
+            git(root, "fsck", "--no-dangling")  # what was measured is a valid repository
 
 
-def _jsonl_steps(path: Path, size: int, steps: int) -> list[float]:
-    timings = []
+def _jsonl_steps(path: Path, size: int) -> Iterator[None]:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        for sequence in range(size + 1, size + 1 + steps):
+        yield
+        for sequence in _sequences(size):
             m = message(sequence)
-            started = time.perf_counter()
-            record = json.dumps(m.model_dump(mode="json", exclude_none=True)).encode() + b"\n"
-            os.write(fd, record)
+            os.write(fd, json.dumps(m.model_dump(mode="json", exclude_none=True)).encode() + b"\n")
             os.fsync(fd)
-            timings.append((time.perf_counter() - started) * 1000)
+            yield
     finally:
         os.close(fd)
-    return timings
 
 
-def _git_cli_steps(root: Path, size: int, steps: int) -> list[float]:
+def _git_cli_steps(root: Path, size: int) -> Iterator[None]:
     messages_dir = root / "traces" / TRACE / "messages"
     meta_path = root / "traces" / TRACE / "trace.json"
     meta = json.loads(meta_path.read_text())
-    timings = []
-    for sequence in range(size + 1, size + 1 + steps):
+    yield
+    for sequence in _sequences(size):
         m = message(sequence)
-        started = time.perf_counter()
         path = messages_dir / m.file_name()
         path.write_bytes(render_message(m))
         meta["head"], meta["next_sequence"] = sequence, sequence + 1
         meta_path.write_text(json.dumps(meta, indent=2) + "\n")
         git(root, "add", "--", str(path), str(meta_path))
         git(root, "commit", "-q", "-m", f"{TRACE}: {m.role} #{sequence}")
-        timings.append((time.perf_counter() - started) * 1000)
-    return timings
+        yield
+
+
+def _file_steps(folder: Path) -> Iterator[None]:
+    folder.mkdir()
+    write: Callable[[Path, bool], None] = _create_and_rename
+    yield
+    for step in _sequences(0):
+        for n in range(FILES_PER_STEP):
+            write(folder / f"{step}-{n}", n < FSYNCED_PER_STEP)
+        yield
+
+
+def _create_and_rename(path: Path, fsync: bool) -> None:
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, b"x" * 300)
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
