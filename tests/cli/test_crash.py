@@ -10,7 +10,7 @@ from agentfs.core.runner import INTERRUPTED
 from agentfs.store.messages import load_message
 from tests.conftest import assert_git_clean, git, kill_runs_at_random, run_cli
 
-TURNS = 100  # long enough that the kills land inside runs on a fast machine
+TURNS = 200  # long enough that the kills land inside runs on a fast machine
 KILLS = 12
 
 
