@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +75,9 @@ class TraceMeta(BaseModel):
     injected_skills: dict[str, InjectedSkill] = Field(default_factory=dict)
     context: dict[str, Any] = Field(default_factory=dict, description="Free-form runtime state")
 
+
+#: A file modified this recently (ns) may change again without its stamp changing.
+RACY_NS = 100_000_000
 
 #: Parsed message files of each messages directory this process has read.
 _parsed: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
@@ -271,6 +275,7 @@ class Trace:
         found: dict[int, Message] = {}
         seen: set[str] = set()
         parsed = 0
+        racy_after = time.time_ns() - RACY_NS
         hint, self._stat_hint = self._stat_hint, None
         listing = hint[1] if hint is not None and hint[0] == key else self._list_messages()
         for name, st in listing.items():
@@ -280,8 +285,11 @@ class Trace:
                 message = cached[1]
             else:
                 message = load_message(self.messages_dir / name)
-                self._cache[name] = (stamp, message)
                 parsed += 1
+                if stamp[0] < racy_after:
+                    self._cache[name] = (stamp, message)
+                # else: changed within the last clock ticks; a second change in the same
+                # tick could keep its stamp, so it is parsed again next time (as Git does)
             seen.add(name)
             if message.sequence in found:
                 raise MessageFileError(

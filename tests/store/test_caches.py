@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,13 @@ def trace(project: Project) -> Trace:
         role = "assistant" if n % 2 == 0 else "user"
         trace.commit_step(role, [trace.new_message(role, f"{role} number {n:04d}")])
     return trace
+
+
+def age(trace: Trace) -> None:
+    """Files written moments ago are parsed again each time ("racily clean"); age them."""
+    old = time.time() - 60
+    for path in trace.messages_dir.iterdir():
+        os.utime(path, (old, old))
 
 
 def new_process(project: Project) -> Trace:
@@ -44,6 +52,7 @@ def count_parses(monkeypatch) -> list[Path]:
 
 
 def test_a_new_process_reuses_parsed_messages(project: Project, trace: Trace, monkeypatch) -> None:
+    age(trace)
     first = new_process(project)
     expected = {s: m.text for s, m in first.messages(refresh=True).items()}  # parses, saves
     assert (project.workspace.state_dir / "cache" / "demo.pickle").exists()
@@ -66,6 +75,18 @@ def test_an_edit_that_keeps_size_and_mtime_is_still_seen(
     assert edited.recover() == ["edit"]  # and recover() does not trust the index either
     assert "NUMBER" in git(project.workspace.root, "show", "HEAD:traces/demo/messages/000003-assistant.md")
     assert_git_clean(project.workspace.root)
+
+
+def test_a_file_changed_moments_ago_is_parsed_again(project: Project, trace: Trace) -> None:
+    """Two saves in one clock tick can leave the same stamp: a fresh file is not cached."""
+    path = trace.messages_dir / "000003-assistant.md"
+    path.write_bytes(path.read_bytes().replace(b"number 0000", b"NUMBER 0000"))
+    fresh = new_process(project)
+    assert fresh.messages(refresh=True)[3].text == "assistant NUMBER 0000"
+    stamp = os.stat(path)
+    path.write_bytes(path.read_bytes().replace(b"NUMBER 0000", b"NUMBRE 0000"))
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # as if in the same tick
+    assert fresh.messages(refresh=True)[3].text == "assistant NUMBRE 0000"
 
 
 def test_a_damaged_or_foreign_cache_is_ignored(project: Project, trace: Trace) -> None:
