@@ -469,7 +469,7 @@ class Trace:
 
     @property
     def _staging_dir(self) -> Path:
-        return self.workspace.state_dir / "ingest" / self.id
+        return self.workspace.ingest_dir / self.id
 
     def _staged_ingests(self) -> list[tuple[int, Path]]:
         """(sequence, staged file) of ingests a crash interrupted."""

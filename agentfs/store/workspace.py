@@ -61,6 +61,11 @@ class Workspace:
         """agentfs' private state (locks, caches), inside `.git` so Git never sees it."""
         return self.root / ".git" / "agentfs"
 
+    @property
+    def ingest_dir(self) -> Path:
+        """Where dropped files are staged while they become messages (exactly once)."""
+        return self.state_dir / "ingest"
+
     def trace_dir(self, trace_id: str) -> Path:
         return self.traces_dir / check_trace_id(trace_id)
 

@@ -59,6 +59,7 @@ class Watcher:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._next_due: float | None = None  # when the next waiting file will have settled
+        self._held_logged: set[str] = set()  # traces another process holds, already logged
 
     # --- scanning ---------------------------------------------------------------
 
@@ -75,6 +76,9 @@ class Watcher:
     def settled(self, path: Path, now: float, *, parse: bool = True) -> bool:
         """True once `path` kept its size and mtime for the settle window and parses.
 
+        The window starts at the file's mtime (at most a window ago): a file the
+        loop notices late is not kept waiting longer. It is still looked at twice.
+
         Without `parse` only the settle clock is kept (for a file whose trace is
         running): reading a file makes inotify events that would wake the loop.
         """
@@ -88,7 +92,10 @@ class Watcher:
         seen = self._seen.get(path)
         changed = seen is None or (seen.size, seen.mtime_ns) != (st.st_size, st.st_mtime_ns)
         if seen is None or changed:
-            seen = self._seen[path] = _Seen(st.st_size, st.st_mtime_ns, now)
+            # The file has been quiet since its mtime, not since the loop noticed it
+            # (a tick, or an event watchdog held back, can come late).
+            quiet_for = min(max(0.0, time.time() - st.st_mtime_ns / 1e9), self.settle)
+            seen = self._seen[path] = _Seen(st.st_size, st.st_mtime_ns, now - quiet_for)
         if changed or st.st_size == 0 or now - seen.since < self.settle:
             due = seen.since + self.settle
             self._next_due = due if self._next_due is None else min(self._next_due, due)
@@ -128,11 +135,25 @@ class Watcher:
             with self._lock:
                 if trace_id in self._running:
                     continue  # the running run takes the file at its next iteration
+            if self._held_elsewhere(trace_id):
+                continue
+            with self._lock:
                 self._running[trace_id] = self._pool.submit(self._run, trace_id)
+
+    def _held_elsewhere(self, trace_id: str) -> bool:
+        """True while another process (e.g. `agentfs run`) holds the trace; logged once
+        per spell as `busy`, and the file waits for a later tick."""
+        if not self.project.trace(trace_id).is_running():
+            self._held_logged.discard(trace_id)
+            return False
+        if trace_id not in self._held_logged:
+            self._held_logged.add(trace_id)
+            self.log("busy", {"trace": trace_id})
+        return True
 
     @property
     def _staging(self) -> Path:
-        return self.project.workspace.state_dir / "ingest" / "new"
+        return self.project.workspace.ingest_dir / "new"
 
     def _start_trace(self, path: Path) -> str | None:
         """Create a trace from a file in the workspace inbox, taken exactly once: it is

@@ -248,3 +248,54 @@ def test_a_follow_up_waiting_for_a_running_trace_does_not_spin_the_loop(ws):
         observer.join()
     assert "second, while the model is busy" in texts(ws)
     assert_git_clean(ws)
+
+
+def test_a_trace_held_by_another_process_is_logged_busy_once_then_run(ws):
+    project = Project.open(ws)
+    events: list[tuple[str, dict]] = []
+    watcher = Watcher(project, lambda model, preset: ReplayModel(ws / "script.json"),
+                      lambda e, d: events.append((e, d)), settle=0.1)
+    observer, _ = observe(ws, watcher.wake)
+    thread = threading.Thread(target=watcher.run_forever, daemon=True)
+    held = project.trace("t").lock()
+    held.acquire()  # as `agentfs run t` in another terminal would
+    thread.start()
+    try:
+        (ws / "traces/t/inbox").mkdir(exist_ok=True)
+        (ws / "traces/t/inbox/later.md").write_text("for when it is free\n")
+        wait_for(lambda: any(e == "busy" for e, _ in events), what="busy")
+        time.sleep(1.0)  # several ticks while it stays held
+        assert [e for e, _ in events] == ["busy"]
+        held.release()
+        wait_for(lambda: any(e == "run_finished" for e, _ in events), what="the run")
+    finally:
+        held.release()
+        watcher.stopping.set()
+        watcher.wake()
+        thread.join(timeout=20)
+        observer.stop()
+        observer.join()
+    assert texts(ws)[-2:] == ["for when it is free", "answer 0"]
+    assert_git_clean(ws)
+
+
+def test_the_settle_window_counts_from_the_files_mtime(ws):
+    """A file the loop notices late (a slow tick, events held back) has been quiet since
+    its mtime: it is taken at the second look, not a whole window later."""
+    watcher = Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
+                      lambda e, d: None, settle=5.0)
+    inbox = ws / "traces/t/inbox"
+    inbox.mkdir(exist_ok=True)
+    old, fresh = inbox / "old.md", inbox / "fresh.md"
+    old.write_text("written a while ago\n")
+    fresh.write_text("just written\n")
+    past = time.time() - 60
+    os.utime(old, (past, past))
+    now = time.monotonic()
+    assert not watcher.settled(old, now)  # always looked at twice
+    assert watcher.settled(old, now)
+    assert not watcher.settled(fresh, now)
+    assert not watcher.settled(fresh, now + 1.0)  # still inside its window
+    watcher.close()
+    old.unlink()
+    fresh.unlink()
