@@ -65,8 +65,35 @@ class RunResult:
     stop: str = "end_turn"  # end_turn | max_iterations | nothing_to_do | stopped
     final_text: str = ""
     steps: list[str] = field(default_factory=list)
-    input_tokens: int = 0  # as reported by the provider (offline models report none)
+    #: Tokens the provider reported for every call of the run: the main path, side
+    #: branches (reflection, knowledge evaluation, compression) and delegated
+    #: children (offline models report none).
+    input_tokens: int = 0
     output_tokens: int = 0
+
+    def count(self, usage: Usage | None) -> None:
+        if usage is not None:
+            self.input_tokens += (usage.input_tokens + usage.cache_read_input_tokens
+                                  + usage.cache_creation_input_tokens)
+            self.output_tokens += usage.output_tokens
+
+
+@dataclass
+class _Metered:
+    """The run's model, adding what each call used to the run's result."""
+
+    model: Model
+    result: RunResult
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.name = self.model.name
+
+    def complete(self, request: ModelRequest, on_text: Callable[[str], None] | None = None,
+                 ) -> ModelResponse:
+        response = self.model.complete(request, on_text)
+        self.result.count(response.usage)
+        return response
 
 
 @dataclass
@@ -168,20 +195,24 @@ class Runner:
                 hint=f"edit {trace.messages_dir / '000001-system.md'} instead",
             )
         result = RunResult(trace.id)
-        with trace.lock():
-            trace.reload()
-            session = _Session(
-                trace, self._tools_for(trace), list(inject_skills), skill_recency_threshold,
-                self._depth,
-            )
-            result.steps.extend(trace.recover())
-            self._sync_skill_records(trace)
-            self._finish_interrupted_step(session, result)
-            self._ingest_inbox(session, result)
-            for text in texts:
-                trace.commit_step("user", [self._new(trace, "user", text)])
-                result.steps.append("user")
-            self._loop(session, max_iterations or self.config.max_iterations, result)
+        model, self.model = self.model, _Metered(self.model, result)  # counts every call
+        try:
+            with trace.lock():
+                trace.reload()
+                session = _Session(
+                    trace, self._tools_for(trace), list(inject_skills), skill_recency_threshold,
+                    self._depth,
+                )
+                result.steps.extend(trace.recover())
+                self._sync_skill_records(trace)
+                self._finish_interrupted_step(session, result)
+                self._ingest_inbox(session, result)
+                for text in texts:
+                    trace.commit_step("user", [self._new(trace, "user", text)])
+                    result.steps.append("user")
+                self._loop(session, max_iterations or self.config.max_iterations, result)
+        finally:
+            self.model = model
         return result
 
     # --- the loop ------------------------------------------------------------
@@ -228,11 +259,6 @@ class Runner:
             response = self.model.complete(request, self.on_text)
             self._note_estimate(response, request)
             result.iterations += 1
-            if response.usage is not None:
-                usage = response.usage
-                result.input_tokens += (usage.input_tokens + usage.cache_read_input_tokens
-                                        + usage.cache_creation_input_tokens)
-                result.output_tokens += usage.output_tokens
             result.final_text = response.text
             assistant = self._persist_response(session, response, stale, request.call_index + 1)
             result.steps.append("assistant")

@@ -148,3 +148,42 @@ def test_a_side_branch_cut_short_is_never_merged(project, write_script):
     unmerged = git(root, "branch", "--no-merged", "main", "--format=%(refname:short)").split()
     assert "agentfs/t/compression-1" in unmerged
     assert_git_clean(root)
+
+
+def test_run_result_counts_the_tokens_of_side_branch_calls_too(workspace):
+    """The summary requests cost tokens as well; the run's totals include them."""
+    from agentfs.core.runner import Runner
+    from agentfs.core.workspace import Project
+    from agentfs.models.base import ModelResponse
+    from agentfs.store.messages import ToolCall, Usage
+    from agentfs.testing import FunctionModel
+
+    config = workspace / "agentfs.toml"
+    config.write_text(config.read_text() + "\ncontext_window = 2000\ncompression_threshold = 1.0\n")
+    git(workspace, "commit", "-qam", "small window")
+    turns = iter(range(12))
+    reported = {"input": 0, "output": 0}
+
+    def respond(request):
+        size = sum(len(m.text) + len(str(m.tool_calls or "")) for m in request.messages) // 4
+        usage = Usage(input_tokens=size, cache_read_input_tokens=20, output_tokens=7)
+        reported["input"] += size + 20
+        reported["output"] += 7
+        if request.branch_type is not None:
+            return ModelResponse(text="a summary", usage=usage)
+        step = next(turns, None)
+        if step is None:
+            return ModelResponse(text="done", usage=usage)
+        call = ToolCall(id=f"w{step}", name="write_file",
+                        input={"path": f"notes/{step}.md", "content": "words " * 150})
+        return ModelResponse(text=f"step {step}", tool_calls=[call], usage=usage)
+
+    model = FunctionModel(respond)
+    project = Project.open(workspace)
+    project.new_trace("t", user("write the notes"))
+    result = Runner(project.workspace, project.repo, model, config=project.config).run("t")
+    side = [r for r in model.requests if r.branch_type is not None]
+    assert side, "the window was meant to force a compression"
+    assert result.input_tokens == reported["input"]
+    assert result.output_tokens == reported["output"]
+    assert_git_clean(workspace)
