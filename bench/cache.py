@@ -154,9 +154,9 @@ def _drive(root: Path, mode: str, steps: int, window: int) -> Run:
                            f"{outcome.iterations} calls): {outcome.final_text!r}")
     cache = PromptCache()  # replays the server's simulation, request by request
     usage = [cache.usage(body) for body in bodies]
-    main = sum(_total(u) for u, body in zip(usage, bodies) if not _asks_for_summary(body))
-    if main != outcome.input_tokens:
-        raise RuntimeError(f"{mode}: the replayed usage ({main} tokens) is not the usage "
+    replayed = sum(_total(u) for u in usage)  # the run counts summary requests too
+    if replayed != outcome.input_tokens:
+        raise RuntimeError(f"{mode}: the replayed usage ({replayed} tokens) is not the usage "
                            f"the runner recorded ({outcome.input_tokens})")
     return Run(mode, bodies, usage, outcome.iterations, seconds)
 
