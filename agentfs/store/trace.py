@@ -76,8 +76,10 @@ class TraceMeta(BaseModel):
     context: dict[str, Any] = Field(default_factory=dict, description="Free-form runtime state")
 
 
-#: A file modified this recently (ns) may change again without its stamp changing.
+#: A file modified this recently (ns) may change again without its stamp changing;
+#: with whole-second timestamps (a coarse filesystem), this much more.
 RACY_NS = 100_000_000
+COARSE_NS = 2_000_000_000
 
 #: Parsed message files of each messages directory this process has read.
 _parsed: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
@@ -286,7 +288,9 @@ class Trace:
             else:
                 message = load_message(self.messages_dir / name)
                 parsed += 1
-                if stamp[0] < racy_after:
+                if stamp[0] < racy_after and (
+                    stamp[0] % 1_000_000_000 or stamp[0] < racy_after - COARSE_NS
+                ):
                     self._cache[name] = (stamp, message)
                 # else: changed within the last clock ticks; a second change in the same
                 # tick could keep its stamp, so it is parsed again next time (as Git does)

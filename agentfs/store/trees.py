@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import stat
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -87,14 +88,16 @@ class RawTree:
 
 
 _cache: OrderedDict[bytes, RawTree] = OrderedDict()
+_cache_lock = threading.Lock()  # the watcher commits from several threads
 
 
 def load_tree(objects: RawObjects, sha: bytes) -> RawTree:
     """The tree `sha` (hex id), parsed or from the cache. Callers must not change it."""
-    cached = _cache.get(sha)
-    if cached is not None:
-        _cache.move_to_end(sha)
-        return cached
+    with _cache_lock:
+        cached = _cache.get(sha)
+        if cached is not None:
+            _cache.move_to_end(sha)
+            return cached
     type_num, data = objects.read_raw(sha)
     if type_num != TREE:
         raise ValueError(f"object {sha.decode()} is not a tree")
@@ -104,10 +107,11 @@ def load_tree(objects: RawObjects, sha: bytes) -> RawTree:
 
 
 def _remember(sha: bytes, tree: RawTree) -> None:
-    _cache[sha] = tree
-    _cache.move_to_end(sha)
-    while len(_cache) > CACHE_SIZE:
-        _cache.popitem(last=False)
+    with _cache_lock:
+        _cache[sha] = tree
+        _cache.move_to_end(sha)
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
 
 
 def change_tree(

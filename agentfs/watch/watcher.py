@@ -92,13 +92,13 @@ class Watcher:
         seen = self._seen.get(path)
         changed = seen is None or (seen.size, seen.mtime_ns) != (st.st_size, st.st_mtime_ns)
         if seen is None or changed:
-            # The file has been quiet since its mtime, not since the loop noticed it
-            # (a tick, or an event watchdog held back, can come late).
-            quiet_for = min(max(0.0, time.time() - st.st_mtime_ns / 1e9), self.settle)
-            seen = self._seen[path] = _Seen(st.st_size, st.st_mtime_ns, now - quiet_for)
+            seen = self._seen[path] = _Seen(
+                st.st_size, st.st_mtime_ns, now - self._quiet_before(st.st_mtime_ns)
+            )
         if changed or st.st_size == 0 or now - seen.since < self.settle:
             due = seen.since + self.settle
-            self._next_due = due if self._next_due is None else min(self._next_due, due)
+            if due > now:  # an empty file is past due and waits for a change, not a tick
+                self._next_due = due if self._next_due is None else min(self._next_due, due)
             return False  # an editor may truncate first and write in place after
         if not parse:
             return False
@@ -114,6 +114,19 @@ class Watcher:
                 return False
             seen.parses = True
         return True
+
+    def _quiet_before(self, mtime_ns: int) -> float:
+        """How long a file just noticed had already been quiet, by its mtime.
+
+        A tick, or an event watchdog held back, can notice a file late; counting
+        from its mtime keeps the run from starting late. At most half the window
+        is credited, so the watcher itself always sees the file unchanged for the
+        other half, and none when the mtime is in whole seconds (a filesystem
+        with coarse timestamps, where it can look older than it is).
+        """
+        if mtime_ns % 1_000_000_000 == 0:
+            return 0.0
+        return min(max(0.0, time.time() - mtime_ns / 1e9), self.settle / 2)
 
     # --- acting -----------------------------------------------------------------
 

@@ -281,21 +281,54 @@ def test_a_trace_held_by_another_process_is_logged_busy_once_then_run(ws):
 
 def test_the_settle_window_counts_from_the_files_mtime(ws):
     """A file the loop notices late (a slow tick, events held back) has been quiet since
-    its mtime: it is taken at the second look, not a whole window later."""
+    its mtime, for up to half the window: the other half the watcher sees for itself.
+    A whole-second mtime (a coarse filesystem) earns nothing."""
     watcher = Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
-                      lambda e, d: None, settle=5.0)
+                      lambda e, d: None, settle=4.0)
     inbox = ws / "traces/t/inbox"
     inbox.mkdir(exist_ok=True)
-    old, fresh = inbox / "old.md", inbox / "fresh.md"
-    old.write_text("written a while ago\n")
-    fresh.write_text("just written\n")
-    past = time.time() - 60
+    old, coarse, fresh = inbox / "old.md", inbox / "coarse.md", inbox / "fresh.md"
+    for path in (old, coarse, fresh):
+        path.write_text(f"{path.stem}\n")
+    past = time.time() - 60.5
     os.utime(old, (past, past))
+    os.utime(coarse, ns=(int(past) * 10**9, int(past) * 10**9))
     now = time.monotonic()
-    assert not watcher.settled(old, now)  # always looked at twice
-    assert watcher.settled(old, now)
-    assert not watcher.settled(fresh, now)
-    assert not watcher.settled(fresh, now + 1.0)  # still inside its window
+    for path in (old, coarse, fresh):
+        assert not watcher.settled(path, now)  # first sight
+    assert not watcher.settled(old, now + 1.9)
+    assert watcher.settled(old, now + 2.0)  # half the window credited
+    assert not watcher.settled(coarse, now + 2.0)
+    assert watcher.settled(coarse, now + 4.0)
+    assert not watcher.settled(fresh, now + 3.5)
     watcher.close()
-    old.unlink()
-    fresh.unlink()
+    for path in (old, coarse, fresh):
+        path.unlink()
+
+
+def test_an_empty_file_waits_without_spinning_the_loop(ws):
+    watcher = Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
+                      lambda e, d: None, settle=0.2)
+    inbox = ws / "traces/t/inbox"
+    inbox.mkdir(exist_ok=True)
+    (inbox / "empty.md").write_text("")
+    past = time.time() - 60.5
+    os.utime(inbox / "empty.md", (past, past))
+    ticks = 0
+    real_tick = watcher.tick
+
+    def counting_tick():
+        nonlocal ticks
+        ticks += 1
+        real_tick()
+
+    watcher.tick = counting_tick
+    thread = threading.Thread(target=watcher.run_forever, daemon=True)
+    thread.start()
+    time.sleep(1.0)
+    watcher.stopping.set()
+    watcher.wake()
+    thread.join(timeout=20)
+    assert ticks <= 15, f"{ticks} ticks in 1 s with an empty file waiting: the loop spins"
+    assert (inbox / "empty.md").exists()  # never taken
+    (inbox / "empty.md").unlink()
