@@ -23,6 +23,8 @@ from typing import Any
 
 import pydantic
 
+from agentfs.store.atomic import purge_stale_temps
+
 #: Bumped when what is pickled changes shape (the versions below are checked too).
 FORMAT = 3
 #: Save after a scan that parsed at least this many files.
@@ -52,7 +54,8 @@ def load(path: Path) -> dict[str, tuple[Stamp, Any]]:
 def save(path: Path, entries: dict[str, tuple[Stamp, Any]]) -> None:
     """Replace the cache at `path` (atomically, not fsynced: it can be rebuilt)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    purge_stale_temps(path.parent)  # left by processes killed while saving
+    tmp = path.with_name(f"{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
         with open(tmp, "wb") as f:
             pickle.dump({"key": _key(), "entries": entries}, f, protocol=pickle.HIGHEST_PROTOCOL)

@@ -153,3 +153,14 @@ def test_folders_under_git_agentfs_are_made_again_when_deleted(
         shutil.rmtree(project.workspace.state_dir / name, ignore_errors=True)
     trace.commit_step("assistant", [trace.new_message("assistant", "still works")])
     assert_git_clean(project.workspace.root)
+
+
+def test_a_cache_save_cut_short_leaves_nothing_behind(project: Project, trace: Trace) -> None:
+    cache_dir = project.workspace.state_dir / "cache"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    dead = cache_dir / "999999999-deadbeef.tmp"  # no such process
+    dead.write_bytes(b"half a pickle")
+    age(trace)
+    new_process(project).messages(refresh=True)  # parses everything, saves the cache
+    assert not dead.exists()
+    assert sorted(p.name for p in cache_dir.iterdir()) == ["demo.pickle"]
