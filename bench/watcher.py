@@ -26,7 +26,6 @@ events (`ingested`, emitted once the message is committed).
 from __future__ import annotations
 
 import json
-import threading
 import time
 import warnings
 from collections import Counter
@@ -38,7 +37,7 @@ from pathlib import Path
 from agentfs.core.workspace import Project, init_workspace
 from agentfs.models.replay import ReplayModel
 from agentfs.store.messages import load_message, parse_dropped
-from agentfs.watch.observe import observe
+from agentfs.watch.background import run_in_background
 from agentfs.watch.watcher import Watcher
 from bench.fixtures import git
 from bench.report import Results, median, p95
@@ -177,17 +176,8 @@ def _live(root: Path, script: Path) -> Iterator[tuple[Watcher, Events]]:
     events = Events()
     watcher = Watcher(Project.open(root), lambda model, preset: ReplayModel(script), events,
                       runner_options={"on_event": events})
-    observer, _ = observe(root, watcher.wake)
-    thread = threading.Thread(target=watcher.run_forever, daemon=True)
-    thread.start()
-    try:
+    with run_in_background(watcher, root):
         yield watcher, events
-    finally:
-        watcher.stopping.set()
-        watcher.wake()
-        thread.join(timeout=60)
-        observer.stop()
-        observer.join()
     if errors := [d for _, e, d in events.items if e in ("error", "busy")]:
         raise RuntimeError(f"the watcher reported {errors[:3]}")
 

@@ -9,13 +9,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from agentfs.core.workspace import Project
 from agentfs.models.replay import ReplayModel
-from agentfs.watch.observe import observe
+from agentfs.watch.background import run_in_background
 from agentfs.watch.watcher import Watcher
 from tests.conftest import assert_git_clean, git, run_cli
 
@@ -40,6 +42,32 @@ def ws(tmp_path: Path) -> Path:
     git(root, "commit", "-qm", "setup")
     run_cli("new", "t", "-m", "hello", cwd=root)
     return root
+
+
+@contextmanager
+def live_watcher(ws: Path, model_for=None, *, settle: float, observed: bool = True):
+    """A watcher looping on a thread (woken by the real observer) as `agentfs watch`
+    runs it; yields it with the list of its events, and stops it on exit."""
+    events: list[tuple[str, dict]] = []
+    watcher = Watcher(Project.open(ws),
+                      model_for or (lambda model, preset: ReplayModel(ws / "script.json")),
+                      lambda e, d: events.append((e, d)), settle=settle)
+    with run_in_background(watcher, ws, observed=observed):
+        yield watcher, events
+
+
+def count_ticks(watcher: Watcher) -> Callable[[], int]:
+    """Count the loop's ticks from now on; returns a function reading the count."""
+    ticks = 0
+    real_tick = watcher.tick
+
+    def counting_tick():
+        nonlocal ticks
+        ticks += 1
+        real_tick()
+
+    watcher.tick = counting_tick
+    return lambda: ticks
 
 
 def texts(root: Path, trace: str = "t") -> list[str]:
@@ -75,15 +103,8 @@ def test_once_takes_pending_drops_and_new_traces(ws):
 
 
 def test_live_watcher_with_editor_like_saves(ws):
-    project = Project.open(ws)
-    events: list[tuple[str, dict]] = []
-    watcher = Watcher(project, lambda model, preset: ReplayModel(ws / "script.json"),
-                      lambda e, d: events.append((e, d)), settle=0.3)
-    observer, _ = observe(ws, watcher.wake)
-    thread = threading.Thread(target=watcher.run_forever, daemon=True)
-    thread.start()
-    try:
-        inbox = ws / "traces/t/inbox"
+    inbox = ws / "traces/t/inbox"
+    with live_watcher(ws, settle=0.3) as (_, events):
         inbox.mkdir(exist_ok=True)
         # vim: probe file, swap file, then write by rename
         (inbox / "4913").write_text("")
@@ -100,12 +121,6 @@ def test_live_watcher_with_editor_like_saves(ws):
         assert "first save" not in texts(ws)
         started = sum(1 for e, _ in events if e == "run_started")
         assert started == 1
-    finally:
-        watcher.stopping.set()
-        watcher.wake()
-        thread.join(timeout=20)
-        observer.stop()
-        observer.join()
     for name in ("4913", ".note.md.swp", "note.md~"):
         (inbox / name).unlink()
     assert_git_clean(ws)
@@ -210,71 +225,42 @@ def test_a_follow_up_waiting_for_a_running_trace_does_not_spin_the_loop(ws):
         release.wait(10)
         return ModelResponse(text="done")
 
-    project = Project.open(ws)
-    events: list[tuple[str, dict]] = []
-    watcher = Watcher(project, lambda model, preset: FunctionModel(slow),
-                      lambda e, d: events.append((e, d)), settle=0.2)
-    ticks = 0
-    real_tick = watcher.tick
-
-    def counting_tick():
-        nonlocal ticks
-        ticks += 1
-        real_tick()
-
-    watcher.tick = counting_tick
-    observer, _ = observe(ws, watcher.wake)
-    thread = threading.Thread(target=watcher.run_forever, daemon=True)
-    thread.start()
     inbox = ws / "traces/t/inbox"
     inbox.mkdir(exist_ok=True)
     try:
-        (inbox / "first.md").write_text("first\n")
-        wait_for(lambda: any(e == "run_started" for e, _ in events), what="the first run")
-        (inbox / "second.md").write_text("second, while the model is busy\n")
-        time.sleep(0.5)  # let it settle
-        before = ticks
-        time.sleep(1.5)  # a window with the file settled and its trace still running
-        assert ticks - before <= 15, f"{ticks - before} ticks in 1.5 s: the loop spins"
-        release.set()
-        wait_for(lambda: not list(inbox.glob("*.md")), what="both files taken")
-        wait_for(lambda: not watcher._busy(), what="the runs to end")
+        with live_watcher(ws, lambda model, preset: FunctionModel(slow),
+                          settle=0.2) as (watcher, events):
+            ticks = count_ticks(watcher)
+            (inbox / "first.md").write_text("first\n")
+            wait_for(lambda: any(e == "run_started" for e, _ in events), what="the first run")
+            (inbox / "second.md").write_text("second, while the model is busy\n")
+            time.sleep(0.5)  # let it settle
+            before = ticks()
+            time.sleep(1.5)  # a window with the file settled and its trace still running
+            assert ticks() - before <= 15, f"{ticks() - before} ticks in 1.5 s: the loop spins"
+            release.set()
+            wait_for(lambda: not list(inbox.glob("*.md")), what="both files taken")
+            wait_for(lambda: not watcher._busy(), what="the runs to end")
     finally:
         release.set()
-        watcher.stopping.set()
-        watcher.wake()
-        thread.join(timeout=20)
-        observer.stop()
-        observer.join()
     assert "second, while the model is busy" in texts(ws)
     assert_git_clean(ws)
 
 
 def test_a_trace_held_by_another_process_is_logged_busy_once_then_run(ws):
-    project = Project.open(ws)
-    events: list[tuple[str, dict]] = []
-    watcher = Watcher(project, lambda model, preset: ReplayModel(ws / "script.json"),
-                      lambda e, d: events.append((e, d)), settle=0.1)
-    observer, _ = observe(ws, watcher.wake)
-    thread = threading.Thread(target=watcher.run_forever, daemon=True)
-    held = project.trace("t").lock()
+    held = Project.open(ws).trace("t").lock()
     held.acquire()  # as `agentfs run t` in another terminal would
-    thread.start()
     try:
-        (ws / "traces/t/inbox").mkdir(exist_ok=True)
-        (ws / "traces/t/inbox/later.md").write_text("for when it is free\n")
-        wait_for(lambda: any(e == "busy" for e, _ in events), what="busy")
-        time.sleep(1.0)  # several ticks while it stays held
-        assert [e for e, _ in events] == ["busy"]
-        held.release()
-        wait_for(lambda: any(e == "run_finished" for e, _ in events), what="the run")
+        with live_watcher(ws, settle=0.1) as (_, events):
+            (ws / "traces/t/inbox").mkdir(exist_ok=True)
+            (ws / "traces/t/inbox/later.md").write_text("for when it is free\n")
+            wait_for(lambda: any(e == "busy" for e, _ in events), what="busy")
+            time.sleep(1.0)  # several ticks while it stays held
+            assert [e for e, _ in events] == ["busy"]
+            held.release()
+            wait_for(lambda: any(e == "run_finished" for e, _ in events), what="the run")
     finally:
         held.release()
-        watcher.stopping.set()
-        watcher.wake()
-        thread.join(timeout=20)
-        observer.stop()
-        observer.join()
     assert texts(ws)[-2:] == ["for when it is free", "answer 0"]
     assert_git_clean(ws)
 
@@ -307,28 +293,14 @@ def test_the_settle_window_counts_from_the_files_mtime(ws):
 
 
 def test_an_empty_file_waits_without_spinning_the_loop(ws):
-    watcher = Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
-                      lambda e, d: None, settle=0.2)
     inbox = ws / "traces/t/inbox"
     inbox.mkdir(exist_ok=True)
     (inbox / "empty.md").write_text("")
     past = time.time() - 60.5
     os.utime(inbox / "empty.md", (past, past))
-    ticks = 0
-    real_tick = watcher.tick
-
-    def counting_tick():
-        nonlocal ticks
-        ticks += 1
-        real_tick()
-
-    watcher.tick = counting_tick
-    thread = threading.Thread(target=watcher.run_forever, daemon=True)
-    thread.start()
-    time.sleep(1.0)
-    watcher.stopping.set()
-    watcher.wake()
-    thread.join(timeout=20)
-    assert ticks <= 15, f"{ticks} ticks in 1 s with an empty file waiting: the loop spins"
+    with live_watcher(ws, settle=0.2, observed=False) as (watcher, _):
+        ticks = count_ticks(watcher)
+        time.sleep(1.0)
+    assert ticks() <= 15, f"{ticks()} ticks in 1 s with an empty file waiting: the loop spins"
     assert (inbox / "empty.md").exists()  # never taken
     (inbox / "empty.md").unlink()
