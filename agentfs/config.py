@@ -102,6 +102,10 @@ class WorkspaceConfig(BaseModel):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     context_hooks: list[HookConfig] = Field(default_factory=list)
     knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)
+    settle: float = Field(
+        default=1.0, ge=0, le=60,
+        description="Seconds a file dropped into an inbox must stay unchanged before it is taken",
+    )
     max_delegation_depth: int = Field(default=2, ge=0, description="Nesting of delegate calls")
     fsync: Literal["files", "all"] = Field(
         default="files",

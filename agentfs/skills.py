@@ -15,11 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from frontmatter.default_handlers import YAMLHandler
-
 from agentfs.errors import AgentfsError
 from agentfs.resources import builtin_skills_dir
+from agentfs.store.frontmatter import FrontmatterError, Problem, split
 
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_CHARS = 1024
@@ -215,29 +213,14 @@ def parse_skill_file(path: Path, origin: Origin) -> Skill:
 
 
 def _split_frontmatter(path: Path, text: str) -> tuple[dict[str, Any], str]:
-    """The frontmatter mapping and the stripped body, via python-frontmatter's YAML handler."""
-    handler = YAMLHandler()
+    """The frontmatter mapping and the stripped body, read with agentfs' YAML limits."""
     fix = "start the file with ---, then name: and description: lines, then ---"
-    if not handler.detect(text):
-        raise SkillError("has no YAML frontmatter", path=path, hint=fix)
     try:
-        raw, body = handler.split(text)
-    except ValueError:
-        raise SkillError("frontmatter is not closed by a --- line", path=path, hint=fix) from None
-    try:
-        data = handler.load(raw)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 1})" if where is not None else ""
-        raise SkillError(
-            f"frontmatter is not valid YAML{line}: {getattr(exc, 'problem', None) or exc}",
-            path=path,
-            hint='put values that contain ": " or start with a quote or bracket in "quotes"',
-        ) from None
+        data, body = split(text)
+    except FrontmatterError as exc:
+        raise _skill_error(path, exc, fix) from None
     if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise SkillError("frontmatter must be a YAML mapping of fields", path=path, hint=fix)
+        raise SkillError("has no YAML frontmatter", path=path, hint=fix)
     bad_keys = [k for k in data if not isinstance(k, str)]
     if bad_keys:
         raise SkillError(
@@ -247,6 +230,22 @@ def _split_frontmatter(path: Path, text: str) -> tuple[dict[str, Any], str]:
             hint="put the key in quotes",
         )
     return data, body.strip()
+
+
+def _skill_error(path: Path, exc: FrontmatterError, fix: str) -> SkillError:
+    """The frontmatter problem in the words skill authors know, with a fix."""
+    if exc.kind is Problem.UNCLOSED:
+        return SkillError("frontmatter is not closed by a --- line", path=path, hint=fix)
+    if exc.kind is Problem.NOT_MAPPING:
+        return SkillError("frontmatter must be a YAML mapping of fields", path=path, hint=fix)
+    if exc.kind is Problem.SYNTAX:
+        line = f" (line {exc.line})" if exc.line is not None else ""
+        return SkillError(
+            f"frontmatter is not valid YAML{line}: {exc.problem}",
+            path=path,
+            hint='put values that contain ": " or start with a quote or bracket in "quotes"',
+        )
+    return SkillError(exc.message, path=path, hint=exc.hint)
 
 
 def _field(path: Path, data: dict[str, Any], key: str) -> str:

@@ -52,7 +52,6 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.core.compaction import CLEARED
-from agentfs.core.runner import Runner
 from agentfs.core.sidebranch import SUMMARY_REQUEST
 from agentfs.core.workspace import Project, init_workspace
 from agentfs.models.resolve import ProviderSettings, resolve_model
@@ -142,7 +141,7 @@ def _drive(root: Path, mode: str, steps: int, window: int) -> Run:
         server.enqueue(*[script] * (2 * steps + 10))
         settings = ProviderSettings(anthropic_api_key="bench", anthropic_base_url=server.base_url)
         model = resolve_model("anthropic:claude-bench", base_dir=root, settings=settings)
-        runner = Runner(project.workspace, project.repo, model, config=project.config)
+        runner = project.runner(model)
         started = time.perf_counter()
         outcome = runner.run("t", ["Work through the tasks, one goal each."],
                              max_iterations=steps + 1)

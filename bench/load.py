@@ -75,13 +75,12 @@ measure(sys.argv[1], sys.argv[2], time.perf_counter() - started)
 
 def _open_and_build(root: Path, trace_id: str):
     """What a run does before its first model call; returns the trace and the request."""
-    from agentfs.core.runner import Runner
     from agentfs.core.workspace import Project
     from agentfs.testing import ScriptedModel
 
     project = Project.open(root)
     trace = project.trace(trace_id)
-    runner = Runner(project.workspace, project.repo, ScriptedModel(), config=project.config)
+    runner = project.runner(ScriptedModel())
     with trace.lock():
         trace.recover()
         request = runner.preview(trace)

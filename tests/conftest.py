@@ -14,6 +14,14 @@ import pytest
 from agentfs.core.workspace import Project, init_workspace
 from agentfs.store.messages import parse_dropped
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slow: long campaigns (e.g. 50 kill -9 trials); CI runs them, "
+        "`-m 'not slow'` leaves them out while developing",
+    )
+
+
 # Commits made by tests must not depend on the developer's git identity.
 os.environ.setdefault("GIT_CONFIG_NOSYSTEM", "1")
 
@@ -30,8 +38,9 @@ def git(root: Path, *args: str) -> str:
 
 
 def assert_git_clean(root: Path) -> None:
-    """`git status --porcelain` empty and `git fsck --strict` clean."""
+    """`git status --porcelain` and `git diff --cached` empty, `git fsck --strict` clean."""
     assert git(root, "status", "--porcelain", "--untracked-files=all") == ""
+    assert git(root, "diff", "--cached", "--name-status") == ""  # the index matches HEAD
     git(root, "fsck", "--strict", "--no-dangling")
 
 
@@ -66,15 +75,52 @@ def write_script(tmp_path: Path) -> Callable[[list[dict]], Path]:
 
 
 def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True,
-            timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the real `agentfs` command (as `python -m agentfs`) in `cwd`."""
-    done = subprocess.run(
-        [sys.executable, "-m", "agentfs", *args], cwd=cwd, capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, timeout=timeout, check=False,
-    )
+            timeout: float = 120, isolated: bool = False) -> subprocess.CompletedProcess:
+    """Run the `agentfs` command in `cwd` as a user would, its errors and exit code
+    included: in this process (fast), or with `isolated` as a real `python -m agentfs`
+    process (for signals, kills and timeouts)."""
+    if isolated:
+        done = subprocess.run(
+            [sys.executable, "-m", "agentfs", *args], cwd=cwd, capture_output=True, text=True,
+            env={**os.environ, **(env or {})}, timeout=timeout, check=False,
+        )
+    else:
+        done = _run_in_process(list(args), cwd, env or {})
     if check:
         assert done.returncode == 0, f"agentfs {' '.join(args)} → {done.returncode}\n{done.stdout}\n{done.stderr}"
     return done
+
+
+def _run_in_process(args: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
+    """`agentfs ARGS` through its real entry point, with cwd, environment, argv, signal
+    handlers and standard streams restored afterwards."""
+    import contextlib
+    import io
+    import signal
+
+    from agentfs.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_cwd, saved_env, saved_argv = os.getcwd(), dict(os.environ), sys.argv
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    os.chdir(cwd)
+    os.environ.update(env)
+    sys.argv = ["agentfs", *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        sys.argv = saved_argv
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    return subprocess.CompletedProcess(["agentfs", *args], code, out.getvalue(), err.getvalue())
 
 
 def kill_runs_at_random(args: list[str], *, cwd: Path, times: int, seed: int,

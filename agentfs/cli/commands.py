@@ -19,14 +19,16 @@ from agentfs.cli.render import message_record, show_text
 from agentfs.config import DEFAULT_MODEL
 from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
-from agentfs.core.runner import Runner
+from agentfs.core.request import preview_request
+from agentfs.core.runner import StopReason
 from agentfs.core.workspace import Project, init_workspace
 from agentfs.errors import AgentfsError
-from agentfs.models.base import Model, ModelRequest, ModelResponse
+from agentfs.models.base import Model
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
 from agentfs.skills import load_skills
 from agentfs.store.commits import parse_trailers, subject
+from agentfs.store.inbox import rejected_names, waiting
 from agentfs.store.messages import load_dropped, parse_dropped
 from agentfs.store.workspace import GOALS_FILE, check_trace_id
 from agentfs.tools.subprocesses import safe_environment
@@ -113,18 +115,25 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
               help="Keep this skill in the model's context (repeatable).")
 @click.option("--skill-recency", type=click.IntRange(min=1), default=10, show_default=True,
               help="Re-inject a declared skill once it is not among this many latest messages.")
+@click.option("--pending-tools", type=click.Choice(["refuse", "run", "skip"]), default="refuse",
+              show_default=True,
+              help="Tool calls at the head that agentfs did not itself just receive from the "
+              "model (after an edit or a git checkout): refuse to go on, run them, or answer "
+              "them as not run.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not print tool calls.")
 def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
         max_iterations: int | None, preset: str | None, inject_skills: tuple[str, ...],
-        skill_recency: int, quiet: bool) -> None:
+        skill_recency: int, pending_tools: str, quiet: bool) -> None:
     """Run TRACE until the model stops, streaming its text.
 
     TRACE is a trace id or a path to a trace directory; a new id with -m
     creates the trace. Before running, edits you made under the trace are
     committed (kind `edit`) so the model sees them, files in
     traces/TRACE/inbox/ become user messages, and an interrupted earlier run
-    is resumed. Model: --model, else the trace's, else the preset's, else
-    `model` in agentfs.toml.
+    is resumed. Inbox files are taken once they have settled; a file that
+    cannot be a message is moved to inbox/.rejected/ with a note saying why.
+    Model: --model, else the trace's, else the preset's, else `model` in
+    agentfs.toml.
     """
     project = _project(trace_ref)
     trace_id = _trace_id(project, trace_ref, creating=bool(messages))
@@ -139,20 +148,20 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
             )
     chosen = _choose_model(project, meta_model, preset or preset_name, model)
     terminal = _Terminal(quiet)
-    runner = Runner(project.workspace, project.repo, chosen, config=project.config,
-                    on_text=terminal.text, on_event=terminal.event,
-                    command_env=safe_environment(os.environ))
+    runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
+                            command_env=safe_environment(os.environ))
     result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
-                        inject_skills=inject_skills, skill_recency_threshold=skill_recency)
+                        inject_skills=inject_skills, skill_recency_threshold=skill_recency,
+                        pending_tools=pending_tools)  # type: ignore[arg-type]
     terminal.end_line()
     inbox = project.workspace.trace_dir(trace_id) / "inbox"
-    if result.stop == "nothing_to_do":
+    if result.stop is StopReason.NOTHING_TO_DO:
         click.echo(
             f"trace {trace_id} is waiting for a user message: "
             f"agentfs run {trace_id} -m '...' (or drop a file into {inbox})",
             err=True,
         )
-    elif result.stop == "max_iterations":
+    elif result.stop is StopReason.MAX_ITERATIONS:
         click.echo(
             f"stopped after {result.iterations} model calls (--max-iterations); "
             f"`agentfs run {trace_id}` continues", err=True,
@@ -178,16 +187,6 @@ def _choose_model(project: Project, trace_model: str | None, preset: str | None,
     name = _model_name(project, trace_model, preset, flag)
     base = Path.cwd() if flag else project.workspace.root
     return resolve_model(name, base_dir=base, settings=_settings())
-
-
-class _NamedModel:
-    """Stands in for a model where only its name matters (to preview a request)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def complete(self, request: ModelRequest, on_text: Any = None) -> ModelResponse:
-        raise AssertionError("a preview never calls the model")
 
 
 class _Terminal:
@@ -230,6 +229,8 @@ def _event_line(kind: str, data: dict[str, Any]) -> str | None:
         return f"  ✗ {first}"
     if kind == "ingested":
         return f"  ingested {data['file']} as #{data['sequence']}"
+    if kind == "rejected":
+        return f"  rejected {data['file']}: {data['reason']} (moved to {data['moved_to']})"
     if kind == "recovered":
         return f"  resumed: answered {len(data['interrupted'])} interrupted tool call(s)"
     return None
@@ -257,8 +258,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     on_path = {m.sequence for m in trace.main_path(messages)}
     if as_sent:
         name = _model_name(project, trace.meta.model, trace.meta.preset, None)
-        runner = Runner(project.workspace, project.repo, _NamedModel(name), config=project.config)
-        request = runner.preview(trace.id)
+        request = preview_request(project, trace, name)
         sent = [trace.main_path(messages)[0], *request.messages]
         chosen = [(m, True) for m in sent]
     else:
@@ -333,25 +333,29 @@ def status(as_json: bool) -> None:
             "head": head,
             "running": trace.is_running(),
             "pending_inbox": [p.name for p in trace.pending_inbox()],
+            "rejected": rejected_names(trace.inbox_dir),
             **({"error": problem} if problem else {}),
         })
     inbox = project.workspace.inbox_dir
-    new_files = sorted(
-        p.name for p in inbox.iterdir() if p.is_file() and p.name != ".gitkeep"
-    ) if inbox.is_dir() else []
+    new_files = [p.name for p in waiting(inbox)]
+    new_rejected = rejected_names(inbox)
     if as_json:
         click.echo(json.dumps({"workspace": str(project.workspace.root), "traces": rows,
-                               "inbox": new_files}, indent=2))
+                               "inbox": new_files, "inbox_rejected": new_rejected}, indent=2))
         return
     if not rows:
         click.echo("no traces yet: agentfs new TRACE -m '...'")
     for row in rows:
         state = "running" if row["running"] else "idle"
         pending = f", {len(row['pending_inbox'])} in inbox" if row["pending_inbox"] else ""
+        if row["rejected"]:
+            pending += f", {len(row['rejected'])} rejected (inbox/.rejected/)"
         error = f"  ERROR: {row['error']}" if "error" in row else ""
         click.echo(f"{row['trace']:<24} head #{row['head']}  {state}{pending}{error}")
     if new_files:
         click.echo(f"inbox/: {len(new_files)} file(s) waiting")
+    if new_rejected:
+        click.echo(f"inbox/.rejected/: {len(new_rejected)} file(s) that could not be used")
 
 
 @cli.command()
@@ -369,8 +373,7 @@ def compress(trace_ref: str, model: str | None) -> None:
     project = _project(trace_ref)
     trace = project.trace(trace_ref)
     chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
-    runner = Runner(project.workspace, project.repo, chosen, config=project.config,
-                    command_env=safe_environment(os.environ))
+    runner = project.runner(chosen, command_env=safe_environment(os.environ))
     summary = runner.compress(trace.id)
     click.echo(f"{trace.id}: summary #{summary.sequence} from {summary.model_extra['source_branch']}")
 
@@ -438,19 +441,23 @@ def skills(as_json: bool) -> None:
 @click.option("--once", is_flag=True, help="Take what is pending, wait for those runs, exit.")
 @click.option("--max-parallel", type=click.IntRange(min=1), default=2, show_default=True,
               help="Traces run at the same time.")
-@click.option("--settle", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Seconds a dropped file must stay unchanged before it is taken.")
+@click.option("--settle", type=click.FloatRange(min=0),
+              help="Seconds a dropped file must stay unchanged before it is taken "
+              "(default: `settle` in agentfs.toml, 1.0).")
 @click.option("--model", help="Model for every run (default: each trace's, else agentfs.toml's).")
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines instead of text.")
-def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float,
+def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float | None,
           model: str | None, as_json: bool) -> None:
     """Run traces when files are dropped into inboxes.
 
     A Markdown file saved into traces/ID/inbox/ continues trace ID; one saved
     into the workspace's inbox/ starts a new trace named after the file
     (frontmatter may set `preset` and `model`). Files are taken once they
-    have settled; editor temp and swap files are ignored. Ctrl-C or SIGTERM
-    lets running traces finish their current step, then exits 0.
+    have settled; editor temp and swap files are ignored; symlinks and files
+    that cannot be messages are moved to .rejected/ beside them, with a note.
+    On start, traces left unanswered or cut short by a crash are resumed.
+    Ctrl-C or SIGTERM lets running traces finish their current step, then
+    exits 0.
     """
     project = Project.open(workspace)
     _choose_model(project, None, None, model)  # a missing key or script fails now, not per run
@@ -514,9 +521,8 @@ def demo(directory: Path | None) -> None:
     trace = project.trace(EXAMPLE_TRACE)
     chosen = _choose_model(project, trace.meta.model, trace.meta.preset, None)
     terminal = _Terminal()
-    runner = Runner(project.workspace, project.repo, chosen, config=project.config,
-                    on_text=terminal.text, on_event=terminal.event,
-                    command_env=safe_environment(os.environ))
+    runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
+                            command_env=safe_environment(os.environ))
     runner.run(trace.id)
     terminal.end_line()
     root = project.workspace.root

@@ -5,6 +5,9 @@ Every `CONTEXT_INJECTION_INTERVAL` iterations the runner appends a synthetic
 it itself), so the model regularly sees the time, its plan, its
 collaborators, messages that arrived while it worked, and what registered
 hooks add. The call and its result are stored like any other message.
+
+Each hook's section is cut to `HOOK_MAX_BYTES`, so one noisy hook cannot
+crowd out the others, and the whole text to `CONTEXT_MAX_BYTES`.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.core.goals import GoalTree
-from agentfs.tools.base import Tool, ToolContext, schema
+from agentfs.tools.base import TOOL_RESULT_MAX_BYTES, Tool, ToolContext, cut_text, schema
 from agentfs.tools.subprocesses import run_command
 
 CONTEXT_TOOL = "get_current_context"
+#: The whole injected context, in UTF-8 bytes: it comes back every few iterations.
+CONTEXT_MAX_BYTES = TOOL_RESULT_MAX_BYTES // 4
+#: One hook's share of it.
+HOOK_MAX_BYTES = CONTEXT_MAX_BYTES // 8
 
 #: A Python hook: given the trace id, returns text to add (or "" for nothing).
 ContextHook = Callable[[str], str]
@@ -85,8 +92,10 @@ def build_context(sources: ContextSources) -> str:
         except Exception as exc:  # noqa: BLE001 — a hook must never break the run
             text = f"(hook failed: {type(exc).__name__}: {exc})"
         if text:
-            parts.append(f"## {name}\n{text}")
-    return "\n\n".join(parts)
+            hint = f"a context hook's output is limited to {HOOK_MAX_BYTES:,} bytes"
+            parts.append(f"## {name}\n{cut_text(str(text), HOOK_MAX_BYTES, hint=hint)}")
+    hint = f"the context is limited to {CONTEXT_MAX_BYTES:,} bytes"
+    return cut_text("\n\n".join(parts), CONTEXT_MAX_BYTES, hint=hint)
 
 
 def context_tool(sources: ContextSources) -> Tool:

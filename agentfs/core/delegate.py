@@ -1,4 +1,4 @@
-"""The `delegate` tool: hand a task to a collaborator, a child trace of its own.
+"""Delegation: the `delegate` tool, and running the child trace it hands a task to.
 
 The child has its own directory and commits, runs to completion with the
 same model, and its final answer comes back as the tool result. Its status
@@ -7,16 +7,31 @@ is listed under "Active collaborators" in context injections.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from typing import Any
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from agentfs.core.options import RunnerOptions
+from agentfs.models.base import Model
+from agentfs.store.messages import parse_dropped
+from agentfs.store.trace import Trace
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
+
+if TYPE_CHECKING:
+    from agentfs.core.session import Emit
+    from agentfs.core.workspace import Project
+
+__all__ = ["RunChild", "delegate_tool", "run_child"]
 
 #: Runs a child trace for `task` (named after `name` when given); returns its answer.
 RunChild = Callable[[str, str | None], str]
 
 
 def delegate_tool(run_child: RunChild) -> Tool:
+    """The `delegate` tool; `run_child` does the work."""
+
     def run(arguments: dict[str, Any], context: ToolContext) -> str:
         task = arguments.get("task")
         if not isinstance(task, str) or not task.strip():
@@ -39,3 +54,48 @@ def delegate_tool(run_child: RunChild) -> Tool:
         ),
         run,
     )
+
+
+def run_child(parent: Trace, task: str, name: str | None, *, project: Project, model: Model,
+              options: RunnerOptions, emit: Emit) -> str:
+    """Run a child trace of `parent` for `task` to completion.
+
+    The child `<parent>--<name>-<n>` is created with `task` as its first
+    message and run by a runner with the parent's `options`, one level deeper
+    and without the parent's text stream and stop request. Its status is kept
+    under `collaborators` in the parent's `trace.meta`, in memory: the
+    parent's `tool` commit that follows saves it in `trace.json`.
+
+    Args:
+      parent: the trace whose tool call delegates.
+      task: the child's first message.
+      name: names the child (default `helper`).
+      project: the workspace.
+      model: the parent's model (so the parent's run counts the child's calls too).
+      options: the parent runner's options.
+      emit: reports a `delegate` event.
+
+    Returns:
+      The child's final answer.
+    """
+    collaborators: dict[str, Any] = parent.meta.context.setdefault("collaborators", {})
+    slug = re.sub(r"[^a-z0-9]+", "-", (name or "helper").lower()).strip("-")[:20] or "helper"
+    existing = set(project.workspace.trace_ids())
+    number = 1
+    while f"{parent.id}--{slug}-{number}" in existing:
+        number += 1
+    child_id = f"{parent.id}--{slug}-{number}"
+    child = project.new_trace(child_id, parse_dropped(Path("<message>"), task.encode()),
+                              skills=options.skills)
+    collaborators[child_id] = {"trace": child_id, "task": task[:200], "status": "running"}
+    emit("delegate", trace=parent.id, child=child_id)
+    runner = project.runner(
+        model, replace(options, on_text=None, stop=None, depth=options.depth + 1)
+    )
+    try:
+        outcome = runner.run(child.id)
+    except BaseException as exc:
+        collaborators[child_id]["status"] = f"failed: {type(exc).__name__}: {exc}"
+        raise
+    collaborators[child_id]["status"] = f"done ({outcome.iterations} model calls)"
+    return outcome.final_text or "(the collaborator gave no answer)"

@@ -13,10 +13,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from agentfs.errors import AgentfsError, validation_problems
+from agentfs.store.frontmatter import FrontmatterError, render, split
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
 Status = Literal["pending", "accepted", "rejected"]
@@ -33,28 +33,44 @@ class KnowledgeItem(BaseModel):
     body: str = Field(default="", exclude=True)
 
     def render(self) -> bytes:
-        header = yaml.safe_dump(
-            self.model_dump(exclude_none=True), sort_keys=False, allow_unicode=True, width=1_000_000
-        )
-        return f"---\n{header}---\n{self.body.rstrip()}\n".encode()
+        """The item's file: frontmatter fields, then the text.
+
+        Raises:
+            FrontmatterError: a field is too large to be read back.
+        """
+        return render(self.model_dump(exclude_none=True), self.body.rstrip()).encode()
 
 
 def load_items(folder: Path) -> list[KnowledgeItem]:
     """Every item in `folder`, by id; a broken file is an error naming it."""
-    items = []
-    for path in sorted(folder.glob("*.md")) if folder.is_dir() else []:
-        text = path.read_text(encoding="utf-8")
-        _, _, rest = text.partition("---\n")
-        header, sep, body = rest.partition("\n---\n")
-        try:
-            fields = yaml.safe_load(header) if sep else None
-            if not isinstance(fields, dict):
-                raise AgentfsError(f"{path}: no frontmatter", hint="see docs/context.md")
-            items.append(KnowledgeItem.model_validate({**fields, "body": body.strip()}))
-        except (yaml.YAMLError, ValidationError) as exc:
-            detail = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
-            raise AgentfsError(f"{path}: invalid knowledge item: {detail}") from None
-    return items
+    return [_load_item(path) for path in sorted(folder.glob("*.md")) if folder.is_dir()]
+
+
+def _load_item(path: Path) -> KnowledgeItem:
+    if path.is_symlink():  # a hand-written file is untrusted: never followed out of knowledge/
+        raise AgentfsError(
+            f"{path}: is a symlink; knowledge items must be regular files",
+            hint="replace the link with a copy of the file",
+        )
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AgentfsError(
+            f"{path}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8"
+        ) from None
+    except OSError as exc:
+        raise AgentfsError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        fields, body = split(text)
+    except FrontmatterError as exc:
+        raise AgentfsError(f"{path}: invalid knowledge item: {exc.message}", hint=exc.hint) from None
+    if fields is None:
+        raise AgentfsError(f"{path}: no frontmatter", hint="see docs/context.md")
+    try:
+        return KnowledgeItem.model_validate({**fields, "body": body.strip()})
+    except ValidationError as exc:
+        detail = validation_problems(exc)
+        raise AgentfsError(f"{path}: invalid knowledge item: {detail}") from None
 
 
 def slug(title: str, taken: set[str]) -> str:

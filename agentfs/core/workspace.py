@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agentfs.config import DEFAULT_CONFIG_TEXT, WorkspaceConfig, load_config
+from agentfs.core.options import RunnerOptions
 from agentfs.core.system_prompt import build_system_prompt
 from agentfs.errors import AgentfsError
+from agentfs.models.base import Model
 from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.gitrepo import GitRepo, init_repo
-from agentfs.store.messages import Message, authored_fields
+from agentfs.store.inbox import Staged, reject, unstage
+from agentfs.store.ingest import Rejected, claim_new, dropped_fields, finish_staged, read_staged
+from agentfs.store.messages import Message
 from agentfs.store.trace import Trace, TraceMeta
 from agentfs.store.workspace import (
     CONFIG_FILE,
@@ -24,6 +30,9 @@ from agentfs.store.workspace import (
     Workspace,
     find_workspace,
 )
+
+if TYPE_CHECKING:
+    from agentfs.core.runner import Runner
 
 KEEP = ".gitkeep"
 
@@ -43,6 +52,19 @@ class Project:
         config = load_config(workspace.config_path)
         return cls(workspace, GitRepo(workspace.root, durable=config.fsync == "all"), config)
 
+    def runner(self, model: Model, options: RunnerOptions | None = None, **keywords: Any) -> Runner:
+        """A runner of this workspace's traces with `model`.
+
+        Args:
+          model: the model the runs call.
+          options: how it runs (default: with this workspace's configuration).
+          keywords: `RunnerOptions` fields that replace those of `options`.
+        """
+        from agentfs.core.runner import Runner  # runner.py imports this module
+
+        return Runner(self.workspace, self.repo, model,
+                      options or RunnerOptions(config=self.config), **keywords)
+
     def trace(self, ref: str) -> Trace:
         """An existing trace, by id or by a path to its directory."""
         return Trace(self.workspace, self.repo, self.workspace.resolve_trace(ref))
@@ -50,7 +72,7 @@ class Project:
     def new_trace(
         self,
         trace_id: str,
-        first_message: Message,
+        first_message: Message | None,
         *,
         system_prompt: str | None = None,
         explicit_system: str | None = None,
@@ -60,7 +82,8 @@ class Project:
         inject_skills: list[str] | None = None,
     ) -> Trace:
         """Create a trace: `trace.json` and the system message (commit `create`), then
-        the first user message (commit `user`).
+        the first user message (commit `user`): `first_message`, or with None the file
+        claimed for this trace in the staging area.
 
         The system prompt is built once, here (see `build_system_prompt`):
         `explicit_system` (a system message given to the run) wins over
@@ -89,9 +112,51 @@ class Project:
             keep.write_bytes(b"")
             trace.commit_step("create", [system], summary=f"new trace ({meta.created_at})",
                               extra_paths=[trace.rel(keep)])
-            user = trace.new_message("user", first_message.content, **authored_fields(first_message))
-            trace.commit_step("user", [user])
+            if first_message is None:  # the claimed file that started it (see `start_trace`)
+                finish_staged(trace)
+            else:
+                user = trace.new_message("user", first_message.content,
+                                         **dropped_fields(first_message))
+                trace.commit_step("user", [user])
         return trace
+
+    def start_trace(self, path: Path) -> str | Rejected | None:
+        """Start a trace from a file dropped into the workspace `inbox/`, taken exactly
+        once (see `agentfs/store/ingest.py:claim_new`); returns its id, what was put
+        aside, or None if another process took the file first."""
+        claim = claim_new(self.workspace, path)
+        if claim is None:
+            return None
+        return self.create_from_claim(*claim)
+
+    def create_from_claim(self, trace_id: str, staged: Staged) -> str | Rejected:
+        """Create trace `trace_id` from a claimed file (also after a crash cut a
+        creation short). Frontmatter may set `preset`, `model` and `inject_skills`."""
+        origin = self.workspace.root / staged.origin
+        try:
+            first = read_staged(staged, origin)
+            fields = first.model_extra or {}
+            skills = fields.get("inject_skills") or []
+            self.new_trace(
+                trace_id, None, preset=_text(fields.get("preset")),
+                model=_text(fields.get("model")),
+                inject_skills=[skills] if isinstance(skills, str) else [str(s) for s in skills],
+            )
+        except AgentfsError as exc:
+            if self.workspace.trace_dir(trace_id).joinpath("trace.json").exists():
+                raise  # created: the claim stays staged and the trace's next run takes it
+            reason = exc.message.removeprefix(f"{origin}: ")
+            if exc.hint:
+                reason += f" ({exc.hint})"
+            moved = reject(staged.file, origin, reason)
+            unstage(staged)
+            shutil.rmtree(staged.dir.parent, ignore_errors=True)
+            return Rejected(origin, moved, reason)
+        return trace_id
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[Workspace, list[str]]:
@@ -107,7 +172,7 @@ def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[W
     workspace = Workspace(directory.resolve())
     repo = GitRepo(workspace.root)
     try:
-        _point_unborn_head_at_main(repo)
+        repo.point_unborn_head_at_main()
         repo.check_on_main()  # before writing anything
     finally:
         repo.close()
@@ -134,13 +199,6 @@ def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[W
     finally:
         repo.close()
     return workspace, created
-
-
-def _point_unborn_head_at_main(repo: GitRepo) -> None:
-    """A repository with no commits yet (e.g. on `master`) is switched to `main`."""
-    target = repo.repo.refs.read_ref(b"HEAD") or b""
-    if target.startswith(b"ref: ") and repo.head(target[5:]) is None and repo.head() is None:
-        repo.repo.refs.set_symbolic_ref(b"HEAD", b"refs/heads/main")
 
 
 def _files_below(root: Path) -> list[str]:

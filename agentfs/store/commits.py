@@ -12,25 +12,28 @@ both work on these messages.
 
 from __future__ import annotations
 
+import enum
+import re
 from dataclasses import dataclass
 
 SUMMARY_WIDTH = 72
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
-#: Kinds of step, each one commit.
-KINDS = (
-    "init",  # workspace created
-    "create",  # trace created (trace.json + system message)
-    "user",  # user message ingested
-    "assistant",  # model response
-    "tool",  # tool results of one iteration, with the files the tools changed
-    "edit",  # changes the user made under the trace, committed before a run
-    "recover",  # work of an interrupted run adopted on resume
-    "rewind",  # head moved
-    "summary",  # compression summary
-    "branch",  # a step on a side branch
-    "outcome",  # a side branch's result recorded on main
-    "error",  # a run failed; trace.json's context.last_error says why
-)
+class StepKind(enum.StrEnum):
+    """Kinds of step, each one commit (the `Agentfs-Kind` trailer)."""
+
+    INIT = "init"  # workspace created
+    CREATE = "create"  # trace created (trace.json + system message)
+    USER = "user"  # user message ingested
+    ASSISTANT = "assistant"  # model response
+    TOOL = "tool"  # tool results of one iteration, with the files the tools changed
+    EDIT = "edit"  # changes the user made under the trace, committed before a run
+    RECOVER = "recover"  # work of an interrupted run adopted on resume
+    REWIND = "rewind"  # head moved
+    SUMMARY = "summary"  # compression summary
+    BRANCH = "branch"  # a step on a side branch
+    OUTCOME = "outcome"  # a side branch's result recorded on main
+    ERROR = "error"  # a run failed; trace.json's context.last_error says why
 
 
 @dataclass(frozen=True)
@@ -38,11 +41,14 @@ class Step:
     """What one commit records."""
 
     trace_id: str  # empty for workspace-level steps such as `init`
-    kind: str
+    kind: StepKind | str  # a StepKind; text is checked against them
     sequence: int | None = None
     summary: str = ""
     goal_id: str | None = None
     body: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", StepKind(self.kind))  # ValueError on an unknown kind
 
     def message(self) -> bytes:
         """The full commit message."""
@@ -66,9 +72,10 @@ class Step:
 
 
 def one_line(text: str, width: int) -> str:
-    """First non-empty line of `text`, cut to `width` characters with an ellipsis."""
+    """First non-empty line of `text`, cut to `width` characters with an ellipsis.
+    Control characters become spaces: a NUL in a commit message fails `git fsck`."""
     for line in text.splitlines():
-        line = " ".join(line.split())
+        line = " ".join(_CONTROL.sub(" ", line).split())
         if line:
             if len(line) > width:
                 return line[: max(width - 1, 0)] + "…"

@@ -10,12 +10,17 @@ agentfs keeps an *owner record* beside every lock it takes
 holds an `flock` on the record while the lock exists. A `.lock` whose inode
 matches a record nobody holds was left by a dead agentfs process and is
 removed; a `.lock` agentfs cannot vouch for (git's own) is waited for.
+
+Just before it renames or deletes its `.lock`, a process adds the file's
+ctime to the record: killed after that, it leaves a record whose inode
+number may be handed to the next file created, perhaps git's own `.lock`,
+and the ctime tells that file apart.
 """
 
 from __future__ import annotations
 
-import errno
 import fcntl
+import functools
 import hashlib
 import os
 import random
@@ -35,6 +40,20 @@ CLOCK_SLACK_NS = 100_000_000
 RECORD_SIZE = 64
 
 
+@functools.lru_cache(maxsize=64)
+def _paths(target: Path, state_dir: Path) -> tuple[Path, Path]:
+    """The `.lock` beside `target`, and its owner record in `state_dir/locks`."""
+    # The record is named by the path inside `.git` (state_dir's parent), so that
+    # processes reaching the workspace by different paths (a symlink, a
+    # container's mount) share it.
+    name = str(target).removeprefix(str(state_dir.parent) + os.sep)
+    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+    return (
+        target.with_name(target.name + ".lock"),
+        state_dir / "locks" / f"git-{target.name}-{digest}.owner",
+    )
+
+
 class GitLockFile:
     """`with GitLockFile(target, state_dir) as lock: lock.write(data)` replaces `target`."""
 
@@ -43,9 +62,7 @@ class GitLockFile:
     ) -> None:
         self.target = target
         self.durable = durable
-        self.lock_path = target.with_name(target.name + ".lock")
-        digest = hashlib.sha1(str(target).encode()).hexdigest()[:12]
-        self.owner_path = state_dir / "locks" / f"git-{target.name}-{digest}.owner"
+        self.lock_path, self.owner_path = _paths(target, state_dir)
         self.wait = wait
         self._owner_fd: int | None = None
         self._fd: int | None = None
@@ -67,8 +84,21 @@ class GitLockFile:
 
     def acquire(self) -> None:
         owner = open_creating(self.owner_path, os.O_RDWR)
-        fcntl.flock(owner, fcntl.LOCK_EX)  # only agentfs processes take it, briefly
+        try:
+            fcntl.flock(owner, fcntl.LOCK_EX)  # only agentfs processes take it, briefly
+        except BaseException:
+            os.close(owner)
+            raise
         self._owner_fd = owner
+        try:
+            self._acquire_lock_file()
+        except BaseException:
+            self.abort()  # a failed acquire must not keep the record's flock
+            raise
+
+    def _acquire_lock_file(self) -> None:
+        assert self._owner_fd is not None
+        owner = self._owner_fd
         deadline = time.monotonic() + self.wait
         delay = 0.001
         previous = os.pread(owner, RECORD_SIZE, 0).decode(errors="replace").strip()
@@ -97,8 +127,8 @@ class GitLockFile:
                 break
             except FileExistsError:
                 continue  # someone else took it between the check and the create
-        self._record(f"inode {os.fstat(fd).st_ino}")
         self._fd = fd
+        self._record(f"inode {os.fstat(fd).st_ino}")
 
     def _record(self, text: str) -> None:
         """Replace the record in one write (a kill never leaves it half-changed)."""
@@ -109,9 +139,10 @@ class GitLockFile:
         """Remove the `.lock` if `record`, left by a dead agentfs process (we now hold
         the record's flock), shows that process made it.
 
-        The record names it by inode, or, if the process died between creating
-        it and noting its inode, says when it was about to create it: a lock
-        made within a second after that is taken to be the dead process's.
+        The record names it by inode (and ctime, once the process was about to
+        rename or delete it), or, if the process died between creating it and
+        noting its inode, says when it was about to create it: a lock made
+        within a second after that is taken to be the dead process's.
         """
         kind, _, value = record.strip().partition(" ")
         try:
@@ -119,7 +150,10 @@ class GitLockFile:
         except FileNotFoundError:
             return True
         if kind == "inode":
-            ours = value.strip() == str(st.st_ino)
+            inode, _, ctime = value.partition(" ctime ")
+            ours = inode.strip() == str(st.st_ino) and (
+                not ctime or ctime.strip() == str(st.st_ctime_ns)
+            )
         elif kind == "creating" and value.strip().isdigit():
             # file times come from a coarse clock and can read a little earlier
             ours = -CLOCK_SLACK_NS <= st.st_mtime_ns - int(value) < STALE_CREATE_WINDOW_NS
@@ -145,11 +179,17 @@ class GitLockFile:
         try:
             if self.durable:
                 os.fsync(self._fd)
-        finally:
-            os.close(self._fd)
-            self._fd = None
+            self._note_last_state()
+        except BaseException:
+            self.abort()
+            raise
+        os.close(self._fd)
+        self._fd = None
         try:
             os.replace(self.lock_path, self.target)
+        except OSError:
+            self.lock_path.unlink(missing_ok=True)  # else nobody could vouch for it
+            raise
         finally:
             self._release_owner()
         if self.durable:
@@ -157,15 +197,22 @@ class GitLockFile:
 
     def abort(self) -> None:
         """Drop the lock without touching the target."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-            try:
-                os.unlink(self.lock_path)
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise
-        self._release_owner()
+        try:
+            if self._fd is not None:
+                try:
+                    self._note_last_state()
+                finally:
+                    os.close(self._fd)
+                    self._fd = None
+                    self.lock_path.unlink(missing_ok=True)
+        finally:
+            self._release_owner()
+
+    def _note_last_state(self) -> None:
+        """Add the `.lock`'s ctime to the record before it is renamed or deleted."""
+        assert self._fd is not None
+        st = os.fstat(self._fd)
+        self._record(f"inode {st.st_ino} ctime {st.st_ctime_ns}")
 
     def _release_owner(self, *, clear: bool = True) -> None:
         if self._owner_fd is not None:

@@ -9,6 +9,7 @@ auto-gc on every commit (see docs/decisions.md).
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import stat
@@ -17,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Literal, NamedTuple, Self
 
 from dulwich.index import IndexEntry, index_entry_from_stat
 from dulwich.objects import Blob, Commit, Tree
@@ -25,8 +27,8 @@ from dulwich.repo import Repo
 from agentfs.errors import GitStateError
 from agentfs.store.atomic import open_creating
 from agentfs.store.gitlocks import GitLockFile
-from agentfs.store.index import IndexUpdate, StatCache, check_index, stat_cache, update_index
-from agentfs.store.intents import dead_intents, index_intent
+from agentfs.store.index import IndexUpdate, StatCache, stat_cache
+from agentfs.store.intents import DeadIntents, index_intent
 from agentfs.store.objects import ObjectWriter
 from agentfs.store.trees import change_tree
 
@@ -37,6 +39,37 @@ EXEC_MODE = 0o100755
 
 #: Attempts at moving a ref before giving up (another process keeps winning).
 CAS_ATTEMPTS = 200
+
+
+class UnsafePathError(GitStateError):
+    """A path given to commit is not a plain path inside the work tree: absolute, with
+    empty, `.` or `..` parts, inside `.git`, or reached through a symlinked folder."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(
+            f"{path!r}: {problem}; nothing was committed",
+            hint="agentfs commits relative paths inside the workspace, outside .git, "
+            "that do not pass through a symlink",
+        )
+        self.path = path
+
+
+def check_path(path: str) -> None:
+    """Refuse `path` unless it is a relative POSIX path with no empty, `.` or `..` parts
+    and nothing named `.git` (in any case) on the way.
+
+    Raises:
+        UnsafePathError: naming the path and what is wrong with it.
+    """
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise UnsafePathError(str(path), "not a file path")
+    if path.startswith("/"):
+        raise UnsafePathError(path, "an absolute path")
+    for part in path.split("/"):
+        if part in ("", ".", ".."):
+            raise UnsafePathError(path, "has an empty, '.' or '..' part")
+        if part.lower() == ".git":
+            raise UnsafePathError(path, "inside .git")
 
 
 @dataclass(frozen=True)
@@ -89,7 +122,6 @@ class GitRepo:
         self.objects = ObjectWriter(self.store, self.git_dir / "objects", durable=durable)
         self.index_path = Path(self.repo.index_path())
         self._identity: bytes | None = None
-        self._index_checked = False
 
     def close(self) -> None:
         self.repo.close()
@@ -102,6 +134,12 @@ class GitRepo:
             return self.repo.refs[ref]
         except KeyError:
             return None
+
+    def point_unborn_head_at_main(self) -> None:
+        """A repository with no commits yet (e.g. on `master`) is switched to `main`."""
+        target = self.repo.refs.read_ref(b"HEAD") or b""
+        if target.startswith(b"ref: ") and self.head(target[5:]) is None and self.head() is None:
+            self.repo.refs.set_symbolic_ref(b"HEAD", MAIN)
 
     def check_on_main(self) -> None:
         """Refuse to commit when the work tree is not `main`'s (HEAD elsewhere)."""
@@ -211,69 +249,91 @@ class GitRepo:
     ) -> bytes:
         """Commit the work tree's current state of `paths` on main; refresh their index entries.
 
-        A path missing from the work tree is deleted. Only these paths change:
-        commits other processes made meanwhile (other traces) are kept, by
-        rebuilding on the new head and retrying the compare-and-swap.
+        A path missing from the work tree is deleted; a symlink is committed as
+        a symlink. Only these paths change: commits other processes made
+        meanwhile (other traces) are kept, by rebuilding on the new head and
+        retrying the compare-and-swap. Index entries that a killed process
+        left behind HEAD are repaired in the same index write.
+
+        Returns:
+            The new commit's id.
+
+        Raises:
+            UnsafePathError: a path is not a plain path inside the work tree
+                (see `check_path`) or passes through a symlinked folder.
+            GitStateError: HEAD is not on main, the index is of a kind agentfs
+                cannot update, or main kept moving.
         """
         self.check_on_main()
-        if not self._index_checked or any(
-            n.startswith("sharedindex.") for n in os.listdir(self.git_dir)
-        ):
-            check_index(self.index_path)  # e.g. a split index: refuse before moving main
-            self._index_checked = True
-        self.repair_index()
+        wanted = sorted(set(paths))
+        for path in wanted:
+            check_path(path)
         changes: list[Change] = []
         index_changes: dict[bytes, IndexEntry | None] = {}
-        for path in sorted(set(paths)):
-            full = self.root / path
-            try:
-                st = os.lstat(full)
-            except FileNotFoundError:
-                changes.append(Change(path, None))
-                index_changes[path.encode()] = None
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                data, mode = os.readlink(full).encode(), stat.S_IFLNK
-            elif stat.S_ISREG(st.st_mode):
-                data = full.read_bytes()
-                mode = EXEC_MODE if st.st_mode & 0o100 else FILE_MODE
-            else:
-                continue
-            change = Change(path, data, mode)
-            changes.append(change)
-            assert change.blob is not None
-            index_changes[path.encode()] = index_entry_from_stat(st, change.blob.id, mode=mode)
+        with _Folders(self.root) as folders:
+            for path in wanted:
+                found = folders.read(path)
+                if found is None:
+                    changes.append(Change(path, None))
+                    index_changes[path.encode()] = None
+                elif isinstance(found, _File):  # anything else (a fifo) is left out
+                    change = Change(path, found.data, found.mode)
+                    changes.append(change)
+                    assert change.blob is not None
+                    index_changes[path.encode()] = index_entry_from_stat(
+                        found.stat, change.blob.id, mode=found.mode
+                    )
+        # Lock order: dead intents are claimed (never waited for), then our own
+        # intent, then index.lock; main moves only while index.lock is held, so
+        # the entries repaired from the new commit are what HEAD holds.
         with (
-            index_intent(self.state_dir, [p.decode() for p in index_changes]),
+            DeadIntents(self.state_dir) as dead,
+            index_intent(self.state_dir, [change.path for change in changes]),
             IndexUpdate(self.index_path, self.state_dir, durable=self.durable) as index,
         ):
-            sha = self.commit_changes(MAIN, changes, message, extra_parents=extra_parents)
-            index.apply(index_changes)
+            sha = self._commit(MAIN, changes, message, extra_parents=extra_parents)
+            index.apply({**self._entries_at(sha, dead.paths), **index_changes})
         return sha
 
     def repair_index(self) -> None:
         """Bring index entries left behind by a process that died mid-commit in line
         with HEAD (see `agentfs/store/intents.py`)."""
-        for intent, paths in dead_intents(self.state_dir):
-            head = self.head()
-            changes: dict[bytes, IndexEntry | None] = {}
-            for path in paths:
-                found = self.tree_lookup(head, path)
-                changes[path.encode()] = None if found is None else self._entry_for(path, *found)
-            update_index(self.index_path, self.state_dir, changes, durable=self.durable)
-            intent.unlink(missing_ok=True)
+        with DeadIntents(self.state_dir) as dead:
+            if dead:
+                with IndexUpdate(self.index_path, self.state_dir, durable=self.durable) as index:
+                    # HEAD is read under the index lock: main cannot move meanwhile
+                    index.apply(self._entries_at(self.head(), dead.paths))
 
-    def _entry_for(self, path: str, mode: int, sha: bytes) -> IndexEntry:
+    def _entries_at(
+        self, commit_sha: bytes | None, paths: Sequence[str]
+    ) -> dict[bytes, IndexEntry | None]:
+        """The index entries `paths` must have to match the commit: None for a path
+        it does not hold as a file. Paths agentfs would not commit are left alone."""
+        entries: dict[bytes, IndexEntry | None] = {}
+        if not paths:
+            return entries
+        with _Folders(self.root) as folders:
+            for path in paths:
+                try:
+                    check_path(path)
+                except UnsafePathError:
+                    continue  # never in the index by agentfs' doing
+                found = self.tree_lookup(commit_sha, path)
+                if found is None or stat.S_ISDIR(found[0]):
+                    entries[path.encode()] = None
+                else:
+                    entries[path.encode()] = self._entry_for(folders, path, *found)
+        return entries
+
+    def _entry_for(self, folders: _Folders, path: str, mode: int, sha: bytes) -> IndexEntry:
         """Index entry for a committed blob; stat data only if the work tree matches it,
         so Git re-reads a file that differs instead of trusting its stat."""
-        full = self.root / path
         try:
-            st = os.lstat(full)
-            data = os.readlink(full).encode() if stat.S_ISLNK(st.st_mode) else full.read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            st, data = None, None
-        if st is not None and data is not None and Blob.from_string(data).id == sha:
-            return index_entry_from_stat(st, sha, mode=mode)
+            found = folders.read(path)
+        except (UnsafePathError, OSError):
+            found = None  # unreadable: the entry is right without stat data
+        if isinstance(found, _File) and Blob.from_string(found.data).id == sha:
+            return index_entry_from_stat(found.stat, sha, mode=mode)
         return IndexEntry(
             ctime=(0, 0), mtime=(0, 0), dev=0, ino=0, mode=mode, uid=0, gid=0, size=0,
             sha=sha, flags=0, extended_flags=0,
@@ -291,8 +351,28 @@ class GitRepo:
         """Commit `changes` on top of `ref` (created from `start` if it does not exist).
 
         The work tree and the index are not touched: this is how side
-        branches are written, and the object half of `commit_worktree`.
+        branches are written.
+
+        Raises:
+            ValueError: `ref` is main, which only `commit_worktree` moves (under
+                the index lock, so that the index always follows it).
+            UnsafePathError: a change's path is not a plain relative path.
         """
+        if ref in (MAIN, b"HEAD"):
+            raise ValueError("main is committed to with commit_worktree, which keeps the index")
+        return self._commit(ref, changes, message, extra_parents=extra_parents, start=start)
+
+    def _commit(
+        self,
+        ref: bytes,
+        changes: Sequence[Change],
+        message: bytes,
+        *,
+        extra_parents: Sequence[bytes] = (),
+        start: bytes | None = None,
+    ) -> bytes:
+        for change in changes:
+            check_path(change.path)
         tree_changes: list[tuple[bytes, int, bytes | None]] = []
         for change in changes:
             if change.blob is not None:
@@ -301,7 +381,7 @@ class GitRepo:
             tree_changes.append((change.path.encode(), change.mode, sha))
         delay = 0.001
         for _ in range(CAS_ATTEMPTS):
-            current = self.head(ref)
+            current = self._read_ref(ref)
             parent = current if current is not None else start
             base_tree = self.commit(parent).tree if parent is not None else None
             tree = change_tree(self.objects, base_tree, tree_changes)
@@ -324,6 +404,9 @@ class GitRepo:
         Git's protocol: under `<ref>.lock`, check the current value, write the
         new one, append to the reflog, rename the lock over the ref.
         """
+        check_path(ref.decode())
+        if not ref.startswith(b"refs/"):
+            raise UnsafePathError(ref.decode(), "not a ref under refs/")
         path = self.git_dir / ref.decode()
         with GitLockFile(path, self.state_dir, durable=self.durable) as lock:
             if self._read_ref(ref) != old:
@@ -359,6 +442,8 @@ class GitRepo:
     def create_branch(self, name: str, start: bytes) -> None:
         """Create `refs/heads/<name>` at `start`; an existing branch is an error."""
         ref = b"refs/heads/" + name.encode()
+        if ref == MAIN:
+            raise ValueError("main is committed to with commit_worktree, which keeps the index")
         if not self._swap(ref, None, start, b"branch: created " + name.encode()):
             raise GitStateError(f"branch {name} already exists")
 
@@ -375,6 +460,92 @@ class GitRepo:
         commit.message = message
         self.objects.add_object(commit)
         return commit
+
+
+class _File(NamedTuple):
+    """A work-tree file or symlink as committed: content (a symlink's target), Git mode."""
+
+    data: bytes
+    mode: int
+    stat: os.stat_result
+
+
+#: What `_Folders.read` returns for a path that is neither a file nor a symlink.
+_OTHER: Literal["other"] = "other"
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class _Folders:
+    """Reads work-tree files through folders opened one by one without following
+    symlinks, so `link/passwd` with `link -> /etc` is refused, not read, even if a
+    folder is swapped for a symlink meanwhile."""
+
+    def __init__(self, root: Path) -> None:
+        self._fds: dict[str, int | None] = {}
+        self._fds[""] = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._fds.values():
+            if fd is not None:
+                os.close(fd)
+        self._fds.clear()
+
+    def read(self, path: str) -> _File | Literal["other"] | None:
+        """The file or symlink at `path`; None if there is none; `_OTHER` for anything
+        else (a folder, a fifo).
+
+        Raises:
+            UnsafePathError: a folder on the way is a symlink.
+        """
+        folder, _, name = path.rpartition("/")
+        dir_fd = self._folder(folder, path)
+        if dir_fd is None:
+            return None
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISLNK(st.st_mode):
+                return _File(os.fsencode(os.readlink(name, dir_fd=dir_fd)), stat.S_IFLNK, st)
+            if not stat.S_ISREG(st.st_mode):
+                return _OTHER
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        with open(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return _OTHER
+            data = f.read()
+        return _File(data, EXEC_MODE if st.st_mode & 0o100 else FILE_MODE, st)
+
+    def _folder(self, folder: str, path: str) -> int | None:
+        """An fd of `folder`, or None if it is missing or not a folder (so `path` is gone)."""
+        if folder in self._fds:
+            return self._fds[folder]
+        parent, _, name = folder.rpartition("/")
+        parent_fd = self._folder(parent, path)
+        fd = None
+        if parent_fd is not None:
+            try:
+                fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                try:
+                    st = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+                    link = stat.S_ISLNK(st.st_mode)
+                except FileNotFoundError:
+                    link = False
+                if link:
+                    raise UnsafePathError(path, f"{folder} is a symlink") from None
+        self._fds[folder] = fd
+        return fd
 
 
 def _utc_offset(timestamp: int) -> int:

@@ -32,71 +32,75 @@ class IndexUpdate:
     """Holds Git's `index.lock` while a commit moves the branch, then writes the index.
 
     Taking the index lock *before* the ref moves (as `git commit` does) means a
-    user's `git commit` can never read the new HEAD with the old index.
+    user's `git commit` can never read the new HEAD with the old index, and
+    that `main` never moves while another agentfs process holds the lock: what
+    HEAD holds, read under the lock, is what the index must hold.
     """
 
     def __init__(self, index_path: Path, state_dir: Path, *, durable: bool = False) -> None:
         self.index_path = index_path
         self._lock = GitLockFile(index_path, state_dir, durable=durable)
+        self._current: rawindex.RawIndex | None = None
+        self._parsed: tuple[dict, int | None, list] | None = None  # dulwich's read, if needed
         self._raw: rawindex.RawIndex | None = None
-        self._written = False
+        self._data: bytes | None = None
 
     def __enter__(self) -> Self:
+        """Take the lock and read the index.
+
+        Raises:
+            GitStateError: the index is of a kind agentfs cannot update (e.g. a
+                split index), found before anything is committed.
+        """
         self._lock.acquire()
+        try:
+            self._current = _load_raw(self.index_path)
+            if self._current is None:
+                self._parsed = _read(self.index_path)  # refuses e.g. a split index
+        except BaseException:
+            self._lock.abort()
+            raise
         return self
 
     def apply(self, changes: Mapping[bytes, IndexEntry | None]) -> None:
-        """Set (or with None remove) entries; written when the block ends."""
+        """Set (or with None remove) entries; written when the block ends. Call once."""
+        assert self._data is None, "apply() is called once per lock"
         if not changes:
             return
-        self._raw = _load_raw(self.index_path)
-        if self._raw is not None:
-            try:
-                self._raw.apply(changes)
-                self._lock.write(self._raw.encode())
-            except BaseException:
-                rawindex.forget(self.index_path)
-                raise
+        if self._current is not None:
+            self._raw = self._current.apply(changes)
+            self._data = self._raw.encode()
         else:
-            self._lock.write(_rewrite_with_dulwich(self.index_path, changes))
-        self._written = True
+            assert self._parsed is not None
+            self._data = _rewrite_with_dulwich(self._parsed, changes)
+        self._lock.write(self._data)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None and self._written:
+        if exc_type is None and self._data is not None:
             self._lock.commit()
             if self._raw is not None:
-                rawindex.remember(self.index_path, self._raw)
+                rawindex.remember(self.index_path, self._raw, self._data)
         else:
-            if self._written:
-                rawindex.forget(self.index_path)
             self._lock.abort()
-
-
-def update_index(
-    index_path: Path,
-    state_dir: Path,
-    changes: Mapping[bytes, IndexEntry | None],
-    *,
-    durable: bool = False,
-) -> None:
-    """Set (or with None remove) the given index entries, atomically and under Git's lock."""
-    if changes:
-        with IndexUpdate(index_path, state_dir, durable=durable) as update:
-            update.apply(changes)
 
 
 def _load_raw(index_path: Path) -> rawindex.RawIndex | None:
     """The index for the fast path, or None when only dulwich can rewrite it."""
-    if not index_path.exists() or os.path.getsize(index_path) == 0:
-        return rawindex.RawIndex(version=2)
     try:
-        return rawindex.load(index_path)
+        index, _ = rawindex.load(index_path)
+    except FileNotFoundError:
+        return rawindex.RawIndex(version=2)
     except rawindex.Unsupported:
+        if os.path.getsize(index_path) == 0:
+            return rawindex.RawIndex(version=2)
         return None
+    return index
 
 
-def _rewrite_with_dulwich(index_path: Path, changes: Mapping[bytes, IndexEntry | None]) -> bytes:
-    entries, version, extensions = _read(index_path)
+def _rewrite_with_dulwich(
+    parsed: tuple[dict, int | None, list], changes: Mapping[bytes, IndexEntry | None]
+) -> bytes:
+    entries, version, extensions = parsed
     for path, entry in changes.items():
         if entry is None:
             entries.pop(path, None)
@@ -114,12 +118,8 @@ def _rewrite_with_dulwich(index_path: Path, changes: Mapping[bytes, IndexEntry |
     return buffer.getvalue()
 
 
-def check_index(index_path: Path) -> None:
-    """Refuse, before anything is committed, an index agentfs cannot update."""
-    _read(index_path)
-
-
 def _read(index_path: Path) -> tuple[dict, int | None, list]:
+    """The index read by dulwich; GitStateError for one agentfs cannot update."""
     if not index_path.exists() or os.path.getsize(index_path) == 0:
         return {}, None, []
     try:
@@ -165,8 +165,7 @@ class StatCache:
 def stat_cache(index_path: Path, prefix: str) -> StatCache:
     """The index's stat data for the files below directory `prefix`."""
     try:
-        mtime_ns = os.stat(index_path).st_mtime_ns
-        index = rawindex.load(index_path)
+        index, mtime_ns = rawindex.load(index_path)
     except (OSError, rawindex.Unsupported):
         return StatCache({}, 0)
     return StatCache(index.stat_keys(prefix.encode()), mtime_ns)

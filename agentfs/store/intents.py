@@ -5,7 +5,9 @@ its paths right after. A process killed in between leaves the index behind
 HEAD, and `git status` would show the step as staged changes. Before it
 commits, agentfs writes an *intent* naming the paths and holds an `flock` on
 it until the index is refreshed; an intent nobody holds belongs to a dead
-process, and `agentfs/store/gitrepo.py:GitRepo.repair_index` finishes it.
+process. The next commit claims it (`DeadIntents`) and, while holding Git's
+`index.lock`, sets those entries to what HEAD holds
+(`agentfs/store/gitrepo.py:GitRepo.commit_worktree`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 from agentfs.store.atomic import open_creating
 
@@ -27,7 +31,11 @@ def _folder(state_dir: Path) -> Path:
 
 @contextmanager
 def index_intent(state_dir: Path, paths: list[str]) -> Iterator[None]:
-    """Hold an intent for `paths` while the body commits and refreshes the index."""
+    """Hold an intent for `paths` while the body commits and refreshes the index.
+
+    If the body fails, the intent is left in place: unheld once this returns,
+    it gets the index repaired in case the branch had already moved.
+    """
     folder = _folder(state_dir)
     name = f"{os.getpid()}-{uuid.uuid4().hex}.json"
     tmp = folder / f".{name}"
@@ -37,33 +45,76 @@ def index_intent(state_dir: Path, paths: list[str]) -> Iterator[None]:
         os.write(fd, json.dumps(paths).encode())
         os.rename(tmp, folder / name)  # visible only once complete; the flock stays on it
         yield
-        os.unlink(folder / name)
+        (folder / name).unlink(missing_ok=True)
     finally:
         os.close(fd)
 
 
-def dead_intents(state_dir: Path) -> Iterator[tuple[Path, list[str]]]:
-    """(intent file, paths) of intents whose process died; delete the file once handled."""
-    folder = _folder(state_dir)
-    try:
-        names = sorted(n for n in os.listdir(folder) if not n.startswith("."))
-    except FileNotFoundError:
-        return
-    for name in names:
-        path = folder / name
+class DeadIntents:
+    """The intents of dead processes, claimed so that nobody else handles them meanwhile.
+
+    `with DeadIntents(state_dir) as dead:` takes the flock of every intent
+    nobody holds; `dead.paths` are the paths they name. When the block ends
+    without an error the intent files are deleted, and only then released.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self.folder = _folder(state_dir)
+        self.paths: list[str] = []
+        self._claimed: list[tuple[Path, int]] = []
+
+    def __bool__(self) -> bool:
+        return bool(self._claimed)
+
+    def __enter__(self) -> Self:
+        try:
+            names = sorted(n for n in os.listdir(self.folder) if not n.startswith("."))
+        except FileNotFoundError:
+            return self
+        try:
+            for name in names:
+                self._claim(self.folder / name)
+        except BaseException:
+            self._release()
+            raise
+        return self
+
+    def _claim(self, path: Path) -> None:
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
-            continue
+            return
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)  # its process is alive and still working
+            return
+        if os.fstat(fd).st_nlink == 0:
+            os.close(fd)  # finished: its process deleted it before letting go
+            return
+        self._claimed.append((path, fd))
+        with open(fd, "rb", closefd=False) as f:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # its process is alive and still working
-            try:
-                paths = json.loads(os.read(fd, 1 << 24) or b"[]")
+                paths = json.loads(f.read() or b"[]")
             except ValueError:
                 paths = []
-            yield path, [p for p in paths if isinstance(p, str)]
+        if isinstance(paths, list):
+            self.paths.extend(p for p in paths if isinstance(p, str))
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc_type is None:
+                for path, _ in self._claimed:
+                    path.unlink(missing_ok=True)
         finally:
+            self._release()
+
+    def _release(self) -> None:
+        for _, fd in self._claimed:
             os.close(fd)
+        self._claimed = []

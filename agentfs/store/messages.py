@@ -8,31 +8,48 @@ holds the same fields plus `content`.
 Round trips are exact: `render_message(parse_message(...))` returns the bytes
 that were read when nothing changed, and the canonical rendering of a message
 parses back to an equal message (see docs/trace-format.md).
+
+Files are untrusted input: they are read without following symlinks and with
+limits (size, sequence, frontmatter depth, no YAML aliases), and agentfs
+refuses to write a message it would refuse to read.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
 from agentfs.errors import MessageFileError, validation_problems
+from agentfs.store.frontmatter import FrontmatterError, Problem, check_depth, render, split
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 
 #: Larger message files are refused: they are almost certainly not messages.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+#: The highest sequence. A longer number in a file name is a slip or hostile: it would
+#: push the next sequence out of reach, or alias another (`0000000001` is 1).
+MAX_SEQUENCE = 999_999_999
 
 FILE_NAME = re.compile(r"^(?P<sequence>\d{6,})-(?P<role>[a-z]+)\.(?P<ext>md|json)$")
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+class UnwritableMessage(MessageFileError):
+    """agentfs would refuse to read this message back, so it does not write it."""
+
+
+class MessageTooLarge(UnwritableMessage):
+    """The message's file would be over `MAX_MESSAGE_BYTES`, or its frontmatter over
+    `MAX_HEADER_BYTES`: the caller must cut the content (or tool input) first."""
 
 
 class ToolCall(BaseModel):
@@ -65,7 +82,9 @@ class Message(BaseModel):
     model_config = ConfigDict(extra="allow", validate_assignment=True)
 
     id: str = Field(description="Stable message id, unique within the trace")
-    sequence: int = Field(ge=0, description="Position in the trace; also the file name prefix")
+    sequence: int = Field(
+        ge=0, le=MAX_SEQUENCE, description="Position in the trace; also the file name prefix"
+    )
     parent_sequence: int | None = Field(
         default=None, description="The message before this one on its path; None for the first"
     )
@@ -89,6 +108,20 @@ class Message(BaseModel):
     files_changed: list[str] | None = Field(
         default=None, description="Workspace files a tool step changed (relative paths)"
     )
+
+    @field_validator("files_changed")
+    @classmethod
+    def _inside_workspace(cls, paths: list[str] | None) -> list[str] | None:
+        """Entries are staged with the step: one outside the workspace must never be."""
+        for path in paths or []:
+            problem = workspace_path_problem(path)
+            if problem is not None:
+                raise PydanticCustomError(
+                    "workspace_path",
+                    "{path} is not a relative path inside the workspace: {problem}",
+                    {"path": repr(path), "problem": problem},
+                )
+        return paths
 
     _source: bytes | None = PrivateAttr(default=None)
     _source_digest: bytes | None = PrivateAttr(default=None)
@@ -117,6 +150,22 @@ class Message(BaseModel):
     def file_name(self) -> str:
         """The file name this message is stored under."""
         return message_file_name(self.sequence, self.role, self.file_ext)
+
+
+def workspace_path_problem(path: str) -> str | None:
+    """Why `path` is not a normalized relative POSIX path inside the workspace, or None."""
+    if not path:
+        return "it is empty"
+    if "\x00" in path or "\\" in path:
+        return "it holds a NUL or a backslash"
+    if path.startswith("/"):
+        return "it is absolute"
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "it has an empty, '.' or '..' part"
+    if any(part.lower() == ".git" for part in parts):
+        return "it is inside .git"
+    return None
 
 
 def message_file_name(sequence: int, role: str, ext: str = "md") -> str:
@@ -149,7 +198,13 @@ def _fields(message: Message) -> dict[str, Any]:
 
 
 def render_message(message: Message) -> bytes:
-    """The file bytes for `message`: the bytes it was read from if it is unchanged."""
+    """The file bytes for `message`: the bytes it was read from if it is unchanged.
+
+    Raises:
+        MessageTooLarge: the file would be over `MAX_MESSAGE_BYTES` (or its
+            frontmatter over the header limit).
+        UnwritableMessage: its data is nested too deeply to be read back.
+    """
     ext = message.file_ext
     if (
         message._source is not None
@@ -157,19 +212,27 @@ def render_message(message: Message) -> bytes:
         and message._source_digest == _digest(message)
     ):
         return message._source
-    if ext == "json":
-        data = _fields(message)
-        data["content"] = message.content
-        return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
-    header = yaml.dump(
-        _fields(message),
-        Dumper=_DUMPER,
-        sort_keys=False,
-        allow_unicode=True,
-        default_flow_style=False,
-        width=1_000_000,
-    )
-    return f"---\n{header}---\n{message.content}\n".encode()
+    name = message.file_name()
+    try:
+        fields = _fields(message)
+    except ValueError as exc:  # pydantic's serializer: nested hundreds deep, or holds itself
+        raise UnwritableMessage(
+            name, f"cannot be written: {exc}", hint="flatten the data"
+        ) from None
+    try:
+        if ext == "json":
+            fields["content"] = message.content
+            check_depth(fields)
+            text = json.dumps(fields, indent=2, ensure_ascii=False) + "\n"
+        else:
+            text = render(fields, message.content)
+    except FrontmatterError as exc:
+        error = MessageTooLarge if exc.kind is Problem.TOO_LARGE else UnwritableMessage
+        raise error(name, exc.message, hint=exc.hint) from None
+    encoded = text.encode()
+    if len(encoded) > MAX_MESSAGE_BYTES:
+        raise MessageTooLarge(name, _over_limit(len(encoded)), hint=_SIZE_HINT)
+    return encoded
 
 
 def _digest(message: Message) -> bytes:
@@ -193,6 +256,13 @@ def parse_message(path: Path, data: bytes) -> Message:
             "to add a new user message, put the file in the trace's inbox/",
         )
     sequence, role, ext = parsed_name
+    digits = path.name.partition("-")[0]
+    if len(digits) > len(str(MAX_SEQUENCE)):
+        raise MessageFileError(
+            path,
+            f"sequence {digits} is too long: sequences go up to {MAX_SEQUENCE:,} (6 to 9 digits)",
+            hint="rename the file with the next free number, e.g. 000042-user.md",
+        )
     if role not in ROLES:
         raise MessageFileError(
             path, f"unknown role {role!r}", hint=f"use one of: {', '.join(ROLES)}"
@@ -213,11 +283,7 @@ def _parse(
     path: Path, data: bytes, sequence: int, role: str, ext: str, *, dropped: bool = False
 ) -> Message:
     if len(data) > MAX_MESSAGE_BYTES:
-        raise MessageFileError(
-            path,
-            f"file is {len(data):,} bytes, over the {MAX_MESSAGE_BYTES:,}-byte limit",
-            hint="put large content in a workspace file and refer to it",
-        )
+        raise MessageFileError(path, _over_limit(len(data)), hint=_SIZE_HINT)
     if b"\x00" in data:
         raise MessageFileError(path, "binary file (contains NUL bytes)", hint="messages are text")
     try:
@@ -231,7 +297,11 @@ def _parse(
         fields = _parse_json(path, text)
         content = fields.pop("content", "")
     else:
-        fields, content = _split_frontmatter(path, text)
+        try:
+            header, content = split(text)
+        except FrontmatterError as exc:
+            raise MessageFileError(path, exc.message, hint=exc.hint) from None
+        fields = header if header is not None else {}
 
     if dropped:
         for key in ("id", "sequence", "parent_sequence"):
@@ -241,6 +311,10 @@ def _parse(
                 path,
                 f"a dropped file is a user message, but its frontmatter says role: {fields['role']!r}",
                 hint="remove the role line",
+            )
+        if content is None or (isinstance(content, str) and not content.strip()):
+            raise MessageFileError(
+                path, "empty message: the file has no text", hint="write the message, then save"
             )
     for key, expected in (("sequence", sequence), ("role", role)):
         if key in fields and fields[key] != expected:
@@ -265,56 +339,18 @@ def _parse(
 def _parse_json(path: Path, text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
+        check_depth(value)
     except json.JSONDecodeError as exc:
         raise MessageFileError(
             path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
         ) from None
+    except FrontmatterError as exc:
+        raise MessageFileError(path, f"JSON {exc.message}", hint=exc.hint) from None
+    except RecursionError:
+        raise MessageFileError(path, "JSON is nested too deeply", hint="flatten the data") from None
     if not isinstance(value, dict):
         raise MessageFileError(path, "a JSON message file must hold an object")
     return value
-
-
-def _split_frontmatter(path: Path, text: str) -> tuple[dict[str, Any], str]:
-    """(fields, body) of a Markdown message; the body loses one trailing newline."""
-    bom = "\ufeff" if text.startswith("\ufeff") else ""
-    if text.startswith((f"{bom}---\n", f"{bom}---\r\n")):
-        first_break = text.index("\n") + 1
-        end = _closing_fence(text, first_break)
-        if end is None:
-            raise MessageFileError(
-                path,
-                "frontmatter starts with '---' but has no closing '---' line",
-                hint="add a line '---' after the fields, or remove the first line",
-            )
-        header, body_start = end
-        try:
-            fields = yaml.load(text[first_break:header], Loader=_LOADER) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 2}" if mark is not None else ""
-            problem = getattr(exc, "problem", None) or str(exc)
-            raise MessageFileError(path, f"malformed YAML frontmatter{where}: {problem}") from None
-        if not isinstance(fields, dict):
-            raise MessageFileError(path, "frontmatter must be a mapping of 'key: value' lines")
-        body = text[body_start:]
-    else:
-        fields, body = {}, text
-    body = body.removesuffix("\n")
-    return fields, body
-
-
-def _closing_fence(text: str, start: int) -> tuple[int, int] | None:
-    """(end of header, start of body) for the `---` line closing the frontmatter."""
-    pos = start
-    while pos <= len(text):
-        line_end = text.find("\n", pos)
-        line = text[pos:] if line_end == -1 else text[pos:line_end]
-        if line.rstrip("\r") == "---":
-            return pos, (len(text) if line_end == -1 else line_end + 1)
-        if line_end == -1:
-            return None
-        pos = line_end + 1
-    return None
 
 
 def load_dropped(path: Path) -> Message:
@@ -328,7 +364,34 @@ def load_message(path: Path) -> Message:
 
 
 def _read(path: Path) -> bytes:
+    """The file's bytes; symlinks, non-regular files and oversize files are refused unread."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        return path.read_bytes()
+        fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO must not hang
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise MessageFileError(
+                path,
+                "is a symlink; message files must be regular files",
+                hint="replace the link with a copy of the file it points to",
+            ) from None
+        raise MessageFileError(path, f"cannot read: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise MessageFileError(path, "is not a regular file", hint="messages are files")
+        if info.st_size > MAX_MESSAGE_BYTES:
+            raise MessageFileError(path, _over_limit(info.st_size), hint=_SIZE_HINT)
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read(MAX_MESSAGE_BYTES + 1)  # it may have grown since the fstat
     except OSError as exc:
         raise MessageFileError(path, f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+_SIZE_HINT = "put large content in a workspace file and refer to it"
+
+
+def _over_limit(size: int) -> str:
+    return f"file is {size:,} bytes, over the {MAX_MESSAGE_BYTES:,}-byte limit"

@@ -26,7 +26,7 @@ import pydantic
 from agentfs.store.atomic import purge_stale_temps
 
 #: Bumped when what is pickled changes shape (the versions below are checked too).
-FORMAT = 3
+FORMAT = 4
 #: Save after a scan that parsed at least this many files.
 SAVE_AFTER = 32
 

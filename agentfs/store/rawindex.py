@@ -5,8 +5,14 @@ microseconds per entry, which dominated each step in a large trace. Here
 entries stay as their raw bytes: parsing only finds their boundaries, a
 change replaces the bytes of the changed paths, and the file is the join of
 the pieces. The parsed form is kept between updates while the file on disk
-is the one this process wrote (same inode, size and mtime), so a run that
-commits step after step does not re-parse it.
+still holds the same bytes, so a run that commits step after step does not
+re-parse it.
+
+Whether it does is decided by the file's size and its trailing checksum (the
+SHA-1 of everything before it), read with one `pread`. Inode numbers and
+mtimes are not enough: other processes replace the index all the time, a
+freed inode number is handed out again at once, and two writes within one
+tick of the file-time clock get the same mtime (see docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -40,24 +46,27 @@ class RawIndex:
     keys: list[tuple[bytes, int]] = field(default_factory=list)  # (path, stage), sorted
     raws: list[bytes] = field(default_factory=list)
     extensions: list[tuple[bytes, bytes]] = field(default_factory=list)
-    #: `stat_keys` results by prefix, valid until the next `apply`.
+    #: `stat_keys` results by prefix (an instance is never changed once built).
     memo: dict[bytes, dict[str, tuple[tuple[int, ...], bytes]]] = field(
         default_factory=dict, repr=False, compare=False
     )
 
-    def apply(self, changes: Mapping[bytes, IndexEntry | None]) -> None:
-        """Replace (or with None remove) every stage of each path by a stage-0 entry."""
-        self.memo.clear()
+    def apply(self, changes: Mapping[bytes, IndexEntry | None]) -> RawIndex:
+        """A copy in which every stage of each path is replaced by a stage-0 entry (or
+        with None removed). `self` is left as it is: it may be the cached parse of
+        the file on disk, shared by this process's threads."""
+        new = RawIndex(self.version, list(self.keys), list(self.raws), list(self.extensions))
         for path, entry in changes.items():
-            start = bisect.bisect_left(self.keys, (path, 0))
+            start = bisect.bisect_left(new.keys, (path, 0))
             end = start
-            while end < len(self.keys) and self.keys[end][0] == path:
+            while end < len(new.keys) and new.keys[end][0] == path:
                 end += 1
-            del self.keys[start:end], self.raws[start:end]
+            del new.keys[start:end], new.raws[start:end]
             if entry is not None:
-                raw = encode_entry(path, entry, self.version)
-                self.keys.insert(start, (path, 0))
-                self.raws.insert(start, raw)
+                raw = encode_entry(path, entry, new.version)
+                new.keys.insert(start, (path, 0))
+                new.raws.insert(start, raw)
+        return new
 
     def stat_keys(self, prefix: bytes) -> dict[str, tuple[tuple[int, ...], bytes]]:
         """For the stage-0 entries below directory `prefix`: path → (the `stat_key` a
@@ -125,29 +134,44 @@ def parse(data: bytes) -> RawIndex:
     return index
 
 
-_cache: dict[str, tuple[tuple[int, int, int], RawIndex]] = {}
+#: Per index path: (size, trailing checksum) of the file the parse came from, the parse.
+_cache: dict[str, tuple[tuple[int, bytes], RawIndex]] = {}
 
 
-def load(path: Path) -> RawIndex:
-    """The index at `path`, parsed, or from this process's cache if unchanged."""
-    st = os.stat(path)
-    key = (st.st_ino, st.st_size, st.st_mtime_ns)
-    cached = _cache.get(str(path))
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    index = parse(path.read_bytes())
-    _cache[str(path)] = (key, index)
-    return index
+def load(path: Path) -> tuple[RawIndex, int]:
+    """The index at `path`, parsed or from this process's cache, and the file's mtime (ns).
+
+    Raises:
+        Unsupported: the fast path cannot handle this index.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        size = st.st_size
+        trailer = os.pread(fd, 20, size - 20) if size >= 20 else b""
+        cached = _cache.get(str(path))
+        if cached is not None and cached[0] == (size, trailer):
+            return cached[1], st.st_mtime_ns
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read()  # the same file as the fstat, even if it is replaced meanwhile
+    finally:
+        os.close(fd)
+    index = parse(data)  # checks the checksum: only real SHA-1s are ever cached
+    _cache[str(path)] = (_identity(data), index)
+    return index, st.st_mtime_ns
 
 
-def remember(path: Path, index: RawIndex) -> None:
-    """Record that `path` now holds `index` (called after writing it)."""
-    st = os.stat(path)
-    _cache[str(path)] = ((st.st_ino, st.st_size, st.st_mtime_ns), index)
+def remember(path: Path, index: RawIndex, data: bytes) -> None:
+    """Record that `index`, encoded as `data`, was written to `path`.
+
+    The key comes from `data`, not from the file: by the time this runs,
+    another process may already have replaced it.
+    """
+    _cache[str(path)] = (_identity(data), index)
 
 
-def forget(path: Path) -> None:
-    _cache.pop(str(path), None)
+def _identity(data: bytes) -> tuple[int, bytes]:
+    return len(data), data[-20:]
 
 
 STAT = struct.Struct(">LLLLLLLLLL20s")

@@ -17,12 +17,13 @@ MESSAGES_DIR = "messages"
 TRACE_FILE = "trace.json"
 GOALS_FILE = "goals.json"
 
-TRACE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+#: Trace ids: usable as a directory name and a Git ref component (always `fullmatch`).
+TRACE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def check_trace_id(trace_id: str) -> str:
     """Return `trace_id` if it is usable as a directory and a Git ref component."""
-    if not TRACE_ID.match(trace_id):
+    if not isinstance(trace_id, str) or not TRACE_ID.fullmatch(trace_id):
         raise AgentfsError(
             f"invalid trace id {trace_id!r}",
             hint="use 1-64 letters, digits, '-' or '_', starting with a letter or digit",
@@ -80,14 +81,14 @@ class Workspace:
         return sorted(
             entry.name
             for entry in self.traces_dir.iterdir()
-            if TRACE_ID.match(entry.name) and (entry / TRACE_FILE).is_file()
+            if TRACE_ID.fullmatch(entry.name) and (entry / TRACE_FILE).is_file()
         )
 
     def resolve_trace(self, ref: str) -> str:
         """Trace id from an id or a path to a trace directory (or a file inside it)."""
         candidate = Path(ref)
         if ("/" in ref or ref in (".", "..")) or (
-            candidate.exists() and not TRACE_ID.match(ref)
+            candidate.exists() and not TRACE_ID.fullmatch(ref)
         ):
             resolved = candidate.resolve()
             traces = self.traces_dir.resolve()

@@ -1,7 +1,13 @@
-"""Tools: what they are, how they are registered, what they return."""
+"""Tools: what they are, how they are registered, what they return.
+
+Every result is bounded here (`ToolRegistry.call`): a tool result is stored
+as a message file, and agentfs never writes a message file it would refuse
+to read (see docs/decisions.md).
+"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +16,65 @@ from typing import Any
 from agentfs.errors import AgentfsError
 from agentfs.models.base import ToolSpec
 from agentfs.store.atomic import atomic_write
+from agentfs.store.frontmatter import FrontmatterError, check_depth
+from agentfs.store.messages import MAX_MESSAGE_BYTES
+
+__all__ = [
+    "TOOL_RESULT_MAX_BYTES",
+    "Tool",
+    "ToolContext",
+    "ToolFailure",
+    "ToolRegistry",
+    "ToolResult",
+    "cut_marker",
+    "cut_text",
+    "schema",
+]
+
+#: The most a tool result may hold, in UTF-8 bytes (text) or bytes of indented
+#: JSON (structured content). An eighth of the message file limit: text with a
+#: NUL is stored as JSON, where each control character becomes a 6-byte
+#: `\u00XX` escape, so the worst case is 3 MiB, and the rest is room for the
+#: frontmatter (nested JSON gains at most 2 bytes of indentation per line).
+TOOL_RESULT_MAX_BYTES = MAX_MESSAGE_BYTES // 8
+
+
+def cut_marker(more_bytes: int, hint: str = "") -> str:
+    """The note that replaces cut content: how much is missing and how to see it."""
+    return f"[... cut by agentfs: {more_bytes:,} more bytes" + (f"; {hint}]" if hint else "]")
+
+
+def cut_text(text: str, limit_bytes: int, *, hint: str = "") -> str:
+    """`text` cut to at most `limit_bytes` of UTF-8, marker included.
+
+    Text that fits is returned as it is. Otherwise the result is the longest
+    head that leaves room for the marker, cut between characters, then a line
+    with `cut_marker`: how many bytes were cut and `hint`, which should say how
+    to see the rest (for example "read the file in parts with offset/limit").
+
+    Args:
+        text: The text to bound.
+        limit_bytes: The size of the result in UTF-8 bytes, at most.
+        hint: How the reader can get what was cut.
+
+    Returns:
+        `text`, or its head and the marker.
+
+    Raises:
+        ValueError: `limit_bytes` cannot even hold the marker.
+    """
+    if len(text) * 4 <= limit_bytes:  # no character is longer than 4 bytes
+        return text
+    data = text.encode("utf-8", "surrogatepass")  # never fails; the count stays right
+    if len(data) <= limit_bytes:
+        return text
+    room = limit_bytes - len(("\n" + cut_marker(len(data), hint)).encode())
+    if room < 0:
+        raise ValueError(f"{limit_bytes} bytes cannot hold the cut marker")
+    while room > 0 and data[room] & 0xC0 == 0x80:  # a continuation byte: inside a character
+        room -= 1
+    head = data[:room].decode("utf-8", "surrogatepass")
+    return f"{head}\n{cut_marker(len(data) - room, hint)}"
 
 
 class ToolFailure(Exception):
@@ -41,7 +106,10 @@ class ToolContext:
 
 @dataclass
 class ToolResult:
-    """A tool's answer: text or JSON data, and whether it is an error."""
+    """A tool's answer: text or JSON data, and whether it is an error.
+
+    `ToolRegistry.call` cuts it to `TOOL_RESULT_MAX_BYTES`.
+    """
 
     content: Any
     is_error: bool = False
@@ -82,7 +150,11 @@ class ToolRegistry:
         return [self._tools[name].spec for name in sorted(self._tools)]
 
     def call(self, name: str, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        """Run a tool; every failure comes back as an error result."""
+        """Run a tool; every failure comes back as an error result, and every result
+        is cut to `TOOL_RESULT_MAX_BYTES`."""
+        return _bounded(name, self._call(name, arguments, context))
+
+    def _call(self, name: str, arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         tool = self._tools.get(name)
         if tool is None:
             return ToolResult(
@@ -95,6 +167,34 @@ class ToolRegistry:
         except Exception as exc:  # noqa: BLE001 — a tool bug must not crash the run
             return ToolResult(f"{name} failed: {type(exc).__name__}: {exc}", is_error=True)
         return value if isinstance(value, ToolResult) else ToolResult(value)
+
+
+def _bounded(name: str, result: ToolResult) -> ToolResult:
+    """`result` as the store can write it: content cut to `TOOL_RESULT_MAX_BYTES`, and
+    JSON data too large or too deeply nested turned into its indented text, cut.
+    Content that is not JSON data is an error."""
+    hint = f"one tool result holds at most {TOOL_RESULT_MAX_BYTES:,} bytes; ask {name} for less"
+    content = result.content
+    if isinstance(content, str):
+        cut = cut_text(content, TOOL_RESULT_MAX_BYTES, hint=hint)
+        return result if cut is content else ToolResult(cut, result.is_error)
+    try:
+        rendered = json.dumps(content, indent=2, ensure_ascii=False)  # as the store writes it
+    except (TypeError, ValueError) as exc:
+        return ToolResult(
+            f"{name} returned {type(content).__name__}, which is not JSON data: {exc}",
+            is_error=True,
+        )
+    except RecursionError:
+        return ToolResult(f"{name} returned JSON data nested too deeply to store", is_error=True)
+    cut = cut_text(rendered, TOOL_RESULT_MAX_BYTES, hint=hint)
+    if cut is not rendered:
+        return ToolResult(cut, result.is_error)
+    try:
+        check_depth([content])  # as deep as it sits in the message's fields
+    except FrontmatterError:
+        return ToolResult(rendered, result.is_error)  # as text, its depth does not matter
+    return result
 
 
 def schema(properties: dict[str, Any], required: Iterable[str] = ()) -> dict[str, Any]:

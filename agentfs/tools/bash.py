@@ -13,14 +13,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dulwich.errors import NotGitRepository
-from dulwich.ignore import IgnoreFilterManager
-from dulwich.repo import Repo
-
-from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, schema
+from agentfs.store.ignore import not_ignored
+from agentfs.store.messages import workspace_path_problem
+from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
 from agentfs.tools.subprocesses import run_command
 
 TOP_LEVEL_SKIPPED = {"traces"}
+CUT_HINT = "send the output to a file and read it in parts with read_file offset/limit"
 
 
 def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
@@ -41,21 +40,6 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return files
 
 
-def _not_ignored(root: Path, paths: set[str]) -> set[str]:
-    """Leave out what `.gitignore` and `.git/info/exclude` ignore."""
-    if not paths:
-        return paths
-    try:
-        repo = Repo(str(root))
-    except NotGitRepository:
-        return paths
-    try:
-        ignore = IgnoreFilterManager.from_repo(repo)
-        return {p for p in paths if not ignore.is_ignored(p)}
-    finally:
-        repo.close()
-
-
 def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None = None) -> Tool:
     """The `bash` tool with these limits; commands see only `env` (default: a PATH)."""
 
@@ -68,14 +52,17 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         done = run_command(command, cwd=root, timeout=timeout, env=env)
         after = _snapshot(root)
         changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
-        context.changed.update(_not_ignored(root, changed))
+        # a name the message format refuses (a backslash, `.Git/`) is left uncommitted
+        context.changed.update(p for p in not_ignored(root, changed)
+                               if workspace_path_problem(p) is None)
         if done.returncode is None:
             status, failed = f"killed after {timeout:g}s (timeout)", True
         else:
             status, failed = f"exit status {done.returncode}", done.returncode != 0
         text = done.output.decode("utf-8", "replace")
         if len(text) > output_limit:
-            text = text[:output_limit] + f"\n[... cut: {len(text) - output_limit} more characters]"
+            rest = len(text[output_limit:].encode("utf-8"))
+            text = f"{text[:output_limit]}\n{cut_marker(rest, CUT_HINT)}"
         return ToolResult(f"{text.rstrip()}\n[{status}]".lstrip("\n"), is_error=failed)
 
     return Tool(

@@ -11,13 +11,25 @@ import fnmatch
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
+from agentfs.store.frontmatter import MAX_HEADER_BYTES
+from agentfs.tools.base import Tool, ToolContext, ToolFailure, cut_marker, schema
 
+#: What one `read_file` call returns at most: characters (what the model pays
+#: for) and bytes of the file (each shows as at most 3 bytes of UTF-8, so a
+#: result stays well under `agentfs/tools/base.py:TOOL_RESULT_MAX_BYTES`).
 MAX_READ_CHARS = 100_000
+MAX_READ_BYTES = 128 * 1024
+#: What one `write_file` or `edit_file` call may carry, in UTF-8 bytes. The call
+#: is stored in the frontmatter of the assistant message, which must stay
+#: readable: YAML may write a control character as a 4-byte escape, and the
+#: rest of the header needs room too. Larger files are written in parts.
+MAX_WRITE_BYTES = MAX_HEADER_BYTES // 5
 MAX_LIST_ENTRIES = 500
 MAX_GREP_MATCHES = 200
+MAX_GREP_LINE_CHARS = 300
+MAX_GREP_BYTES = 64 * 1024
 #: Top-level paths tools may read but not change: agentfs' own state and the
 #: settings that decide what runs (a prompt-injected model must not enable bash
 #: or add hooks by editing them).
@@ -52,32 +64,122 @@ def _text_arg(arguments: dict[str, Any], name: str, *, required: bool = True) ->
     return value
 
 
+def _line_number(arguments: dict[str, Any], name: str) -> int | None:
+    value = arguments.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ToolFailure(f"'{name}' must be a whole number of lines, 1 or more")
+    return value
+
+
 def read_file(arguments: dict[str, Any], context: ToolContext) -> str:
     path = resolve_path(context, arguments.get("path"))
+    offset = _line_number(arguments, "offset") or 1
+    limit = _line_number(arguments, "limit")
     if path.is_dir():
         raise ToolFailure(f"{arguments['path']}: is a directory; use list_files")
     try:
-        data = path.read_bytes()
+        file = path.open("rb")
     except FileNotFoundError:
         raise ToolFailure(f"{arguments['path']}: no such file") from None
-    if b"\x00" in data[:8192]:
-        raise ToolFailure(f"{arguments['path']}: binary file ({len(data)} bytes)")
-    text = data.decode("utf-8", errors="replace")
-    if len(text) > MAX_READ_CHARS:
-        return text[:MAX_READ_CHARS] + f"\n[... cut: {len(text) - MAX_READ_CHARS} more characters]"
-    return text
+    with file:
+        size = os.fstat(file.fileno()).st_size
+        if b"\x00" in file.read(8192):
+            raise ToolFailure(f"{arguments['path']}: binary file ({size} bytes)")
+        file.seek(0)
+        skipped = _skip_lines(file, offset - 1)
+        if skipped < offset - 1:
+            raise ToolFailure(
+                f"{arguments['path']}: offset {offset} is past the end ({skipped} lines)"
+            )
+        text, lines, complete = _read_lines(file, limit)
+        if complete:
+            return text
+        if lines:
+            hint = f"read the rest in parts with offset/limit, from offset={offset + lines}"
+        else:  # one line longer than a whole read: show its head
+            text = _line_head(file)
+            hint = (f"line {offset} alone is over what read_file shows at once; "
+                    f"the next line is offset={offset + 1}")
+        rest = size - file.tell()
+    separator = "" if text.endswith("\n") else "\n"
+    return f"{text}{separator}{cut_marker(rest, hint)}"
+
+
+def _skip_lines(file: BinaryIO, count: int) -> int:
+    """Skip `count` lines (fewer at the end of the file); returns how many were skipped."""
+    skipped = 0
+    while skipped < count:
+        chunk = file.readline(64 * 1024)  # a bounded read: a line may be huge
+        if not chunk:
+            break
+        if chunk.endswith(b"\n"):
+            skipped += 1
+    return skipped
+
+
+def _read_lines(file: BinaryIO, limit: int | None) -> tuple[str, int, bool]:
+    """Whole lines from the file's position while they fit the read limits: the text,
+    how many lines, and whether that was all that was asked for. The file is left
+    after the last line taken."""
+    parts: list[str] = []
+    size = chars = 0
+    while limit is None or len(parts) < limit:
+        start = file.tell()
+        raw = file.readline(MAX_READ_BYTES - size + 1)
+        if not raw:
+            break
+        line = raw.decode("utf-8", "replace")
+        if size + len(raw) > MAX_READ_BYTES or chars + len(line) > MAX_READ_CHARS:
+            file.seek(start)
+            return "".join(parts), len(parts), False
+        parts.append(line)
+        size += len(raw)
+        chars += len(line)
+    return "".join(parts), len(parts), True
+
+
+def _line_head(file: BinaryIO) -> str:
+    """The head of the over-long line at the file's position, cut between characters;
+    the file is left after the bytes shown."""
+    start = file.tell()
+    raw = file.read(MAX_READ_BYTES + 1)
+    end = min(len(raw), MAX_READ_BYTES)
+    while 0 < end < len(raw) and raw[end] & 0xC0 == 0x80:  # inside a character
+        end -= 1
+    # surrogateescape: one character per invalid byte, so the count of bytes stays exact
+    head = raw[:end].decode("utf-8", "surrogateescape")[:MAX_READ_CHARS]
+    end = len(head.encode("utf-8", "surrogateescape"))
+    file.seek(start + end)
+    return raw[:end].decode("utf-8", "replace")
+
+
+def _too_big(what: str, size: int, advice: str) -> ToolFailure:
+    return ToolFailure(
+        f"{what} {size:,} bytes; one call may carry at most {MAX_WRITE_BYTES:,} "
+        f"(the call is stored in the trace). {advice}"
+    )
 
 
 def write_file(arguments: dict[str, Any], context: ToolContext) -> str:
     path = resolve_path(context, arguments.get("path"), for_write=True)
     content = _text_arg(arguments, "content")
     assert content is not None
+    data = content.encode("utf-8")
+    if len(data) > MAX_WRITE_BYTES:
+        raise _too_big("'content' is", len(data), "Write the file in parts: write_file with "
+                       "the first part, then write_file with append=true for each next part.")
     if path.is_dir():
         raise ToolFailure(f"{arguments['path']}: is a directory")
     existed = path.exists()
-    context.write(path, content.encode("utf-8"))
+    if existed and arguments.get("append"):
+        whole = path.read_bytes() + data
+        context.write(path, whole)
+        return f"appended {len(data)} bytes to {arguments['path']} (now {len(whole)} bytes)"
+    context.write(path, data)
     verb = "overwrote" if existed else "created"
-    return f"{verb} {arguments['path']} ({len(content.encode('utf-8'))} bytes)"
+    return f"{verb} {arguments['path']} ({len(data)} bytes)"
 
 
 def edit_file(arguments: dict[str, Any], context: ToolContext) -> str:
@@ -87,6 +189,10 @@ def edit_file(arguments: dict[str, Any], context: ToolContext) -> str:
     assert old is not None and new is not None
     if not old:
         raise ToolFailure("'old_text' must not be empty")
+    carried = len(old.encode("utf-8")) + len(new.encode("utf-8"))
+    if carried > MAX_WRITE_BYTES:
+        raise _too_big("old_text and new_text together are", carried,
+                       "Make several smaller edits.")
     try:
         text = path.read_bytes().decode("utf-8")  # not read_text: keep CRLF line ends
     except FileNotFoundError:
@@ -156,6 +262,7 @@ def grep(arguments: dict[str, Any], context: ToolContext) -> str:
     root = context.root.resolve()
     candidates = [base] if base.is_file() else _walk(base)
     hits: list[str] = []
+    size = 0
     for path in candidates:
         rel = path.relative_to(root).as_posix()
         if not base.is_file() and not _glob_match(path.relative_to(base).as_posix(), file_glob):
@@ -168,7 +275,14 @@ def grep(arguments: dict[str, Any], context: ToolContext) -> str:
             continue
         for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
             if regex.search(line):
-                hits.append(f"{rel}:{number}: {line[:300]}")
+                if len(line) > MAX_GREP_LINE_CHARS:
+                    line = line[:MAX_GREP_LINE_CHARS] + " [... line cut]"
+                hit = f"{rel}:{number}: {line}"
+                size += len(hit.encode("utf-8")) + 1
+                if size > MAX_GREP_BYTES:
+                    note = f"stopped at {MAX_GREP_BYTES:,} bytes of matches; narrow the search"
+                    return "\n".join(hits) + f"\n[... {note} with path or glob]"
+                hits.append(hit)
                 if len(hits) >= MAX_GREP_MATCHES:
                     return "\n".join(hits) + f"\n[... stopped at {MAX_GREP_MATCHES} matches]"
     return "\n".join(hits) if hits else f"no matches for {raw!r}"
@@ -179,14 +293,33 @@ _PATH = {"type": "string", "description": "Path relative to the workspace root"}
 FILE_TOOLS = (
     Tool(
         "read_file",
-        "Read a text file of the workspace.",
-        schema({"path": _PATH}, ["path"]),
+        f"Read a text file of the workspace. At most {MAX_READ_CHARS:,} characters come back "
+        "at once; read longer files in parts with offset and limit.",
+        schema(
+            {
+                "path": _PATH,
+                "offset": {"type": "integer", "minimum": 1,
+                           "description": "First line to read (1 is the first line)"},
+                "limit": {"type": "integer", "minimum": 1,
+                          "description": "How many lines to read at most"},
+            },
+            ["path"],
+        ),
         read_file,
     ),
     Tool(
         "write_file",
-        "Create or overwrite a text file of the workspace.",
-        schema({"path": _PATH, "content": {"type": "string"}}, ["path", "content"]),
+        f"Create or overwrite a text file of the workspace, or append to it. One call "
+        f"carries at most {MAX_WRITE_BYTES:,} bytes; write larger files in parts with append.",
+        schema(
+            {
+                "path": _PATH,
+                "content": {"type": "string"},
+                "append": {"type": "boolean",
+                           "description": "Add content at the end instead of replacing the file"},
+            },
+            ["path", "content"],
+        ),
         write_file,
     ),
     Tool(

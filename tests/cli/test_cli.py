@@ -65,7 +65,8 @@ def test_new_run_show_log_status(ws):
         "assistant", "tool", "assistant", "tool", "assistant", "user", "create"]
 
     status = json.loads(run_cli("status", "--json", cwd=ws).stdout)
-    assert status["traces"] == [{"trace": "t", "head": 7, "running": False, "pending_inbox": []}]
+    assert status["traces"] == [{"trace": "t", "head": 7, "running": False, "pending_inbox": [],
+                                 "rejected": []}]
 
 
 def test_run_by_path_from_a_subdirectory(ws):

@@ -7,12 +7,13 @@ from pathlib import Path
 import pytest
 
 from agentfs.core.runner import Runner
+from agentfs.core.workspace import Project
 from agentfs.errors import AgentfsError
 from agentfs.models.base import ModelRequest, ModelResponse
 from agentfs.models.replay import ReplayModel
 from agentfs.skills import load_skills
 from agentfs.store.messages import ToolCall
-from tests.conftest import assert_git_clean, user
+from tests.conftest import assert_git_clean, git, user
 
 
 class Recorder:
@@ -120,6 +121,10 @@ def test_goal_tool_maintains_tree_and_messages_record_focus(project, write_scrip
 
 
 def test_messages_arriving_during_a_run_reach_the_model_next_iteration(project, write_script):
+    config = project.workspace.config_path
+    config.write_text(config.read_text() + "\nsettle = 0\n")  # files written at once
+    git(project.workspace.root, "commit", "-qam", "settle = 0")
+    project = Project.open(project.workspace.root)
     project.new_trace("t", user("go"))
     inbox = project.workspace.root / "traces/t/inbox"
     inbox.mkdir(exist_ok=True)
@@ -243,3 +248,53 @@ def test_unknown_preset_skill_leaves_no_half_created_trace(project, write_script
     with pytest.raises(AgentfsError, match="unknown skill 'missing'"):
         runner.run("t", ["hi"], preset="bad")
     assert not (project.workspace.root / "traces" / "t").exists()
+
+
+def test_a_five_megabyte_hook_output_is_cut_and_the_trace_stays_readable(project):
+    import json
+
+    from agentfs.core.context import CONTEXT_MAX_BYTES, HOOK_MAX_BYTES
+    from agentfs.store.messages import MAX_MESSAGE_BYTES, load_message
+    from agentfs.testing import ScriptedModel
+    from tests.conftest import run_cli
+
+    config = project.workspace.config_path
+    config.write_text(config.read_text() + "\ncontext_injection_interval = 1\n"
+                      '[[context_hooks]]\nname = "Log"\ncommand = "yes log | head -c 5000000"\n')
+    git(project.workspace.root, "commit", "-qam", "a noisy hook")
+    project = Project.open(project.workspace.root)
+    project.new_trace("t", user("go"))
+    model = ScriptedModel(
+        ModelResponse(tool_calls=[ToolCall(id="c1", name="list_files", input={})]), "done")
+    runner = Runner(project.workspace, project.repo, model, config=project.config)
+    runner.register_context_hook("Dump", lambda trace_id: "€" * 5_000_000)
+    runner.register_context_hook("Quiet", lambda trace_id: "all good")
+    runner.run("t")
+
+    injected = next(m for m in project.trace("t").main_path() if m.synthetic == "context").text
+    assert len(injected.encode()) <= CONTEXT_MAX_BYTES
+    dump = injected.split("## Dump\n")[1].split("\n\n## ")[0]
+    assert len(dump.encode()) <= HOOK_MAX_BYTES
+    assert dump.endswith(f"more bytes; a context hook's output is limited to {HOOK_MAX_BYTES:,} "
+                         "bytes]")
+    assert "## Quiet\nall good" in injected  # one noisy hook does not crowd out the rest
+    assert "## Goals" in injected
+    # the Python hooks come first, so the command's section is there, cut as well
+    assert "## Log\nlog\nlog\n" in injected and "[... cut by agentfs: 4,98" in injected
+
+    for path in sorted((project.workspace.root / "traces/t/messages").iterdir()):
+        assert path.stat().st_size <= MAX_MESSAGE_BYTES
+        load_message(path)
+    shown = json.loads(run_cli("show", "t", "--json", cwd=project.workspace.root).stdout)
+    assert any(m["synthetic"] == "context" for m in shown["messages"])
+    assert_git_clean(project.workspace.root)
+
+
+def test_the_whole_context_is_bounded_however_many_hooks_print(tmp_path):
+    from agentfs.core.context import CONTEXT_MAX_BYTES, ContextSources, build_context
+
+    hooks = [(f"Hook {n}", lambda trace_id: "x" * 1_000_000) for n in range(40)]
+    text = build_context(ContextSources("t", tmp_path / "goals.json", hooks=hooks))
+    assert len(text.encode()) <= CONTEXT_MAX_BYTES
+    assert text.startswith("## Current time\n") and "## Hook 0\nxxx" in text
+    assert text.endswith(f"; the context is limited to {CONTEXT_MAX_BYTES:,} bytes]")

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from agentfs.core.knowledge import KnowledgeItem, load_items
+from agentfs.errors import AgentfsError
 from tests.conftest import assert_git_clean, git, run_cli
 
 
@@ -61,3 +65,44 @@ def test_knowledge_eval_runs_in_the_queue_and_search_finds_accepted(workspace, w
     branches = git(workspace, "branch", "--format=%(refname:short)")
     assert "agentfs/t/knowledge_eval-1" in branches and "agentfs/t/compression-1" in branches
     assert_git_clean(workspace)
+
+
+def test_a_knowledge_item_renders_and_loads_back(tmp_path):
+    item = KnowledgeItem(id="a", title="yes", source_trace="t", source_sequence=3,
+                         reason="on", body="Line one.\n\n---\n\nLine two.\n\n")
+    (tmp_path / "a.md").write_bytes(item.render())
+    [loaded] = load_items(tmp_path)
+    assert loaded == item.model_copy(update={"body": "Line one.\n\n---\n\nLine two."})
+    assert loaded.render() == item.render()
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b"just text\n", "no frontmatter"),
+        (b"---\nid: a\ntitle: t\n", "no closing '---' line"),
+        (b"---\nid: &x a\ntitle: *x\nsource_trace: t\n---\n", "YAML anchor &x"),
+        (b"---\nid: a\ntitle: t\nsource_trace: t\nx: " + b"[" * 50 + b"]" * 50 + b"\n---\n",
+         "nested more than 32 levels"),
+        (b"---\nid: a\ntitle: caf\xe9\n---\n", "not valid UTF-8"),
+        (b"---\nid: a\nstatus: maybe\n---\n", "invalid knowledge item"),
+    ],
+)
+def test_a_broken_knowledge_file_is_one_error_naming_it(tmp_path, data, problem):
+    path = tmp_path / "item.md"
+    path.write_bytes(data)
+    with pytest.raises(AgentfsError) as info:
+        load_items(tmp_path)
+    assert str(info.value).startswith(f"{path}: ")
+    assert problem in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_symlinked_knowledge_file_is_refused(tmp_path):
+    outside = tmp_path / "outside.md"
+    outside.write_text("---\nid: a\ntitle: t\nsource_trace: t\nstatus: accepted\n---\nsecret\n")
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    (folder / "a.md").symlink_to(outside)
+    with pytest.raises(AgentfsError, match="is a symlink"):
+        load_items(folder)

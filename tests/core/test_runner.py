@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -180,6 +181,7 @@ def test_tool_call_started_before_a_crash_is_answered_interrupted_not_rerun(proj
         "assistant", "", tool_calls=trace.messages()[3].tool_calls, model="replay"
     )
     with trace.lock():
+        trace.mark_received([c.id for c in assistant.tool_calls])  # as the runner does
         trace.commit_step("assistant", [assistant])
         trace.mark_started(assistant.tool_calls[0].id)
     (project.workspace.root / "a.txt").unlink()
@@ -194,6 +196,54 @@ def test_tool_call_started_before_a_crash_is_answered_interrupted_not_rerun(proj
     assert results[1].text.startswith("created b.txt")
     assert not (project.workspace.root / "a.txt").exists()  # not run a second time
     assert (project.workspace.root / "b.txt").read_text() == "B"
+
+
+def head_with_foreign_calls(project, write_script):
+    """A trace whose head is an assistant turn with tool calls agentfs never received
+    (as after `git checkout` of a trace or an edit of trace.json's head)."""
+    project.new_trace("t1", user("go"))
+    script = write_script([
+        {"tool_calls": [{"name": "write_file", "input": {"path": "a.txt", "content": "A"}}]},
+        {"text": "ok"}, {"text": "ok"},
+    ])
+    runner, _ = make_runner(project, script)
+    runner.run("t1", max_iterations=1)
+    (project.workspace.root / "a.txt").unlink()
+    git(project.workspace.root, "commit", "-qam", "remove a.txt")
+    meta_path = project.workspace.root / "traces/t1/trace.json"
+    meta = json.loads(meta_path.read_text())
+    meta["head"] = 3  # the assistant turn, before its result
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return runner
+
+
+def test_tool_calls_agentfs_did_not_receive_are_refused_before_anything_runs(
+        project, write_script):
+    runner = head_with_foreign_calls(project, write_script)
+    root = project.workspace.root
+    before = git(root, "rev-parse", "HEAD").strip()
+    with pytest.raises(AgentfsError, match="did not just receive") as info:
+        runner.run("t1")
+    assert "--pending-tools" in str(info.value)
+    assert not (root / "a.txt").exists()  # not run
+    assert "edit" in git(root, "log", "-1", "--format=%s")  # the head edit is recorded
+    assert git(root, "rev-list", "--count", f"{before}..HEAD").strip() == "1"
+
+
+@pytest.mark.parametrize("choice", ["run", "skip"])
+def test_pending_tools_can_be_run_or_answered_as_not_run(project, write_script, choice):
+    runner = head_with_foreign_calls(project, write_script)
+    runner.run("t1", pending_tools=choice)
+    path = project.trace("t1").main_path()
+    result = next(m for m in path if m.role == "tool" and m.sequence > 3)
+    assert result.parent_sequence == 3
+    if choice == "run":
+        assert (project.workspace.root / "a.txt").read_text() == "A"
+    else:
+        assert result.is_error and result.text.startswith("not run")
+        assert not (project.workspace.root / "a.txt").exists()
+    assert path[-1].role == "assistant"
+    assert_git_clean(project.workspace.root)
 
 
 def test_rewind_never_leaves_tool_calls_unanswered(project, write_script):

@@ -176,6 +176,18 @@ def test_invalid_skill_files_name_the_file_and_the_fix(ws_skills, no_builtins, f
     assert error.hint
 
 
+def test_yaml_errors_give_the_line_counted_from_the_top_of_the_file(ws_skills, no_builtins):
+    write(ws_skills / "a.md", skill_text("a", "Use when: things break"))
+    assert "frontmatter is not valid YAML (line 3)" in str(only_error(ws_skills, no_builtins))
+
+
+def test_yaml_anchors_are_refused_with_a_fix(ws_skills, no_builtins):
+    write(ws_skills / "a.md", "---\nname: &n a\ndescription: *n\n---\nbody\n")
+    error = only_error(ws_skills, no_builtins)
+    assert "YAML anchor &n at line 2" in str(error)
+    assert "write the value out in full" in (error.hint or "")
+
+
 def test_folder_name_must_match(ws_skills, no_builtins):
     path = write(ws_skills / "folder" / "SKILL.md", skill_text("other"))
     error = only_error(ws_skills, no_builtins)

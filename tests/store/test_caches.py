@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from agentfs.core.workspace import Project
+from agentfs.store import message_dir as message_dir_module
 from agentfs.store import parsecache
-from agentfs.store import trace as trace_module
 from agentfs.store.trace import Trace
 from tests.conftest import assert_git_clean, git, user
 
@@ -35,19 +35,19 @@ def age(trace: Trace) -> None:
 
 def new_process(project: Project) -> Trace:
     """The trace as a new process opens it: nothing parsed in memory."""
-    trace_module._parsed.clear()
+    message_dir_module._parsed.clear()
     return Project.open(project.workspace.root).trace("demo")
 
 
 def count_parses(monkeypatch) -> list[Path]:
     parsed: list[Path] = []
-    real = trace_module.load_message
+    real = message_dir_module.load_message
 
     def counting(path: Path):
         parsed.append(path)
         return real(path)
 
-    monkeypatch.setattr(trace_module, "load_message", counting)
+    monkeypatch.setattr(message_dir_module, "load_message", counting)
     return parsed
 
 

@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from agentfs.errors import MessageFileError
+from agentfs.store.frontmatter import MAX_HEADER_BYTES
 from agentfs.store.messages import (
     MAX_MESSAGE_BYTES,
+    MAX_SEQUENCE,
     Message,
+    MessageTooLarge,
     ToolCall,
+    UnwritableMessage,
     Usage,
+    load_dropped,
     load_message,
     message_file_name,
     parse_file_name,
     parse_message,
     render_message,
+    workspace_path_problem,
 )
 
 # Strings that YAML 1.1 (or a naive frontmatter parser) would turn into something else.
@@ -126,6 +134,10 @@ tool_calls = st.lists(
     max_size=3,
 )
 
+# Workspace paths: any file names (tricky ones too) joined by '/', never leaving the workspace.
+path_parts = texts.filter(lambda t: workspace_path_problem(t) is None and "/" not in t)
+workspace_paths = st.lists(path_parts, min_size=1, max_size=3).map("/".join)
+
 usages = st.builds(
     Usage,
     input_tokens=st.integers(0, 10**9),
@@ -159,7 +171,7 @@ def messages(draw: st.DrawFn) -> Message:
         "stop_reason": optional(texts),
         "usage": optional(usages),
         "thinking": optional(st.lists(st.dictionaries(texts, json_values, max_size=3), max_size=2)),
-        "files_changed": optional(st.lists(texts, max_size=3)),
+        "files_changed": optional(st.lists(workspace_paths, max_size=3)),
     }
     # Fields agentfs does not know (a person's or a newer version's) are kept too.
     extras = draw(
@@ -461,3 +473,147 @@ def test_frontmatter_after_a_utf8_bom_is_still_frontmatter(tmp_path: Path) -> No
     assert message.tool_call_id == "c1"
     assert message.content == "file contents"
     assert render_message(message) == data
+
+
+# --- limits: what agentfs refuses to read, and never writes ------------------------------
+
+
+def test_a_symlinked_message_file_is_refused_without_reading_its_target(tmp_path: Path) -> None:
+    outside = tmp_path / "secret.md"
+    outside.write_text("---\nrole: user\n---\nsecret\n")
+    messages = tmp_path / "messages"
+    messages.mkdir()
+    link = messages / "000003-user.md"
+    link.symlink_to(outside)
+    for load in (load_message, load_dropped):
+        with pytest.raises(MessageFileError) as info:
+            load(link)
+        assert info.value.path == link
+        assert "is a symlink; message files must be regular files" in info.value.message
+        assert "secret" not in str(info.value)
+
+
+def test_a_fifo_or_folder_named_like_a_message_is_refused_unread(tmp_path: Path) -> None:
+    fifo = tmp_path / "000003-user.md"
+    os.mkfifo(fifo)
+    folder = tmp_path / "000004-user.md"
+    folder.mkdir()
+    for path in (fifo, folder):
+        with pytest.raises(MessageFileError, match="is not a regular file"):
+            load_message(path)
+
+
+def test_an_oversize_file_is_refused_from_its_size_before_reading(tmp_path: Path) -> None:
+    path = tmp_path / "000003-user.md"
+    with path.open("wb") as file:
+        file.truncate(MAX_MESSAGE_BYTES * 100)  # sparse: only the size says how big it is
+    with pytest.raises(MessageFileError) as info:
+        load_message(path)
+    assert f"{MAX_MESSAGE_BYTES * 100:,} bytes" in info.value.message
+
+
+@pytest.mark.parametrize(
+    "name", ["00000000000000000000001-user.md", "99999999999-user.md", "1000000000-tool.json"]
+)
+def test_an_absurd_sequence_in_a_file_name_is_refused(tmp_path: Path, name: str) -> None:
+    error = error_for(name, b"hello\n", tmp_path)
+    assert "is too long" in error.message
+    assert f"{MAX_SEQUENCE:,}" in error.message
+    assert error.hint
+
+
+def test_the_highest_sequence_is_still_a_message() -> None:
+    message = parse_message(Path(message_file_name(MAX_SEQUENCE, "user")), b"hi\n")
+    assert message.sequence == MAX_SEQUENCE
+    with pytest.raises(ValidationError):
+        Message(id="m", sequence=MAX_SEQUENCE + 1, role="user")
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ("/etc/passwd", "absolute"),
+        ("../outside.txt", "'..'"),
+        ("notes/../../outside.txt", "'..'"),
+        ("./notes.md", "'.'"),
+        ("notes//a.md", "empty"),
+        ("", "empty"),
+        (".git/config", "inside .git"),
+        ("sub/.GIT/hooks/pre-commit", "inside .git"),
+        ("notes\\\\a.md", "backslash"),
+    ],
+)
+def test_files_changed_outside_the_workspace_is_refused(
+    tmp_path: Path, entry: str, problem: str
+) -> None:
+    data = f'---\ntool_call_id: c1\nfiles_changed:\n- notes.md\n- "{entry}"\n---\nok\n'
+    error = error_for("000004-tool.md", data.encode(), tmp_path)
+    assert "files_changed" in error.message
+    assert repr(entry.replace("\\\\", "\\")) in error.message
+    assert problem in error.message
+
+
+def test_files_changed_is_checked_on_messages_built_in_code_too() -> None:
+    with pytest.raises(ValidationError, match="inside .git"):
+        Message(id="m", sequence=4, role="tool", files_changed=[".git/config"])
+    message = Message(id="m", sequence=4, role="tool", files_changed=["notes/a.md", ".gitignore"])
+    with pytest.raises(ValidationError, match="absolute"):
+        message.files_changed = ["/tmp/x"]
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("note.md", b""),
+        ("note.md", b"  \n\t\r\n"),
+        ("note.md", b"---\ngoal_id: g1\n---\n\n"),
+        ("note.json", b'{"content": "  "}'),
+        ("note.json", b'{"goal_id": "g1"}'),
+    ],
+)
+def test_a_blank_dropped_file_is_refused(tmp_path: Path, name: str, data: bytes) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(MessageFileError) as info:
+        load_dropped(path)
+    assert info.value.path == path
+    assert "empty message: the file has no text" in info.value.message
+
+
+def test_render_refuses_a_message_over_the_size_limit() -> None:
+    message = Message(id="m", sequence=4, role="tool", content="x" * MAX_MESSAGE_BYTES)
+    with pytest.raises(MessageTooLarge) as info:
+        render_message(message)
+    assert "000004-tool.md" in str(info.value)
+    assert f"{MAX_MESSAGE_BYTES:,}-byte limit" in info.value.message
+
+
+def test_render_refuses_tool_input_too_large_for_the_header() -> None:
+    call = ToolCall(id="c1", name="write_file", input={"content": "x" * MAX_HEADER_BYTES})
+    message = Message(id="m", sequence=4, role="assistant", tool_calls=[call])
+    with pytest.raises(MessageTooLarge, match="byte limit"):
+        render_message(message)
+
+
+@pytest.mark.parametrize("depth", [40, 300, 100_000])
+def test_deeply_nested_tool_input_is_a_clean_error_not_a_recursion_error(depth: int) -> None:
+    data: dict[str, Any] = {}
+    inner = data
+    for _ in range(depth):
+        inner["k"] = {}
+        inner = inner["k"]
+    call = ToolCall(id="c", name="n", input=data)
+    for message in (
+        Message(id="m", sequence=4, role="assistant", tool_calls=[call]),
+        Message(id="m", sequence=5, role="tool", content=data),
+    ):
+        with pytest.raises(UnwritableMessage) as info:
+            render_message(message)
+        assert message.file_name() in str(info.value)
+
+
+@pytest.mark.parametrize("depth", [40, 100_000])
+def test_a_deeply_nested_json_message_is_refused(tmp_path: Path, depth: int) -> None:
+    data = b'{"content": ' + b"[" * depth + b"]" * depth + b"}"
+    error = error_for("000003-tool.json", data, tmp_path)
+    assert "nested" in error.message

@@ -1,9 +1,8 @@
-"""Traces on disk: the main path, rewind, recovery of uncommitted work, and ingest."""
+"""Traces on disk: the main path, rewind and recovery of uncommitted work."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from agentfs.core.workspace import Project
 from agentfs.errors import AgentfsError, MessageFileError
 from agentfs.store.commits import parse_trailers
-from agentfs.store.messages import ToolCall, parse_dropped
+from agentfs.store.messages import ToolCall
 from agentfs.store.trace import Trace, TraceMeta
 from tests.conftest import assert_git_clean, git, user
 
@@ -336,135 +335,34 @@ def test_recover_after_a_crash_while_creating_a_trace(project: Project) -> None:
     assert_git_clean(root)
 
 
-# --- ingest -----------------------------------------------------------------
-
-
-def drop(trace: Trace, name: str, text: str) -> Path:
-    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
-    path = trace.inbox_dir / name
-    path.write_text(text)
-    return path
-
-
-def test_ingest_moves_an_inbox_file_in_one_commit(project: Project, trace: Trace) -> None:
+def test_deleting_a_message_on_the_main_path_is_refused_before_anything_is_committed(
+        project: Project, trace: Trace) -> None:
     root = project.workspace.root
-    dropped = drop(trace, "note.md", "Please also check the tests.\n")
-    before = commit_count(root)
-
-    message = trace.ingest(dropped)
-    assert (message.sequence, message.parent_sequence, message.role) == (3, 2, "user")
-    assert not dropped.exists()
-    assert (trace.messages_dir / "000003-user.md").is_file()
-    assert commit_count(root) == before + 1
-    subject, trailers = last_commit(root)
-    assert subject == "demo: user #3 Please also check the tests."
-    assert trailers["Agentfs-Kind"] == "user"
-    assert "traces/demo/inbox/note.md" not in git(root, "ls-tree", "-r", "--name-only", "HEAD")
-    assert_git_clean(root)
-    reopened = fresh(project)
-    assert reopened.meta.head == 3
-    assert reopened.main_path()[-1].content == "Please also check the tests."
-    assert reopened.pending_inbox() == []
-
-
-def test_ingest_of_a_committed_inbox_file(project: Project, trace: Trace) -> None:
-    # Files can arrive through git (a push or pull), already committed.
-    root = project.workspace.root
-    dropped = drop(trace, "from-ci.md", "Run the nightly checks.\n")
-    git(root, "add", "traces/demo/inbox/from-ci.md")
-    git(root, "commit", "-q", "-m", "drop a message")
-    trace.ingest(dropped)
-    assert "traces/demo/inbox/from-ci.md" not in git(root, "ls-tree", "-r", "--name-only", "HEAD")
-    assert_git_clean(root)
-
-
-def test_ingest_refuses_a_bad_file_and_leaves_it(project: Project, trace: Trace) -> None:
-    root = project.workspace.root
-    dropped = trace.inbox_dir / "binary.md"
-    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
-    dropped.write_bytes(b"\x89PNG\x00\x00")
     before = git(root, "rev-parse", "HEAD")
-    with pytest.raises(MessageFileError) as info:
-        trace.ingest(dropped)
-    assert info.value.path == dropped
-    assert dropped.exists()
+    (trace.messages_dir / "000002-user.md").unlink()
+    with pytest.raises(AgentfsError) as info, fresh(project).lock():
+        fresh(project).recover()
+    assert "needs message #2" in str(info.value) and "were not committed" in str(info.value)
+    assert "git checkout -- traces/demo/messages/000002-user.md" in str(info.value)
     assert git(root, "rev-parse", "HEAD") == before
-    assert sorted(p.name for p in trace.messages_dir.iterdir()) == [
-        "000001-system.md",
-        "000002-user.md",
-    ]
-
-
-def crash_during_ingest(trace: Trace, dropped: Path, point: str) -> None:
-    """Do what ingest() does up to a crash at `point`: 'staged' (renamed into the
-    staging folder only) or 'written' (message file and trace.json written too)."""
-    message = trace.new_message("user", "")
-    staged = trace._staging_dir / f"{message.sequence:06d}-{dropped.name}"
-    staged.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(dropped, staged)
-    if point == "written":
-        message.content = parse_dropped(staged, staged.read_bytes()).content
-        trace.write_message(message)
-        trace.meta.head = message.sequence
-        trace.save_meta()
-
-
-@pytest.mark.parametrize("point", ["staged", "written"])
-@pytest.mark.parametrize("committed", [False, True], ids=["untracked-drop", "committed-drop"])
-def test_crash_during_ingest_is_finished_once(
-    project: Project, trace: Trace, committed: bool, point: str
-) -> None:
-    root = project.workspace.root
-    dropped = drop(trace, "note.md", "Continue please.\n")
-    if committed:
-        git(root, "add", "traces/demo/inbox/note.md")
-        git(root, "commit", "-q", "-m", "drop a message")
-    before = commit_count(root)
-    crash_during_ingest(fresh(project), dropped, point)
-
-    reopened = fresh(project)
-    assert reopened.pending_inbox() == []
-    assert reopened.recover() == (["recover"] if point == "written" else ["user"])
+    git(root, "checkout", "--", "traces/demo/messages/000002-user.md")  # the hint works
     assert fresh(project).recover() == []
-    assert commit_count(root) == before + 1
-
-    reopened = fresh(project)
-    assert reopened.meta.head == 3
-    path = reopened.main_path()
-    assert sequences(path) == [1, 2, 3]
-    assert [m.content for m in path].count("Continue please.") == 1
-    assert sorted(reopened.messages()) == [1, 2, 3]
-    assert reopened.new_message("assistant", "ok").sequence == 4
-    assert "traces/demo/inbox/note.md" not in git(root, "ls-tree", "-r", "--name-only", "HEAD")
     assert_git_clean(root)
 
 
-def test_ingest_of_a_copied_message_file(project: Project, trace: Trace) -> None:
-    # "Send it again": a copy of an existing message file, frontmatter and all.
-    copy = drop(trace, "again.md", (trace.messages_dir / "000002-user.md").read_text())
-    message = trace.ingest(copy)
-    assert (message.sequence, message.parent_sequence, message.content) == (3, 2, "hello")
-    assert message.id != fresh(project).messages()[2].id
-    assert sequences(fresh(project).main_path()) == [1, 2, 3]
-    assert_git_clean(project.workspace.root)
-
-
-@pytest.mark.parametrize("point", ["staged", "written"])
-def test_crash_during_ingest_of_a_copied_message_file(
-    project: Project, trace: Trace, point: str
-) -> None:
-    # "Send it again": a person copies an existing message file (with its frontmatter:
-    # id, sequence 2, parent_sequence 1) into the inbox; a crash mid-ingest must not
-    # leave a file that blocks recovery.
+def test_a_head_pointing_nowhere_is_refused_before_anything_is_committed(
+        project: Project, trace: Trace) -> None:
     root = project.workspace.root
-    dropped = drop(trace, "again.md", (trace.messages_dir / "000002-user.md").read_text())
-    before = commit_count(root)
-    crash_during_ingest(fresh(project), dropped, point)
+    before = git(root, "rev-parse", "HEAD")
+    data = json.loads(trace.meta_path.read_text())
+    data["head"] = 77
+    trace.meta_path.write_text(json.dumps(data))
+    with pytest.raises(AgentfsError, match="needs message #77"):
+        fresh(project).recover()
+    assert git(root, "rev-parse", "HEAD") == before
 
-    assert fresh(project).recover() == (["recover"] if point == "written" else ["user"])
-    assert commit_count(root) == before + 1
-    reopened = fresh(project)
-    assert sequences(reopened.main_path()) == [1, 2, 3]
-    assert reopened.main_path()[-1].content == "hello"
-    assert len({m.id for m in reopened.messages().values()}) == 3
-    assert_git_clean(root)
+
+@pytest.mark.parametrize("bad", ["demo\n", "demo\nx", "", "-x", "a/b", "../x", "x" * 65, "é"])
+def test_trace_ids_must_match_in_full(project: Project, bad: str) -> None:
+    with pytest.raises(AgentfsError, match="invalid trace id"):
+        Trace(project.workspace, project.repo, bad)

@@ -46,9 +46,18 @@ def test_output_is_capped_and_secrets_are_not_passed(workspace, monkeypatch):
     assert "sk-secret" not in result.content and "pw@h" not in result.content
     assert "LANG=C.UTF-8" in result.content
     result, _ = call(workspace, "yes | head -c 5000", limit=1000)
-    assert "[... cut:" in result.content
+    assert "\n[... cut by agentfs: 4,000 more bytes; send the output to a file" in result.content
     result, _ = call(workspace, "env", env={"PATH": os.defpath})
     assert "LANG" not in result.content
+
+
+def test_output_over_what_a_message_may_hold_is_cut_whatever_the_configured_limit(workspace):
+    from agentfs.tools.base import TOOL_RESULT_MAX_BYTES
+
+    result, _ = call(workspace, "yes € | head -c 20000000", limit=100_000_000)
+    assert len(result.content.encode()) <= TOOL_RESULT_MAX_BYTES
+    assert "more bytes; one tool result holds at most" in result.content
+    assert "\ufffd" not in result.content  # cut between characters
 
 
 def test_bash_is_off_unless_enabled_and_its_files_are_committed(project, write_script):

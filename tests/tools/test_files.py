@@ -106,3 +106,109 @@ def test_list_and_grep(ctx):
     hits = call(ctx, "grep", pattern="beta", glob="**/*.txt").content
     assert hits == "docs/b.txt:1: beta gamma"
     assert "docs/a.md:2: beta" in call(ctx, "grep", pattern="^beta").content
+
+
+def test_write_file_refuses_content_over_the_limit_and_says_to_write_in_parts(ctx):
+    from agentfs.tools.files import MAX_WRITE_BYTES
+
+    result = call(ctx, "write_file", path="big.txt", content="x" * (2 * 1024 * 1024))
+    assert result.is_error
+    assert f"'content' is 2,097,152 bytes; one call may carry at most {MAX_WRITE_BYTES:,}" \
+        in result.content
+    assert "write_file with append=true for each next part" in result.content
+    assert not (ctx.root / "big.txt").exists()
+
+
+def test_a_large_file_is_written_in_parts_with_append(ctx):
+    from agentfs.tools.files import MAX_WRITE_BYTES
+
+    part = "é" * (MAX_WRITE_BYTES // 2)  # exactly the limit, in 2-byte characters
+    assert not call(ctx, "write_file", path="big.txt", content=part).is_error
+    result = call(ctx, "write_file", path="big.txt", content=part, append=True)
+    assert not result.is_error and f"(now {4 * len(part)} bytes)" in result.content
+    assert (ctx.root / "big.txt").read_text() == part * 2
+    assert not call(ctx, "write_file", path="new.txt", content="a", append=True).is_error
+    assert (ctx.root / "new.txt").read_text() == "a"
+
+
+def test_edit_file_refuses_text_over_the_limit(ctx):
+    from agentfs.tools.files import MAX_WRITE_BYTES
+
+    result = call(ctx, "edit_file", path="docs/a.md", old_text="alpha",
+                  new_text="y" * MAX_WRITE_BYTES)
+    assert result.is_error and "Make several smaller edits" in result.content
+    assert (ctx.root / "docs/a.md").read_text() == "alpha\nbeta\n"
+
+
+def read_all(ctx, path: str) -> str:
+    """A file read the way the marker says: from each cut, on at the offset it names."""
+    import re
+
+    parts, offset = [], 1
+    while True:
+        text = call(ctx, "read_file", path=path, offset=offset).content
+        marker = re.search(r"\[\.\.\. cut by agentfs: [\d,]+ more bytes; .*offset=(\d+)\]$", text)
+        if marker is None:
+            return "".join(parts) + text
+        parts.append(text[: marker.start()])
+        offset = int(marker[1])
+
+
+def test_reading_a_ten_megabyte_file_is_cut_and_offset_limit_read_the_rest(ctx):
+    from agentfs.tools.base import TOOL_RESULT_MAX_BYTES
+    from agentfs.tools.files import MAX_READ_CHARS
+
+    lines = [f"{n:07d} {'ab€' * 18}x\n" for n in range(1, 100_001)]  # 100 bytes a line
+    (ctx.root / "big.log").write_text("".join(lines))
+    first = call(ctx, "read_file", path="big.log").content
+    assert len(first) <= MAX_READ_CHARS + 200 and len(first.encode()) <= TOOL_RESULT_MAX_BYTES
+    head, marker = first.rsplit("[... cut by agentfs: ", 1)
+    shown = head.count("\n")
+    assert head == "".join(lines[:shown])
+    assert marker == (f"{10_000_000 - len(head.encode()):,} more bytes; read the rest in parts "
+                      f"with offset/limit, from offset={shown + 1}]")
+    assert call(ctx, "read_file", path="big.log", offset=shown + 1, limit=3).content \
+        == "".join(lines[shown:shown + 3])
+    assert call(ctx, "read_file", path="big.log", offset=99_999).content == "".join(lines[-2:])
+
+
+def test_a_file_read_in_parts_comes_back_whole(ctx):
+    text = "".join(f"{n} {'word ' * (n % 50)}\n" for n in range(20_000))  # about 2.5 MB
+    (ctx.root / "notes.md").write_text(text)
+    assert read_all(ctx, "notes.md") == text
+
+
+def test_a_line_longer_than_a_read_is_cut_and_the_next_line_is_named(ctx):
+    from agentfs.tools.files import MAX_READ_BYTES
+
+    (ctx.root / "min.js").write_text("€" * 5_000_000 + "\nnext line\n")
+    result = call(ctx, "read_file", path="min.js").content
+    head, marker = result.rsplit("\n[... cut by agentfs: ", 1)
+    assert set(head) == {"€"} and len(head.encode()) <= MAX_READ_BYTES  # never a split character
+    assert marker.endswith("line 1 alone is over what read_file shows at once; "
+                           "the next line is offset=2]")
+    assert int(marker.split(" ")[0].replace(",", "")) == 15_000_011 - len(head.encode())
+    assert call(ctx, "read_file", path="min.js", offset=2).content == "next line\n"
+
+
+def test_offset_and_limit_are_checked(ctx):
+    assert call(ctx, "read_file", path="docs/a.md", offset=2).content == "beta\n"
+    assert call(ctx, "read_file", path="docs/a.md", limit=1).content == "alpha\n"
+    assert call(ctx, "read_file", path="docs/a.md", offset=3).content == ""
+    result = call(ctx, "read_file", path="docs/a.md", offset=4)
+    assert result.is_error and "offset 4 is past the end (2 lines)" in result.content
+    for bad in (0, -1, "2", True, 1.5):
+        result = call(ctx, "read_file", path="docs/a.md", offset=bad)
+        assert result.is_error and "'offset' must be a whole number of lines" in result.content
+
+
+def test_grep_cuts_long_lines_and_bounds_its_output_in_bytes(ctx):
+    from agentfs.tools.files import MAX_GREP_BYTES
+
+    (ctx.root / "wide.txt").write_text("needle " + "€" * 10_000 + "\n")
+    hit = call(ctx, "grep", pattern="needle", path="wide.txt").content
+    assert hit.endswith(" [... line cut]") and len(hit) < 400
+    (ctx.root / "many.txt").write_text(("needle " + "€" * 290 + "\n") * 150)
+    result = call(ctx, "grep", pattern="needle", path="many.txt").content
+    assert len(result.encode()) <= MAX_GREP_BYTES + 200
+    assert result.endswith("bytes of matches; narrow the search with path or glob]")

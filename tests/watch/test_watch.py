@@ -9,7 +9,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -56,20 +55,6 @@ def live_watcher(ws: Path, model_for=None, *, settle: float, observed: bool = Tr
         yield watcher, events
 
 
-def count_ticks(watcher: Watcher) -> Callable[[], int]:
-    """Count the loop's ticks from now on; returns a function reading the count."""
-    ticks = 0
-    real_tick = watcher.tick
-
-    def counting_tick():
-        nonlocal ticks
-        ticks += 1
-        real_tick()
-
-    watcher.tick = counting_tick
-    return lambda: ticks
-
-
 def texts(root: Path, trace: str = "t") -> list[str]:
     shown = json.loads(run_cli("show", trace, "--json", cwd=root).stdout)
     return [m["text"] for m in shown["messages"]]
@@ -89,9 +74,10 @@ def test_once_takes_pending_drops_and_new_traces(ws):
     out = run_cli("watch", "--once", "--settle", "0.2", "--json", cwd=ws).stdout
     events = [json.loads(line)["event"] for line in out.splitlines()]
     assert events.count("run_finished") == 2 and "new_trace" in events
-    assert events.count("error") == 1  # bad.md: reported once, given back untouched
-    assert (ws / "inbox" / "bad.md").read_text() == "---\npreset: nope\n---\nx\n"
-    (ws / "inbox" / "bad.md").unlink()
+    assert events.count("rejected") == 1 and "error" not in events  # bad.md: put aside once
+    assert not (ws / "inbox" / "bad.md").exists()
+    assert (ws / "inbox/.rejected/bad.md").read_text() == "---\npreset: nope\n---\nx\n"
+    assert "unknown preset 'nope'" in (ws / "inbox/.rejected/bad.md.reason.txt").read_text()
     assert texts(ws)[-2:] == ["a follow-up", "answer 0"]
     assert "Fix-the-README" in Project.open(ws).workspace.trace_ids()
     fix = texts(ws, "Fix-the-README")
@@ -181,6 +167,8 @@ def test_watcher_killed_mid_ingest_then_restarted(ws):
 
 def test_two_watchers_never_run_a_trace_twice_at_once(ws):
     expected = drop_many(ws / "traces/t/inbox", 60)
+    for i in range(40):  # new traces too, with names that collide once made ids
+        (ws / "inbox" / f"job {i % 20}{'' if i < 20 else '!'}.md").write_text(f"new {i}\n")
     procs = [subprocess.Popen([sys.executable, "-m", "agentfs", "watch", "--once",
                                "--settle", "0.1", "--json"], cwd=ws,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -189,7 +177,11 @@ def test_two_watchers_never_run_a_trace_twice_at_once(ws):
     assert all(p.returncode == 0 for p in procs), [o[1] for o in outputs]
     drops = [t for t in message_texts_on_disk(ws) if t.startswith("drop ")]
     assert sorted(drops) == sorted(expected)
-    assert_git_clean(ws)
+    firsts = sorted(message_texts_on_disk(ws, trace)[1]
+                    for trace in Project.open(ws).workspace.trace_ids() if trace.startswith("job"))
+    assert firsts == sorted(f"new {i}" for i in range(40))  # each started exactly one trace
+    assert [p.name for p in (ws / "inbox").iterdir()] == [".gitkeep"]
+    assert_git_clean(ws)  # status and `git diff --cached` empty: the index matches HEAD
 
 
 def test_a_failing_run_leaves_an_error_record_and_the_watcher_carries_on(ws):
@@ -213,9 +205,9 @@ def test_a_failing_run_leaves_an_error_record_and_the_watcher_carries_on(ws):
     assert_git_clean(ws)
 
 
-def test_a_follow_up_waiting_for_a_running_trace_does_not_spin_the_loop(ws):
-    """The file waits (its trace is busy): the loop keeps ticking at its pace, and
-    reading the file must not wake it again and again."""
+def test_a_follow_up_waiting_for_a_running_trace_is_taken_by_that_run(ws):
+    """The file waits (its trace is busy): the running run takes it, and the loop
+    never reads it (reads would wake it, see below)."""
     from agentfs.models.base import ModelResponse
     from agentfs.testing import FunctionModel
 
@@ -230,14 +222,9 @@ def test_a_follow_up_waiting_for_a_running_trace_does_not_spin_the_loop(ws):
     try:
         with live_watcher(ws, lambda model, preset: FunctionModel(slow),
                           settle=0.2) as (watcher, events):
-            ticks = count_ticks(watcher)
             (inbox / "first.md").write_text("first\n")
             wait_for(lambda: any(e == "run_started" for e, _ in events), what="the first run")
             (inbox / "second.md").write_text("second, while the model is busy\n")
-            time.sleep(0.5)  # let it settle
-            before = ticks()
-            time.sleep(1.5)  # a window with the file settled and its trace still running
-            assert ticks() - before <= 15, f"{ticks() - before} ticks in 1.5 s: the loop spins"
             release.set()
             wait_for(lambda: not list(inbox.glob("*.md")), what="both files taken")
             wait_for(lambda: not watcher._busy(), what="the runs to end")
@@ -245,6 +232,26 @@ def test_a_follow_up_waiting_for_a_running_trace_does_not_spin_the_loop(ws):
         release.set()
     assert "second, while the model is busy" in texts(ws)
     assert_git_clean(ws)
+
+
+def test_reading_a_file_never_wakes_the_loop(tmp_path):
+    from watchdog.events import (
+        FileClosedEvent,
+        FileClosedNoWriteEvent,
+        FileCreatedEvent,
+        FileOpenedEvent,
+    )
+
+    from agentfs.watch.observe import _Wake
+
+    woken: list[str] = []
+    handler = _Wake(lambda: woken.append("wake"))
+    handler.on_any_event(FileOpenedEvent(str(tmp_path / "inbox/x.md")))
+    handler.on_any_event(FileClosedNoWriteEvent(str(tmp_path / "inbox/x.md")))
+    handler.on_any_event(FileCreatedEvent(str(tmp_path / ".git/agentfs/ingest/t/1")))
+    assert woken == []
+    handler.on_any_event(FileClosedEvent(str(tmp_path / "inbox/x.md")))  # a write ended
+    assert woken == ["wake"]
 
 
 def test_a_trace_held_by_another_process_is_logged_busy_once_then_run(ws):
@@ -281,26 +288,56 @@ def test_the_settle_window_counts_from_the_files_mtime(ws):
     os.utime(coarse, ns=(int(past) * 10**9, int(past) * 10**9))
     now = time.monotonic()
     for path in (old, coarse, fresh):
-        assert not watcher.settled(path, now)  # first sight
-    assert not watcher.settled(old, now + 1.9)
-    assert watcher.settled(old, now + 2.0)  # half the window credited
-    assert not watcher.settled(coarse, now + 2.0)
-    assert watcher.settled(coarse, now + 4.0)
-    assert not watcher.settled(fresh, now + 3.5)
+        assert not watcher.clock.ready(path, now)  # first sight
+    assert not watcher.clock.ready(old, now + 1.9)
+    assert watcher.clock.ready(old, now + 2.0)  # half the window credited
+    assert not watcher.clock.ready(coarse, now + 2.0)
+    assert watcher.clock.ready(coarse, now + 4.0)
+    assert not watcher.clock.ready(fresh, now + 3.5)
     watcher.close()
     for path in (old, coarse, fresh):
         path.unlink()
 
 
-def test_an_empty_file_waits_without_spinning_the_loop(ws):
+def test_an_empty_file_waits_without_making_the_loop_wake_early(ws):
     inbox = ws / "traces/t/inbox"
     inbox.mkdir(exist_ok=True)
     (inbox / "empty.md").write_text("")
     past = time.time() - 60.5
     os.utime(inbox / "empty.md", (past, past))
-    with live_watcher(ws, settle=0.2, observed=False) as (watcher, _):
-        ticks = count_ticks(watcher)
-        time.sleep(1.0)
-    assert ticks() <= 15, f"{ticks()} ticks in 1 s with an empty file waiting: the loop spins"
+    watcher = Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
+                      lambda e, d: None, settle=0.2)
+    for _ in range(3):
+        watcher.tick()
+        assert watcher.clock.next_due is None  # nothing will settle: no early wake-up
+        assert watcher._wait_time(tick=0.2, rescan=5.0) == 0.2
+    assert not watcher._busy()
+    watcher.close()
     assert (inbox / "empty.md").exists()  # never taken
     (inbox / "empty.md").unlink()
+
+
+def test_a_trace_that_cannot_run_is_reported_once_and_retried_only_after_a_change(ws):
+    (ws / "traces/t/messages/000002-user.md").unlink()  # breaks the main path
+    (ws / "traces/t/inbox/more.md").write_text("more\n")
+    events: list[tuple[str, dict]] = []
+    watcher = Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
+                      lambda e, d: events.append((e, d)), settle=0)
+    commits = git(ws, "rev-list", "--count", "HEAD")
+    for _ in range(5):
+        watcher.tick()
+        wait_for(lambda: not watcher._busy(), what="the run to end")
+    assert [e for e, _ in events] == ["run_started", "error"]
+    assert "needs message #2" in events[1][1]["error"]
+    assert int(git(ws, "rev-list", "--count", "HEAD")) == int(commits) + 1  # recorded once
+    assert git(ws, "log", "-1", "--format=%s").startswith("t: error")
+    assert "000002-user.md" in git(ws, "ls-tree", "-r", "--name-only", "HEAD")  # not deleted
+    assert (ws / "traces/t/inbox/more.md").exists()  # waits for the trace to be fixed
+
+    git(ws, "checkout", "--", "traces/t/messages/000002-user.md")  # the fix the error names
+    watcher.tick()
+    wait_for(lambda: not watcher._busy(), what="the run to end")
+    watcher.close()
+    assert [e for e, _ in events][-1] == "run_finished"
+    assert texts(ws)[-2:] == ["more", "answer 0"]
+    assert_git_clean(ws)

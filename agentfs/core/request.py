@@ -1,0 +1,145 @@
+"""The request the next model call of a trace sends, and the one check of its token budget.
+
+A request is built from the message files: the system message, the rest of
+the main path after Level 1 compression (`goal_compression`, see
+docs/context.md), the tool schemas, and the number of model turns so far.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agentfs.config import WorkspaceConfig
+from agentfs.core.compaction import compress_completed_goals
+from agentfs.core.goals import GoalTree
+from agentfs.core.options import EventSink, RunnerOptions
+from agentfs.core.tokens import TokenCounter
+from agentfs.core.toolset import build_tools
+from agentfs.errors import AgentfsError
+from agentfs.models.base import ModelRequest, ModelResponse, ToolSpec
+from agentfs.skills import load_skills
+from agentfs.store.messages import Message, Usage
+from agentfs.store.trace import Trace
+from agentfs.store.workspace import GOALS_FILE
+
+if TYPE_CHECKING:
+    from agentfs.core.workspace import Project
+
+__all__ = ["Budget", "RequestBuilder", "preview_request"]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The input tokens a request may have before it must be compressed."""
+
+    #: `context_window × compression_threshold` of the model.
+    limit: int
+    #: Reported ÷ estimated tokens of the latest request, to scale estimates by.
+    ratio: float
+    tokens: TokenCounter
+
+    def fits(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> bool:
+        """True if the estimated size of such a request is within `limit`."""
+        if self.tokens.upper_bound(system, messages, tools) * self.ratio <= self.limit:
+            return True  # clearly small: no need to tokenize
+        return self.tokens.request(system, messages, tools) * self.ratio <= self.limit
+
+
+@dataclass
+class RequestBuilder:
+    """Builds the requests of one model, known by name: only its token limit matters."""
+
+    config: WorkspaceConfig
+    model_name: str
+    #: Counts tokens; it caches per message, so keep one builder for many requests.
+    tokens: TokenCounter = field(default_factory=TokenCounter)
+    #: Told `over_budget` when even Level 1 compression leaves a request too large.
+    on_event: EventSink | None = None
+
+    def build(self, trace: Trace, path: list[Message], tools: list[ToolSpec]) -> ModelRequest:
+        """The request that continues `path` (a main path, system message first).
+
+        Its `call_index` counts the model's turns in the message files, so it stays
+        right after a crash (a counter in `trace.json` could lag behind them).
+        """
+        system = path[0].text if path[0].role == "system" else ""
+        calls_made = sum(
+            1
+            for m in trace.messages().values()
+            if m.role == "assistant" and m.synthetic is None and m.branch_type is None
+        )
+        messages = self._to_send(trace, system, [m for m in path if m.role != "system"], tools)
+        return ModelRequest(
+            system=system,
+            messages=messages,
+            tools=tools,
+            call_index=calls_made,
+            max_tokens=self.config.max_tokens,
+        )
+
+    def budget(self, messages: list[Message]) -> Budget:
+        """The budget of a request holding `messages`, scaled by their latest calibration."""
+        return Budget(self.config.token_limit(self.model_name), self.tokens.ratio(messages),
+                      self.tokens)
+
+    def over_budget(self, request: ModelRequest) -> bool:
+        """Is `request` over `context_window × compression_threshold` (after Level 1)?"""
+        budget = self.budget(request.messages)
+        return not budget.fits(request.system, request.messages, request.tools)
+
+    def note_estimate(self, response: ModelResponse, request: ModelRequest) -> None:
+        """Store our estimate of `request` beside the input size the provider reported,
+        to calibrate later estimates (only when it reported one: offline models do not)."""
+        usage = response.usage
+        if usage is None or not (usage.input_tokens or usage.cache_read_input_tokens):
+            return
+        response.usage = Usage(
+            **usage.model_dump(),
+            estimated_input_tokens=self.tokens.request(
+                request.system, request.messages, request.tools
+            ),
+        )
+
+    def _to_send(
+        self, trace: Trace, system: str, messages: list[Message], tools: list[ToolSpec]
+    ) -> list[Message]:
+        """The history to send after Level 1 compression (`goal_compression`)."""
+        mode = self.config.goal_compression
+        if mode == "none":
+            return messages
+        tree = GoalTree.load(trace.dir / GOALS_FILE)
+        if mode == "on_complete":
+            return compress_completed_goals(messages, tree)
+        budget = self.budget(messages)
+
+        def fits(candidate: list[Message]) -> bool:
+            return budget.fits(system, candidate, tools)
+
+        if fits(messages):
+            return messages
+        compressed = compress_completed_goals(messages, tree, enough=fits)
+        if not fits(compressed) and self.on_event is not None:
+            self.on_event("over_budget", {"trace": trace.id, "limit": budget.limit})
+        return compressed
+
+
+def preview_request(project: Project, trace: Trace, model_name: str) -> ModelRequest:
+    """The request the next call of `trace` to `model_name` would send, as a run with
+    default options would build it; nothing is written and no model is needed.
+
+    Args:
+      project: the workspace of `trace`.
+      trace: the trace; its parsed messages are reused.
+      model_name: sets the token limit (`context_windows` in `agentfs.toml`).
+    """
+    options = RunnerOptions(config=project.config)
+    tools = build_tools(trace, options, load_skills(project.workspace.skills_dir), _no_runs)
+    builder = RequestBuilder(project.config, model_name)
+    return builder.build(trace, trace.main_path(), tools.specs())
+
+
+def _no_runs(task: str, name: str | None) -> str:
+    """The `delegate` tool's child runner in a preview, which calls no tool."""
+    raise AgentfsError("a preview runs no tools")
+

@@ -1,0 +1,69 @@
+"""The tools a run of one trace has: built-in, plugin and the caller's own, in that order."""
+
+from __future__ import annotations
+
+from agentfs.core.context import CommandHook, ContextSources, context_tool
+from agentfs.core.delegate import RunChild, delegate_tool
+from agentfs.core.goals import goal_tool
+from agentfs.core.knowledge import knowledge_search_tool
+from agentfs.core.options import RunnerOptions
+from agentfs.errors import ConfigError
+from agentfs.skills import SkillCatalog
+from agentfs.store.trace import Trace
+from agentfs.store.workspace import GOALS_FILE
+from agentfs.tools import FILE_TOOLS, ToolRegistry
+from agentfs.tools.bash import bash_tool
+from agentfs.tools.plugins import plugin_tools
+from agentfs.tools.skill import skill_tool
+
+__all__ = ["build_tools"]
+
+
+def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
+                run_child: RunChild) -> ToolRegistry:
+    """The tool registry of a run of `trace`.
+
+    Args:
+      trace: the trace the run is of; the tools work in its workspace.
+      options: the runner's options (`config`, `tools`, `context_hooks`, `command_env`,
+        `depth`).
+      skills: what the `skill` tool loads.
+      run_child: what the `delegate` tool calls; it is offered only while
+        `options.depth` is below `max_delegation_depth`.
+
+    Raises:
+      ConfigError: a tool plugin takes the name of a built-in tool.
+    """
+    config, workspace = options.config, trace.workspace
+    command_hooks = [
+        (h.name, CommandHook(h.name, h.command, h.timeout, workspace.root, options.command_env))
+        for h in config.context_hooks
+    ]
+    sources = ContextSources(
+        trace_id=trace.id,
+        goals_path=trace.dir / GOALS_FILE,
+        collaborators=lambda: list(trace.meta.context.get("collaborators", {}).values()),
+        notifications=lambda: [p.name for p in trace.pending_inbox()],
+        hooks=[*options.context_hooks, *command_hooks],
+    )
+    registry = ToolRegistry(FILE_TOOLS)
+    registry.add(goal_tool(trace.dir / GOALS_FILE))
+    registry.add(skill_tool(skills))
+    registry.add(context_tool(sources))
+    registry.add(knowledge_search_tool(workspace.knowledge_dir))
+    if config.tools.bash:
+        registry.add(bash_tool(
+            config.tools.bash_timeout, config.tools.bash_output_limit, options.command_env,
+        ))
+    if options.depth < config.max_delegation_depth:
+        registry.add(delegate_tool(run_child))
+    for tool in plugin_tools(workspace.root):
+        if registry.get(tool.name) is not None:
+            raise ConfigError(
+                f"a tool plugin defines {tool.name!r}, which is a built-in tool",
+                hint="rename the plugin's tool",
+            )
+        registry.add(tool)
+    for tool in options.tools:  # the caller's own tools may replace built-ins
+        registry.add(tool)
+    return registry

@@ -1,0 +1,238 @@
+"""Inbox rules and the staging area: which dropped files wait, when one has
+settled, where a claimed file sits until it is committed, and where a file that
+cannot be used is put aside.
+
+Stated once here and used by `agentfs run`, `agentfs watch` and `agentfs status`
+(see docs/watch.md). `agentfs/store/ingest.py` is the door that turns a staged
+file into a message.
+
+Staging layout, inside `.git/agentfs/ingest/` (Git never sees it):
+
+    <trace-id>/<sequence>/origin.json   where the file came from (written first)
+    <trace-id>/<sequence>/file.md       the claimed file, renamed in (file.json for
+                                        a dropped .json file, which is read as JSON)
+
+No id or name is ever parsed out of a joined file name: the trace is the
+folder, the sequence the subfolder, the origin a JSON record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentfs.store.atomic import atomic_write, fsync_dir
+
+__all__ = [
+    "REJECTED_DIR",
+    "SettleClock",
+    "Staged",
+    "is_ignored_name",
+    "reject",
+    "rejected_names",
+    "reserve",
+    "stage",
+    "staged_in",
+    "unstage",
+    "waiting",
+]
+
+#: Where files that cannot become messages are put, inside the inbox they came from.
+REJECTED_DIR = ".rejected"
+KEEP = ".gitkeep"
+ORIGIN = "origin.json"
+CONTENTS = ("file.md", "file.json")
+
+#: Hidden files, editor backups (`x~`), Emacs auto-saves (`#x#`), swap and temp
+#: files, and vim's `4913` probe. One regex: it runs on every file of a trace.
+_IGNORED = re.compile(r"\A(?:\..*|.*~|#(?:.*#)?|.*\.(?:swp|swo|swx|tmp|part)|4913)\Z", re.DOTALL)
+
+
+def is_ignored_name(name: str) -> bool:
+    """Editor and agentfs temporary files that are never messages or edits."""
+    return _IGNORED.match(name) is not None
+
+
+def waiting(folder: Path) -> list[Path]:
+    """Files waiting in an inbox folder, in name order: regular files and symlinks
+    (which are refused when taken), not editor temp files or folders."""
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [
+        Path(e.path)
+        for e in entries
+        if not is_ignored_name(e.name) and e.name != KEEP
+        and (e.is_symlink() or e.is_file(follow_symlinks=False))
+    ]
+
+
+@dataclass
+class _Seen:
+    size: int
+    mtime_ns: int
+    since: float
+
+
+@dataclass
+class SettleClock:
+    """Decides when a waiting file is ready to be taken.
+
+    A regular file is ready once it is not empty and its size and mtime stayed
+    the same for `window` seconds (an editor may truncate first and write in
+    place after); with a window of 0, as soon as it has content. The window counts from the file's mtime, at most half of it
+    (the other half it must be seen unchanged), and none for whole-second
+    mtimes (a coarse filesystem). Anything else (a symlink, a device) is ready
+    at once: it is refused when taken.
+    """
+
+    window: float = 1.0
+    next_due: float | None = None  # monotonic time when the next waiting file settles
+    _seen: dict[Path, _Seen] = field(default_factory=dict)
+
+    def ready(self, path: Path, now: float | None = None) -> bool:
+        now = time.monotonic() if now is None else now
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            self._seen.pop(path, None)
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            return True
+        if self.window == 0:  # no waiting asked for: any file with content is ready
+            return st.st_size > 0
+        seen = self._seen.get(path)
+        changed = seen is None or (seen.size, seen.mtime_ns) != (st.st_size, st.st_mtime_ns)
+        if seen is None or changed:
+            seen = self._seen[path] = _Seen(
+                st.st_size, st.st_mtime_ns, now - self._quiet_before(st.st_mtime_ns)
+            )
+        if changed or st.st_size == 0 or now - seen.since < self.window:
+            due = seen.since + self.window
+            if due > now and st.st_size > 0:  # an empty file waits for a change, not a time
+                self.next_due = due if self.next_due is None else min(self.next_due, due)
+            return False
+        return True
+
+    def forget(self, path: Path) -> None:
+        self._seen.pop(path, None)
+
+    def _quiet_before(self, mtime_ns: int) -> float:
+        if mtime_ns % 1_000_000_000 == 0:
+            return 0.0
+        return min(max(0.0, time.time() - mtime_ns / 1e9), self.window / 2)
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A claimed file waiting in the staging area to be committed as message `sequence`."""
+
+    dir: Path
+    sequence: int
+    origin: str  # workspace-relative path the file was dropped at
+
+    @property
+    def file(self) -> Path:
+        return self.dir / _content_name(self.origin)
+
+
+def _content_name(origin: str) -> str:
+    """The claimed file's name in staging: its origin's kind (JSON or Markdown)."""
+    return CONTENTS[1] if origin.endswith(".json") else CONTENTS[0]
+
+
+def reserve(folder: Path) -> bool:
+    """Create `folder` exclusively: False if it exists (another claim has the name)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return False
+    return True
+
+
+def stage(source: Path, folder: Path, sequence: int, origin: str) -> Staged | None:
+    """Claim `source` by renaming it into `folder/<sequence>/`; None if it is gone
+    (another process took it). From the rename on it can be neither lost nor taken twice.
+    """
+    target = folder / f"{sequence:06d}"
+    folder.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+        shutil.rmtree(target)  # a claim that never happened (see `staged_in`)
+    target.mkdir()
+    atomic_write(target / ORIGIN, json.dumps({"origin": origin}).encode())
+    try:  # a symlink moves as itself, never followed
+        os.rename(source, target / _content_name(origin))
+    except FileNotFoundError:
+        shutil.rmtree(target, ignore_errors=True)
+        return None
+    fsync_dir(target)
+    return Staged(target, sequence, origin)
+
+
+def staged_in(folder: Path) -> list[Staged]:
+    """Claims in `folder`, by sequence; leftovers of claims that never happened
+    (no file) are removed."""
+    try:
+        names = sorted(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for name in names:
+        path = folder / name
+        if not name.isdigit() or not path.is_dir():
+            continue
+        try:
+            origin = json.loads((path / ORIGIN).read_bytes())["origin"]
+        except (OSError, ValueError, KeyError, TypeError):
+            origin = ""
+        origin = origin if isinstance(origin, str) else ""
+        if not os.path.lexists(path / _content_name(origin)):
+            shutil.rmtree(path, ignore_errors=True)
+            continue
+        found.append(Staged(path, int(name), origin))
+    return found
+
+
+def unstage(staged: Staged) -> None:
+    """Remove a claim whose message is committed (or whose file was rejected)."""
+    shutil.rmtree(staged.dir, ignore_errors=True)
+    fsync_dir(staged.dir.parent)
+
+
+def rejected_names(inbox: Path) -> list[str]:
+    """Names of the files put aside in an inbox's `.rejected/` (not their notes)."""
+    try:
+        names = os.listdir(inbox / REJECTED_DIR)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(n for n in names if not n.endswith(".reason.txt") and n != ".gitignore")
+
+
+def reject(file: Path, origin: Path, reason: str) -> Path:
+    """Put `file` (dropped at `origin`) aside in `<origin's folder>/.rejected/`, with
+    `<name>.reason.txt` saying why; returns where it now is.
+
+    The folder ignores itself for Git (its `.gitignore` holds `*`), so rejected
+    files never show as untracked; they are never deleted.
+    """
+    folder = origin.parent / REJECTED_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    ignore = folder / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n")
+    target, number = folder / origin.name, 1
+    while os.path.lexists(target):
+        target, number = folder / f"{origin.name}.{number}", number + 1
+    os.rename(file, target)
+    note = target.with_name(target.name + ".reason.txt")
+    note.write_text(f"{origin.name} was not taken as a message: {reason}\n", encoding="utf-8")
+    fsync_dir(folder)
+    return target

@@ -1,0 +1,83 @@
+"""`trace.json`: a trace's metadata and runtime context, read and written here only."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentfs.errors import AgentfsError, TraceNotFound, validation_problems
+from agentfs.store.atomic import atomic_write
+
+__all__ = ["FORMAT_VERSION", "InjectedSkill", "TraceMeta", "load_meta", "save_meta"]
+
+#: Version of the on-disk trace format this agentfs writes and reads.
+FORMAT_VERSION = 1
+
+
+class InjectedSkill(BaseModel):
+    """Where a declared skill was last injected."""
+
+    message_id: str
+    sequence: int
+
+
+class TraceMeta(BaseModel):
+    """Contents of `trace.json`: the trace's metadata and runtime context."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format_version: int = Field(default=FORMAT_VERSION, description="On-disk format version")
+    id: str
+    head: int | None = Field(default=None, description="Last message of the main path")
+    next_sequence: int = Field(default=1, description="Sequence the next message will get")
+    created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    model: str | None = Field(default=None, description="Model used when none is given")
+    preset: str | None = None
+    iterations: int = Field(default=0, description="Model calls made on the main path")
+    injected_skills: dict[str, InjectedSkill] = Field(default_factory=dict)
+    context: dict[str, Any] = Field(default_factory=dict, description="Free-form runtime state")
+
+
+def load_meta(path: Path, git_path: str) -> TraceMeta:
+    """Read `trace.json`; every problem is one error naming the file (`git_path` is
+    its path in the repository, for the hint that restores it).
+
+    Raises:
+      TraceNotFound: the file does not exist.
+      AgentfsError: it is not valid JSON, is from a newer agentfs, or has bad fields.
+    """
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise TraceNotFound(f"{path}: missing", hint="is this a trace?") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise AgentfsError(
+            f"{path}: not valid JSON ({exc})",
+            hint=f"fix it, or restore it with `git checkout -- {git_path}`",
+        ) from None
+    version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else None
+    if isinstance(version, int) and version > FORMAT_VERSION:
+        raise AgentfsError(
+            f"{path}: written by a newer agentfs (format {version})",
+            hint="upgrade agentfs to read this trace",
+        )
+    try:
+        return TraceMeta.model_validate(data)
+    except ValidationError as exc:
+        raise AgentfsError(
+            f"{path}: invalid fields: {validation_problems(exc)}",
+            hint=f"fix it, or restore it with `git checkout -- {git_path}`",
+        ) from None
+
+
+def save_meta(path: Path, meta: TraceMeta, *, tmp_dir: Path, durable: bool) -> None:
+    """Write `trace.json` atomically."""
+    data = meta.model_dump(mode="json")
+    atomic_write(
+        path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode(),
+        tmp_dir=tmp_dir, sync_dir=durable,
+    )

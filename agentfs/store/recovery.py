@@ -1,0 +1,201 @@
+"""Bringing a trace's commits up to date with its files, before a run goes on.
+
+New message files that continue the committed head (a step a crash cut
+short, or a file the person added to `messages/`) are adopted onto the main
+path as one `recover` commit. Any other change under the trace is the
+person's and becomes an `edit` commit, unless it leaves no usable main path:
+then nothing is committed and the error says how to undo it. Files waiting
+in `inbox/` are not edits; the inbox door takes them
+(`agentfs/store/ingest.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import TYPE_CHECKING
+
+from dulwich.objects import Blob
+from pydantic import ValidationError
+
+from agentfs.errors import AgentfsError
+from agentfs.store.atomic import purge_stale_temps
+from agentfs.store.commits import Step
+from agentfs.store.gcpause import gc_paused
+from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
+from agentfs.store.messages import Message, parse_file_name
+from agentfs.store.meta import TraceMeta
+from agentfs.store.workspace import INBOX_DIR
+
+if TYPE_CHECKING:
+    from agentfs.store.trace import Trace
+
+__all__ = ["recover"]
+
+
+def recover(trace: Trace) -> list[str]:
+    """Commit what is on disk but not committed under the trace; returns the kinds.
+
+    New message files that continue the committed head (an interrupted
+    step, or a file the user added to `messages/`) are adopted onto the
+    main path as kind `recover`; any other change is the user's and
+    becomes `edit`. Files waiting in `inbox/` are left for `ingest`.
+    """
+    trace.repo.check_on_main()
+    purge_stale_temps(trace.tmp_dir)
+    trace.repo.repair_index()
+    head_commit = trace.repo.head()
+    prefix = trace.rel(trace.dir)
+    with gc_paused():
+        committed = _committed_files(trace, head_commit)
+        on_disk = _worktree_files(trace)
+    inbox = f"{prefix}/{INBOX_DIR}/"
+    changed = sorted(
+        path
+        for path in set(committed) | set(on_disk)
+        # files waiting in the inbox are not edits: ingest takes them
+        if not (path.startswith(inbox) and path in on_disk and not path.endswith("/" + KEEP))
+        and (path not in on_disk or path not in committed or on_disk[path] != committed[path][1])
+    )
+    sources = {
+        s.sequence: s.origin for s in staged_in(trace.workspace.ingest_dir / trace.id) if s.origin
+    }  # claimed inbox files: their removal belongs to their `user` step, not an edit
+    changed = [p for p in changed if p not in sources.values()]
+    if not changed:
+        return []
+    kinds: list[str] = []
+    adopted = _adopt(trace, committed, head_commit)
+    if adopted:
+        trace.meta.head = adopted[-1].sequence
+        extra = [f for m in adopted for f in (m.files_changed or [])]
+        extra += [sources[m.sequence] for m in adopted if m.sequence in sources]
+        trace.commit_step(
+            "recover",
+            adopted,
+            extra_paths=extra,
+            summary=f"adopted {len(adopted)} uncommitted message file(s)",
+        )
+        kinds.append("recover")
+        done = {trace.rel(trace.message_path(m)) for m in adopted} | {trace.rel(trace.meta_path)}
+        changed = [p for p in changed if p not in done]
+    if changed:
+        trace.reload()
+        _check_edit(trace, changed)
+        shown = [p[len(prefix) + 1 :] for p in changed]
+        step = Step(
+            trace.id,
+            "edit",
+            trace.meta.head,
+            summary=", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else ""),
+        )
+        trace.repo.commit_worktree(changed, step.message())
+        kinds.append("edit")
+    return kinds
+
+def _check_edit(trace: Trace, changed: list[str]) -> None:
+    """Refuse, before anything is committed, edits that leave no usable main path
+    (a deleted message on it, a head pointing nowhere, a broken trace.json)."""
+    try:
+        trace.main_path(trace.messages(refresh=True))
+    except AgentfsError as exc:
+        files = ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")
+        raise AgentfsError(
+            f"{exc.message}; your changes under {trace.rel(trace.dir)} were not committed",
+            hint=f"undo them with `git checkout -- {files}` (or fix the file), "
+            "then run again",
+        ) from None
+
+def _adopt(
+    trace: Trace, committed: dict[str, tuple[int, bytes]], head_commit: bytes | None
+) -> list[Message]:
+    """Uncommitted new message files continuing the committed head, in order."""
+    messages = trace.messages(refresh=True)
+    messages_prefix = trace.rel(trace.messages_dir) + "/"
+    committed_sequences = [
+        parsed[0]
+        for path in committed
+        if path.startswith(messages_prefix)
+        and (parsed := parse_file_name(path[len(messages_prefix) :])) is not None
+    ]
+    newest_committed = max(committed_sequences, default=0)
+    head = _committed_head(trace, head_commit)
+    adopted: list[Message] = []
+    for sequence, message in messages.items():
+        if sequence <= newest_committed:
+            continue
+        if message.parent_sequence not in (None, head):
+            continue
+        if message.parent_sequence is None and head is not None:
+            message = message.model_copy(update={"parent_sequence": head})
+        adopted.append(message)
+        head = sequence
+    return adopted
+
+def _committed_head(trace: Trace, head_commit: bytes | None) -> int | None:
+    """The head recorded in the committed `trace.json` (the disk may be ahead)."""
+    data = trace.repo.read_file(head_commit, trace.rel(trace.meta_path))
+    if data is None:
+        return None  # the trace itself was never committed
+    try:
+        return TraceMeta.model_validate_json(data).head
+    except ValidationError:
+        return trace.meta.head
+
+def _committed_files(trace: Trace, head_commit: bytes | None) -> dict[str, tuple[int, bytes]]:
+    """Committed files under the trace, with the same names left out as on disk."""
+    prefix = trace.rel(trace.dir)
+    ignored_dirs: dict[str, bool] = {}
+    files: dict[str, tuple[int, bytes]] = {}
+    for path, entry in trace.repo.walk(head_commit, prefix).items():
+        directory, _, name = path[len(prefix) + 1 :].rpartition("/")
+        if directory not in ignored_dirs:
+            ignored_dirs[directory] = any(is_ignored_name(p) for p in directory.split("/") if p)
+        if not ignored_dirs[directory] and not is_ignored_name(name):
+            files[path] = entry
+    return files
+
+def _worktree_files(trace: Trace) -> dict[str, bytes]:
+    """Files under the trace directory (editor temp files left out): path → blob id.
+
+    Like `git status`, a file whose stat matches its index entry is taken to
+    hold the entry's blob without being read, unless it changed in the same
+    clock tick as the index was written ("racily clean").
+    """
+    prefix = trace.rel(trace.dir)
+    known = trace.repo.stat_cache(prefix)
+    files: dict[str, bytes] = {}
+    messages_key = trace.message_dir.key()
+    listing: dict[str, os.stat_result] | None = None
+    pending = [(str(trace.dir), prefix)]
+    while pending:
+        directory, rel_dir = pending.pop()
+        in_messages = directory == str(trace.messages_dir)
+        if in_messages:
+            listing = {}
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if is_ignored_name(entry.name):
+                    continue
+                rel = f"{rel_dir}/{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, rel))
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                    continue  # a FIFO or device: Git does not track it, and reading could block
+                if in_messages and listing is not None:
+                    if entry.is_symlink():
+                        listing = None  # let the scan of messages/ report it
+                    else:
+                        listing[entry.name] = st
+                blob_id = known.blob_id(rel, st)
+                if blob_id is not None:
+                    files[rel] = blob_id
+                elif entry.is_symlink():
+                    files[rel] = Blob.from_string(os.readlink(entry.path).encode()).id
+                else:
+                    with open(entry.path, "rb") as f:
+                        files[rel] = Blob.from_string(f.read()).id
+    if listing is not None and trace.message_dir.key() == messages_key:
+        trace.message_dir.hint(messages_key, listing)
+    return files

@@ -1,0 +1,221 @@
+"""The one door for dropped files: taken once, in name order, put aside when unusable,
+and finished exactly once after a crash at any point."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from agentfs.core.workspace import Project
+from agentfs.store.inbox import SettleClock, stage, staged_in
+from agentfs.store.ingest import claim_new, finish_staged, pending_new, take_waiting
+from agentfs.store.trace import Trace
+from tests.conftest import assert_git_clean, git, user
+from tests.store.test_trace import commit_count, fresh, last_commit, sequences
+
+
+@pytest.fixture
+def trace(project: Project) -> Trace:
+    """A trace holding #1 system and #2 user ("hello"), both committed."""
+    return project.new_trace("demo", user("hello"))
+
+
+def drop(trace: Trace, name: str, text: str | bytes) -> Path:
+    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
+    path = trace.inbox_dir / name
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+def take(trace: Trace):
+    """Take what waits, with no settle window (the files here are written whole)."""
+    with trace.lock():
+        return take_waiting(trace, SettleClock(0))
+
+
+def test_an_inbox_file_becomes_the_next_user_message_in_one_commit(project, trace):
+    root = project.workspace.root
+    dropped = drop(trace, "note.md", "Please also check the tests.\n")
+    before = commit_count(root)
+
+    report = take(trace)
+    [(name, message)] = report.taken
+    assert name == "note.md"
+    assert (message.sequence, message.parent_sequence, message.role) == (3, 2, "user")
+    assert not dropped.exists()
+    assert (trace.messages_dir / "000003-user.md").is_file()
+    assert commit_count(root) == before + 1
+    subject, trailers = last_commit(root)
+    assert subject == "demo: user #3 Please also check the tests."
+    assert trailers["Agentfs-Kind"] == "user"
+    assert_git_clean(root)
+    assert fresh(project).main_path()[-1].content == "Please also check the tests."
+    assert fresh(project).pending_inbox() == []
+    assert staged_in(project.workspace.ingest_dir / "demo") == []
+
+
+def test_a_committed_inbox_file_is_removed_in_the_same_commit(project, trace):
+    # Files can arrive through git (a push or pull), already committed.
+    root = project.workspace.root
+    drop(trace, "from-ci.md", "Run the nightly checks.\n")
+    git(root, "add", "traces/demo/inbox/from-ci.md")
+    git(root, "commit", "-q", "-m", "drop a message")
+    take(trace)
+    assert "traces/demo/inbox/from-ci.md" not in git(root, "ls-tree", "-r", "--name-only", "HEAD")
+    assert_git_clean(root)
+
+
+def test_a_bad_file_is_put_aside_once_and_does_not_block_the_next(project, trace):
+    root = project.workspace.root
+    drop(trace, "a-binary.md", b"\x89PNG\x00\x00")
+    drop(trace, "b-good.md", "the good one\n")
+    before = commit_count(root)
+    report = take(trace)
+    assert [m.content for _, m in report.taken] == ["the good one"]
+    [rejected] = report.rejected
+    assert "binary" in rejected.reason
+    assert rejected.moved_to == trace.inbox_dir / ".rejected/a-binary.md"
+    assert rejected.moved_to.read_bytes() == b"\x89PNG\x00\x00"
+    note = (trace.inbox_dir / ".rejected/a-binary.md.reason.txt").read_text()
+    assert "a-binary.md was not taken" in note and "binary" in note
+    assert commit_count(root) == before + 1  # only the good file's step
+    assert take(trace).rejected == []  # never reported again
+    assert_git_clean(root)  # .rejected/ ignores itself
+
+
+def test_a_symlink_is_never_followed(project, trace, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password: hunter2\n")
+    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
+    (trace.inbox_dir / "x.md").symlink_to(secret)
+    report = take(trace)
+    assert report.taken == []
+    [rejected] = report.rejected
+    assert "symlink" in rejected.reason
+    assert (trace.inbox_dir / ".rejected/x.md").is_symlink()
+    assert all("hunter2" not in m.text for m in fresh(project).messages().values())
+    assert_git_clean(project.workspace.root)
+
+
+def test_a_file_still_being_written_waits(project, trace):
+    path = drop(trace, "slow.md", "first half")
+    clock = SettleClock(30.0)
+    with trace.lock():
+        report = take_waiting(trace, clock)
+    assert report.taken == [] and report.unsettled == [path]
+    assert path.exists()
+
+
+def test_an_empty_file_is_never_taken(project, trace):
+    path = drop(trace, "empty.md", "")
+    assert take(trace).taken == [] and path.exists()
+
+
+def test_a_copied_message_file_gets_a_new_place_and_id(project, trace):
+    # "Send it again": a copy of an existing message file, frontmatter and all.
+    drop(trace, "again.md", (trace.messages_dir / "000002-user.md").read_text())
+    [(_, message)] = take(trace).taken
+    assert (message.sequence, message.parent_sequence, message.content) == (3, 2, "hello")
+    assert message.id != fresh(project).messages()[2].id
+    assert_git_clean(project.workspace.root)
+
+
+def test_a_dropped_file_cannot_set_agentfs_own_fields(project, trace):
+    drop(trace, "sneaky.md", "---\nfiles_changed: [notes/x.md]\nsynthetic: context\n"
+         "tool_call_id: t1\n---\nhi\n")
+    [(_, message)] = take(trace).taken
+    assert message.files_changed is None and message.synthetic is None
+    assert message.tool_call_id is None
+
+
+def crash_during_ingest(trace: Trace, dropped: Path, point: str) -> None:
+    """What taking a file does, up to a crash at `point`: 'staged' (claimed only) or
+    'written' (message file and trace.json written, not committed)."""
+    staged = stage(dropped, trace.workspace.ingest_dir / trace.id, trace.next_sequence(),
+                   trace.rel(dropped))
+    assert staged is not None
+    if point == "written":
+        from agentfs.store.messages import load_dropped
+
+        message = trace.new_message("user", load_dropped(staged.file).content)
+        trace.write_message(message)
+        trace.meta.head = message.sequence
+        trace.save_meta()
+
+
+def resume(project: Project) -> list[str]:
+    """What a run does first: recover, then finish claims."""
+    trace = fresh(project)
+    with trace.lock():
+        kinds = trace.recover()
+        kinds += ["user"] * len(finish_staged(trace).taken)
+    return kinds
+
+
+@pytest.mark.parametrize("point", ["staged", "written"])
+@pytest.mark.parametrize("committed", [False, True], ids=["untracked-drop", "committed-drop"])
+@pytest.mark.parametrize("text", ["Continue please.\n", None], ids=["plain", "copied-file"])
+def test_a_crash_while_taking_a_file_is_finished_exactly_once(project, trace, committed, point,
+                                                              text):
+    root = project.workspace.root
+    text = text or (trace.messages_dir / "000002-user.md").read_text()
+    dropped = drop(trace, "note--with dashes.md", text)
+    if committed:
+        git(root, "add", "-A", "traces/demo/inbox")
+        git(root, "commit", "-q", "-m", "drop a message")
+    before = commit_count(root)
+    crash_during_ingest(fresh(project), dropped, point)
+
+    assert fresh(project).pending_inbox() == []
+    assert resume(project) == (["recover"] if point == "written" else ["user"])
+    assert resume(project) == []
+    assert commit_count(root) == before + 1
+    reopened = fresh(project)
+    assert sequences(reopened.main_path()) == [1, 2, 3]
+    contents = [m.content for m in reopened.main_path()]
+    assert contents[-1] == ("hello" if "hello" in text else "Continue please.")
+    assert len({m.id for m in reopened.messages().values()}) == 3
+    assert reopened.new_message("assistant", "ok").sequence == 4
+    assert "inbox/note" not in git(root, "ls-tree", "-r", "--name-only", "HEAD")
+    assert staged_in(project.workspace.ingest_dir / "demo") == []
+    assert_git_clean(root)
+
+
+def test_names_with_double_dashes_start_the_trace_they_name(project):
+    inbox = project.workspace.inbox_dir
+    (inbox / "a--b.md").write_text("first\n")
+    trace_id, staged = claim_new(project.workspace, inbox / "a--b.md")
+    assert trace_id == "a--b" and staged.origin == "inbox/a--b.md"
+    assert project.create_from_claim(trace_id, staged) == "a--b"
+    assert [m.content for m in project.trace("a--b").main_path()][1] == "first"
+    assert_git_clean(project.workspace.root)
+
+
+@pytest.mark.parametrize("point", ["claimed", "created"])
+def test_a_crash_while_starting_a_trace_is_finished_exactly_once(project, point, monkeypatch):
+    root = project.workspace.root
+    (project.workspace.inbox_dir / "job.md").write_text("do the job\n")
+    trace_id, staged = claim_new(project.workspace, project.workspace.inbox_dir / "job.md")
+    if point == "created":  # killed after the `create` commit, before the user message
+        import agentfs.core.workspace as workspace_module
+
+        monkeypatch.setattr(workspace_module, "finish_staged", lambda trace: None)
+        assert project.create_from_claim(trace_id, staged) == trace_id
+        monkeypatch.undo()
+        assert sequences(project.trace(trace_id).main_path()) == [1]
+        assert project.trace(trace_id).unfinished()  # a restarted watcher runs it
+        assert pending_new(project.workspace) == []
+    else:
+        assert pending_new(project.workspace) == [(trace_id, staged)]
+        assert project.create_from_claim(*pending_new(project.workspace)[0]) == trace_id
+    trace = project.trace(trace_id)
+    with trace.lock():
+        trace.recover()
+        finish_staged(trace)
+    contents = [m.content for m in project.trace(trace_id).main_path()]
+    assert contents[1:] == ["do the job"]
+    assert pending_new(project.workspace) == []
+    assert not os.path.exists(project.workspace.inbox_dir / "job.md")
+    assert_git_clean(root)
