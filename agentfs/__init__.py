@@ -6,13 +6,13 @@
 """
 
 from agentfs.config import WorkspaceConfig, load_config
+from agentfs.core.project import Project, init_workspace
 from agentfs.core.runner import Runner, RunResult
 from agentfs.core.system_prompt import DEFAULT_SYSTEM_PREFIX, build_system_prompt
-from agentfs.core.workspace import Project, init_workspace
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest, ModelResponse, ToolSpec
 from agentfs.models.replay import ReplayModel
-from agentfs.store.gitrepo import GitRepo
+from agentfs.store.git.repo import GitRepo
 from agentfs.store.messages import Message, ToolCall, Usage
 from agentfs.store.trace import Trace, TraceMeta
 from agentfs.store.workspace import Workspace, find_workspace

@@ -52,8 +52,8 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.core.compaction import CLEARED
+from agentfs.core.project import Project, init_workspace
 from agentfs.core.sidebranch import SUMMARY_REQUEST
-from agentfs.core.workspace import Project, init_workspace
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.testing import FakeAnthropicServer, PromptCache
 from bench.fixtures import PARAGRAPH, git

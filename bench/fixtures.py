@@ -18,8 +18,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from agentfs.core.project import Project, init_workspace
 from agentfs.core.sidebranch import SUMMARY_HEADER
-from agentfs.core.workspace import Project, init_workspace
 from agentfs.store.messages import Message, ToolCall, parse_dropped, render_message
 
 TRACE = "long"

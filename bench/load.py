@@ -75,7 +75,7 @@ measure(sys.argv[1], sys.argv[2], time.perf_counter() - started)
 
 def _open_and_build(root: Path, trace_id: str):
     """What a run does before its first model call; returns the trace and the request."""
-    from agentfs.core.workspace import Project
+    from agentfs.core.project import Project
     from agentfs.testing import ScriptedModel
 
     project = Project.open(root)

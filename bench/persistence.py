@@ -89,7 +89,7 @@ def _sequences(size: int) -> Iterator[int]:
 
 
 def _agentfs_steps(root: Path, size: int) -> Iterator[None]:
-    from agentfs.core.workspace import Project
+    from agentfs.core.project import Project
 
     trace = Project.open(root).trace(TRACE)
     with trace.lock():

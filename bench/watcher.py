@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from agentfs.core.workspace import Project, init_workspace
+from agentfs.core.project import Project, init_workspace
 from agentfs.models.replay import ReplayModel
 from agentfs.store.messages import load_message, parse_dropped
 from agentfs.watch.background import run_in_background

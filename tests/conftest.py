@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.core.workspace import Project, init_workspace
+from agentfs.core.project import Project, init_workspace
 from agentfs.store.messages import parse_dropped
 
 

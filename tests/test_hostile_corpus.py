@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from agentfs.cli.commands import cli
+from agentfs.core.project import Project
 from agentfs.core.runner import Runner
-from agentfs.core.workspace import Project
 from agentfs.errors import AgentfsError
 from agentfs.models.replay import ReplayModel
 from agentfs.store.inbox import REJECTED_DIR

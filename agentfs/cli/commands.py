@@ -19,9 +19,9 @@ from agentfs.cli.render import message_record, show_text
 from agentfs.config import DEFAULT_MODEL
 from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
+from agentfs.core.project import Project, init_workspace
 from agentfs.core.request import preview_request
 from agentfs.core.runner import StopReason
-from agentfs.core.workspace import Project, init_workspace
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model
 from agentfs.models.resolve import ProviderSettings, resolve_model

@@ -20,8 +20,8 @@ from agentfs.store.trace import Trace
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
 if TYPE_CHECKING:
+    from agentfs.core.project import Project
     from agentfs.core.session import Emit
-    from agentfs.core.workspace import Project
 
 __all__ = ["RunChild", "delegate_tool", "run_child"]
 

@@ -24,7 +24,7 @@ from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 
 if TYPE_CHECKING:
-    from agentfs.core.workspace import Project
+    from agentfs.core.project import Project
 
 __all__ = ["Budget", "RequestBuilder", "preview_request"]
 

@@ -28,6 +28,7 @@ from agentfs.core.delegate import run_child
 from agentfs.core.fit import fit_turn
 from agentfs.core.injection import DEFAULT_SKILL_RECENCY, skills_to_inject, synthetic_calls
 from agentfs.core.options import RunnerOptions
+from agentfs.core.project import Project
 from agentfs.core.reflection import evaluate_knowledge, pending_items, reflect
 from agentfs.core.request import RequestBuilder
 from agentfs.core.session import Session
@@ -40,11 +41,10 @@ from agentfs.core.toolstep import (
     run_tools,
     sync_skill_records,
 )
-from agentfs.core.workspace import Project
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest, ModelResponse
 from agentfs.skills import load_skills
-from agentfs.store.gitrepo import GitRepo
+from agentfs.store.git.repo import GitRepo
 from agentfs.store.inbox import SettleClock
 from agentfs.store.ingest import IngestReport, finish_staged, take_waiting
 from agentfs.store.messages import Message, ToolCall, Usage, parse_dropped
@@ -109,7 +109,7 @@ class Runner:
 
     def __init__(self, workspace: Workspace, repo: GitRepo, model: Model,
                  options: RunnerOptions | None = None, **keywords: Any) -> None:
-        """Build runners with `agentfs/core/workspace.py:Project.runner`, which passes the
+        """Build runners with `agentfs/core/project.py:Project.runner`, which passes the
         workspace's configuration. `keywords` are `RunnerOptions` fields that replace
         those of `options` (e.g. `Runner(workspace, repo, model, config=config)`)."""
         options = replace(options or RunnerOptions(), **keywords)

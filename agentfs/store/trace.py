@@ -18,15 +18,15 @@ from typing import Any
 
 from agentfs.errors import AgentfsError
 from agentfs.store.commits import Step
-from agentfs.store.gitrepo import Change, GitRepo
+from agentfs.store.git.repo import Change, GitRepo
 from agentfs.store.history import last_assistant, path_to, step_end, unanswered_calls
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
-from agentfs.store.lock import TraceLock, is_locked
 from agentfs.store.message_dir import MessageDir
 from agentfs.store.messages import Message, parse_file_name, render_message
 from agentfs.store.meta import FORMAT_VERSION, InjectedSkill, TraceMeta, load_meta, save_meta
 from agentfs.store.recovery import recover
+from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.workspace import (
     INBOX_DIR,
     MESSAGES_DIR,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentfs.core.workspace import Project
+from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, TraceLocked
 from agentfs.models.base import Model
 from agentfs.store.inbox import SettleClock, waiting

@@ -41,7 +41,7 @@ def test_context_hooks_python_command_and_failing(project):
                       '[[context_hooks]]\nname = "Broken"\ncommand = "exit 4"\n'
                       '[[context_hooks]]\nname = "Slow"\ncommand = "sleep 5"\ntimeout = 0.2\n')
     git(project.workspace.root, "commit", "-qam", "hooks")
-    from agentfs.core.workspace import Project
+    from agentfs.core.project import Project
 
     project = Project.open(project.workspace.root)
     project.new_trace("t", user("go"))

@@ -143,7 +143,7 @@ def test_runner_compresses_what_it_sends_and_show_as_sent_agrees(workspace, writ
     config.write_text(config.read_text() + "\ncontext_window = 1000\n"
                       "compression_threshold = 1.0\n")
     git(workspace, "commit", "-qam", "small window")
-    from agentfs.core.workspace import Project
+    from agentfs.core.project import Project
 
     project = Project.open(workspace)
     stored = project.trace("t").main_path()

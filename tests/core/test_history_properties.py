@@ -9,8 +9,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentfs.core.project import Project, init_workspace
 from agentfs.core.runner import Runner
-from agentfs.core.workspace import Project, init_workspace
 from agentfs.errors import AgentfsError
 from agentfs.models.anthropic import AnthropicModel
 from agentfs.models.base import ModelRequest, ModelResponse

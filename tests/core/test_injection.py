@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from agentfs.core.project import Project
 from agentfs.core.runner import Runner
-from agentfs.core.workspace import Project
 from agentfs.errors import AgentfsError
 from agentfs.models.base import ModelRequest, ModelResponse
 from agentfs.models.replay import ReplayModel
@@ -165,7 +165,7 @@ def test_system_prompt_priority_and_skills_listing(project, write_script):
     config = project.workspace.config_path
     config.write_text(config.read_text() + '\n[presets.critic]\nsystem_prompt = "You critique."\n'
                       'skills = []\n')
-    from agentfs.core.workspace import Project
+    from agentfs.core.project import Project
 
     project = Project.open(project.workspace.root)
     runner, _ = runner_for(project, write_script([{"text": "ok"}]))
@@ -241,7 +241,7 @@ def test_a_message_dropped_during_the_final_answer_is_answered_in_the_same_run(
 def test_unknown_preset_skill_leaves_no_half_created_trace(project, write_script):
     config = project.workspace.config_path
     config.write_text(config.read_text() + '\n[presets.bad]\nskills = ["missing"]\n')
-    from agentfs.core.workspace import Project
+    from agentfs.core.project import Project
 
     project = Project.open(project.workspace.root)
     runner, _ = runner_for(project, write_script([{"text": "ok"}]))

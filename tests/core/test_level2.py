@@ -152,8 +152,8 @@ def test_a_side_branch_cut_short_is_never_merged(project, write_script):
 
 def test_run_result_counts_the_tokens_of_side_branch_calls_too(workspace):
     """The summary requests cost tokens as well; the run's totals include them."""
+    from agentfs.core.project import Project
     from agentfs.core.runner import Runner
-    from agentfs.core.workspace import Project
     from agentfs.models.base import ModelResponse
     from agentfs.store.messages import ToolCall, Usage
     from agentfs.testing import FunctionModel

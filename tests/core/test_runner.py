@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agentfs.core.project import Project
 from agentfs.core.runner import INTERRUPTED, Runner
-from agentfs.core.workspace import Project
 from agentfs.errors import AgentfsError
 from agentfs.models.base import ModelRequest, ModelResponse
 from agentfs.models.replay import ReplayModel

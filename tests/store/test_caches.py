@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.core.workspace import Project
+from agentfs.core.project import Project
 from agentfs.store import message_dir as message_dir_module
 from agentfs.store import parsecache
 from agentfs.store.trace import Trace

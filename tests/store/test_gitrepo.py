@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from dulwich.objects import Blob
 
-from agentfs.core.workspace import Project
+from agentfs.core.project import Project
 from agentfs.errors import GitStateError
 from agentfs.store.commits import Step
-from agentfs.store.gitrepo import Change
+from agentfs.store.git.repo import Change
 from agentfs.store.messages import Message, ToolCall, render_message
 from agentfs.store.trace import Trace
 from tests.conftest import assert_git_clean, git, user
@@ -138,7 +138,7 @@ def test_commit_message_subject_and_trailers(project: Project, trace: Trace) -> 
 CHILD = r"""
 import sys
 from pathlib import Path
-from agentfs.core.workspace import Project
+from agentfs.core.project import Project
 from agentfs.store.messages import parse_dropped
 
 root, trace_id, count, same = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"

@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from agentfs.errors import GitStateError
-from agentfs.store import gitlocks, rawindex
-from agentfs.store.gitlocks import GitLockFile
-from agentfs.store.gitrepo import MAIN, Change, GitRepo, UnsafePathError, init_repo
-from agentfs.store.intents import DeadIntents, index_intent
+from agentfs.store.git import lockfiles as gitlocks
+from agentfs.store.git import rawindex
+from agentfs.store.git.intents import DeadIntents, index_intent
+from agentfs.store.git.lockfiles import GitLockFile
+from agentfs.store.git.repo import MAIN, Change, GitRepo, UnsafePathError, init_repo
 from tests.conftest import assert_git_clean, git
 
 # A committing process: `ready`, then after `go` on stdin, each of its threads
@@ -32,7 +33,7 @@ from tests.conftest import assert_git_clean, git
 COMMITTER = r"""
 import sys, threading
 from pathlib import Path
-from agentfs.store.gitrepo import GitRepo
+from agentfs.store.git.repo import GitRepo
 
 root, tag, threads, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 shared = GitRepo(root)
@@ -327,7 +328,7 @@ def test_an_index_rewritten_in_place_is_not_mistaken_for_the_cached_one(root: Pa
 RACING_COMMIT = r"""
 import sys
 from pathlib import Path
-from agentfs.store.gitrepo import GitRepo
+from agentfs.store.git.repo import GitRepo
 root = Path(sys.argv[1])
 (root / "other.md").write_text("from another process\n")
 GitRepo(root).commit_worktree(["other.md"], b"other\n")

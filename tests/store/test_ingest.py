@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.core.workspace import Project
+from agentfs.core.project import Project
 from agentfs.store.inbox import SettleClock, stage, staged_in
 from agentfs.store.ingest import claim_new, finish_staged, pending_new, take_waiting
 from agentfs.store.trace import Trace
@@ -199,7 +199,7 @@ def test_a_crash_while_starting_a_trace_is_finished_exactly_once(project, point,
     (project.workspace.inbox_dir / "job.md").write_text("do the job\n")
     trace_id, staged = claim_new(project.workspace, project.workspace.inbox_dir / "job.md")
     if point == "created":  # killed after the `create` commit, before the user message
-        import agentfs.core.workspace as workspace_module
+        import agentfs.core.project as workspace_module
 
         monkeypatch.setattr(workspace_module, "finish_staged", lambda trace: None)
         assert project.create_from_claim(trace_id, staged) == trace_id

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentfs.errors import TraceLocked
-from agentfs.store.lock import TraceLock, is_locked, read_holder
+from agentfs.store.tracelock import TraceLock, is_locked, read_holder
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def test_second_holder_in_the_same_process_is_refused(lock_dir: Path) -> None:
 HOLDER = r"""
 import sys
 from pathlib import Path
-from agentfs.store.lock import TraceLock
+from agentfs.store.tracelock import TraceLock
 lock = TraceLock(Path(sys.argv[1]), "demo")
 lock.acquire()
 print("locked", flush=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.core.workspace import Project
+from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, MessageFileError
 from agentfs.store.commits import parse_trailers
 from agentfs.store.messages import ToolCall

@@ -11,8 +11,8 @@ from dulwich.repo import Repo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentfs.store.objects import ObjectWriter
-from agentfs.store.trees import RawTree, change_tree
+from agentfs.store.git.objects import ObjectWriter
+from agentfs.store.git.trees import RawTree, change_tree
 from tests.conftest import git
 
 NAMES = st.sampled_from(["a", "a.md", "a-b", "a0", "b", "messages", "m.json", "z"])

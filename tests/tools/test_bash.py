@@ -72,7 +72,7 @@ def test_bash_is_off_unless_enabled_and_its_files_are_committed(project, write_s
     config = project.workspace.config_path
     config.write_text(config.read_text() + "\n[tools]\nbash = true\n")
     git(project.workspace.root, "commit", "-qam", "enable bash")
-    from agentfs.core.workspace import Project
+    from agentfs.core.project import Project
 
     project = Project.open(project.workspace.root)
     project.new_trace("t2", user("go"))

@@ -157,7 +157,7 @@ def assert_every_message_loads(project, trace_id: str) -> None:
     for path in files:
         assert path.stat().st_size <= MAX_MESSAGE_BYTES, path.name
         load_message(path)
-    from agentfs.core.workspace import Project
+    from agentfs.core.project import Project
 
     reopened = Project.open(project.workspace.root).trace(trace_id)
     assert len(reopened.messages(refresh=True)) == len(files)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.core.workspace import Project
+from agentfs.core.project import Project
 from agentfs.models.replay import ReplayModel
 from agentfs.watch.background import run_in_background
 from agentfs.watch.watcher import Watcher

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.core.workspace import Project
+from agentfs.core.project import Project
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.messages import load_message
 from tests.conftest import assert_git_clean, git, run_cli

@@ -16,7 +16,7 @@ from agentfs.models.base import Model
 from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
-from agentfs.store.gitrepo import GitRepo, init_repo
+from agentfs.store.git.repo import GitRepo, init_repo
 from agentfs.store.inbox import Staged, reject, unstage
 from agentfs.store.ingest import Rejected, claim_new, dropped_fields, finish_staged, read_staged
 from agentfs.store.messages import Message

@@ -7,7 +7,7 @@ commits, agentfs writes an *intent* naming the paths and holds an `flock` on
 it until the index is refreshed; an intent nobody holds belongs to a dead
 process. The next commit claims it (`DeadIntents`) and, while holding Git's
 `index.lock`, sets those entries to what HEAD holds
-(`agentfs/store/gitrepo.py:GitRepo.commit_worktree`).
+(`agentfs/store/git/repo.py:GitRepo.commit_worktree`).
 """
 
 from __future__ import annotations

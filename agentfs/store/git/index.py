@@ -2,7 +2,7 @@
 
 The index is shared by every process working in the workspace (other traces,
 the user's `git`), so each update reads, patches and writes it while holding
-Git's own `index.lock` (see `agentfs/store/gitlocks.py:GitLockFile`).
+Git's own `index.lock` (see `agentfs/store/git/lockfiles.py:GitLockFile`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dulwich.index import (
 )
 
 from agentfs.errors import GitStateError
-from agentfs.store import rawindex
-from agentfs.store.gitlocks import GitLockFile
+from agentfs.store.git import rawindex
+from agentfs.store.git.lockfiles import GitLockFile
 
 _DROP_EXTENSIONS = rawindex.DROPPED_EXTENSIONS
 

@@ -26,11 +26,11 @@ from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
 from agentfs.store.atomic import open_creating
-from agentfs.store.gitlocks import GitLockFile
-from agentfs.store.index import IndexUpdate, StatCache, stat_cache
-from agentfs.store.intents import DeadIntents, index_intent
-from agentfs.store.objects import ObjectWriter
-from agentfs.store.trees import change_tree
+from agentfs.store.git.index import IndexUpdate, StatCache, stat_cache
+from agentfs.store.git.intents import DeadIntents, index_intent
+from agentfs.store.git.lockfiles import GitLockFile
+from agentfs.store.git.objects import ObjectWriter
+from agentfs.store.git.trees import change_tree
 
 MAIN = b"refs/heads/main"
 DEFAULT_IDENTITY = b"agentfs <agentfs@localhost>"
@@ -297,7 +297,7 @@ class GitRepo:
 
     def repair_index(self) -> None:
         """Bring index entries left behind by a process that died mid-commit in line
-        with HEAD (see `agentfs/store/intents.py`)."""
+        with HEAD (see `agentfs/store/git/intents.py`)."""
         with DeadIntents(self.state_dir) as dead:
             if dead:
                 with IndexUpdate(self.index_path, self.state_dir, durable=self.durable) as index:
