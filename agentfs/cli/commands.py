@@ -16,20 +16,18 @@ from typing import Any
 import click
 
 from agentfs.cli.render import message_record, show_text
-from agentfs.config import DEFAULT_MODEL
 from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
 from agentfs.core.project import Project, init_workspace
 from agentfs.core.request import preview_request
 from agentfs.core.runner import StopReason
-from agentfs.errors import AgentfsError
+from agentfs.core.status import workspace_status
 from agentfs.models.base import Model
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
 from agentfs.skills import load_skills
-from agentfs.store.commits import parse_trailers, subject
-from agentfs.store.inbox import rejected_names, waiting
 from agentfs.store.messages import load_dropped, parse_dropped
+from agentfs.store.steplog import trace_log
 from agentfs.store.workspace import GOALS_FILE, check_trace_id
 from agentfs.tools.subprocesses import safe_environment
 from agentfs.watch.observe import observe
@@ -175,16 +173,11 @@ def _trace_id(project: Project, ref: str, *, creating: bool) -> str:
     return project.workspace.resolve_trace(ref)
 
 
-def _model_name(project: Project, trace_model: str | None, preset: str | None,
-                flag: str | None) -> str:
-    """--model, else the trace's, else the preset's, else agentfs.toml's, else the default."""
-    preset_model = project.config.presets[preset].model if preset in project.config.presets else None
-    return flag or trace_model or preset_model or project.config.model or DEFAULT_MODEL
-
-
 def _choose_model(project: Project, trace_model: str | None, preset: str | None,
                   flag: str | None) -> Model:
-    name = _model_name(project, trace_model, preset, flag)
+    """The model by `Project.model_name`'s precedence; a --model path is relative to
+    the current directory, others to the workspace."""
+    name = project.model_name(trace_model, preset, flag)
     base = Path.cwd() if flag else project.workspace.root
     return resolve_model(name, base_dir=base, settings=_settings())
 
@@ -257,7 +250,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     messages = trace.messages()
     on_path = {m.sequence for m in trace.main_path(messages)}
     if as_sent:
-        name = _model_name(project, trace.meta.model, trace.meta.preset, None)
+        name = project.model_name(trace.meta.model, trace.meta.preset, None)
         request = preview_request(project, trace, name)
         sent = [trace.main_path(messages)[0], *request.messages]
         chosen = [(m, True) for m in sent]
@@ -282,19 +275,9 @@ def log(trace_ref: str, max_count: int | None) -> None:
     """List TRACE's commits on main, newest first: commit, kind, sequence, summary."""
     project = _project(trace_ref)
     trace = project.trace(trace_ref)
-    shown = 0
-    for sha, commit in project.repo.first_parent_log():
-        trailers = parse_trailers(commit.message)
-        if trailers.get("Agentfs-Trace") != trace.id:
-            continue
-        kind = trailers.get("Agentfs-Kind", "?")
-        sequence = trailers.get("Agentfs-Sequence", "")
-        summary = subject(commit.message).split(f"#{sequence}", 1)[-1].strip() if sequence else ""
-        seq_text = f"#{sequence}" if sequence else ""
-        click.echo(f"{sha.decode()[:10]} {kind:<9} {seq_text:<6} {summary}".rstrip())
-        shown += 1
-        if max_count is not None and shown >= max_count:
-            break
+    for step in trace_log(project.repo, trace.id, max_count):
+        seq_text = f"#{step.sequence}" if step.sequence is not None else ""
+        click.echo(f"{step.commit[:10]} {step.kind:<9} {seq_text:<6} {step.summary}".rstrip())
 
 
 @cli.command()
@@ -320,42 +303,26 @@ def rewind(trace_ref: str, sequence: int) -> None:
 def status(as_json: bool) -> None:
     """List the workspace's traces: head, running or idle, pending inbox files."""
     project = _project()
-    rows = []
-    for trace_id in project.workspace.trace_ids():
-        trace = project.trace(trace_id)
-        try:
-            head = trace.meta.head
-            problem = None
-        except AgentfsError as exc:
-            head, problem = None, str(exc)
-        rows.append({
-            "trace": trace_id,
-            "head": head,
-            "running": trace.is_running(),
-            "pending_inbox": [p.name for p in trace.pending_inbox()],
-            "rejected": rejected_names(trace.inbox_dir),
-            **({"error": problem} if problem else {}),
-        })
-    inbox = project.workspace.inbox_dir
-    new_files = [p.name for p in waiting(inbox)]
-    new_rejected = rejected_names(inbox)
+    report = workspace_status(project)
     if as_json:
-        click.echo(json.dumps({"workspace": str(project.workspace.root), "traces": rows,
-                               "inbox": new_files, "inbox_rejected": new_rejected}, indent=2))
+        click.echo(json.dumps({"workspace": str(project.workspace.root),
+                               "traces": [row.record() for row in report.traces],
+                               "inbox": report.inbox, "inbox_rejected": report.inbox_rejected},
+                              indent=2))
         return
-    if not rows:
+    if not report.traces:
         click.echo("no traces yet: agentfs new TRACE -m '...'")
-    for row in rows:
-        state = "running" if row["running"] else "idle"
-        pending = f", {len(row['pending_inbox'])} in inbox" if row["pending_inbox"] else ""
-        if row["rejected"]:
-            pending += f", {len(row['rejected'])} rejected (inbox/.rejected/)"
-        error = f"  ERROR: {row['error']}" if "error" in row else ""
-        click.echo(f"{row['trace']:<24} head #{row['head']}  {state}{pending}{error}")
-    if new_files:
-        click.echo(f"inbox/: {len(new_files)} file(s) waiting")
-    if new_rejected:
-        click.echo(f"inbox/.rejected/: {len(new_rejected)} file(s) that could not be used")
+    for row in report.traces:
+        state = "running" if row.running else "idle"
+        pending = f", {len(row.pending_inbox)} in inbox" if row.pending_inbox else ""
+        if row.rejected:
+            pending += f", {len(row.rejected)} rejected (inbox/.rejected/)"
+        error = f"  ERROR: {row.error}" if row.error else ""
+        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{error}")
+    if report.inbox:
+        click.echo(f"inbox/: {len(report.inbox)} file(s) waiting")
+    if report.inbox_rejected:
+        click.echo(f"inbox/.rejected/: {len(report.inbox_rejected)} file(s) that could not be used")
 
 
 @cli.command()

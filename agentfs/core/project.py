@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentfs.config import DEFAULT_CONFIG_TEXT, WorkspaceConfig, load_config
+from agentfs.config import DEFAULT_CONFIG_TEXT, DEFAULT_MODEL, WorkspaceConfig, load_config
 from agentfs.core.options import RunnerOptions
 from agentfs.core.system_prompt import build_system_prompt
 from agentfs.errors import AgentfsError
@@ -64,6 +64,14 @@ class Project:
 
         return Runner(self.workspace, self.repo, model,
                       options or RunnerOptions(config=self.config), **keywords)
+
+    def model_name(self, trace_model: str | None = None, preset: str | None = None,
+                   chosen: str | None = None) -> str:
+        """The model to use: `chosen` (e.g. `--model`), else the trace's, else its
+        preset's, else `model` in agentfs.toml, else the default."""
+        presets = self.config.presets
+        preset_model = presets[preset].model if preset in presets else None
+        return chosen or trace_model or preset_model or self.config.model or DEFAULT_MODEL
 
     def trace(self, ref: str) -> Trace:
         """An existing trace, by id or by a path to its directory."""

@@ -1,0 +1,38 @@
+"""A trace's steps read back from Git: the commits on `main` whose trailers name the
+trace, newest first, along first parents only (cheap: no tree diffs)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from agentfs.store.commits import parse_trailers, subject
+from agentfs.store.git.repo import GitRepo
+
+__all__ = ["LoggedStep", "trace_log"]
+
+
+@dataclass(frozen=True)
+class LoggedStep:
+    """One committed step: its commit, kind, message sequence and summary line."""
+
+    commit: str
+    kind: str
+    sequence: int | None
+    summary: str
+
+
+def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None) -> Iterator[LoggedStep]:
+    """The trace's steps on `main`, newest first; at most `limit` of them."""
+    shown = 0
+    for sha, commit in repo.first_parent_log():
+        if limit is not None and shown >= limit:
+            return
+        trailers = parse_trailers(commit.message)
+        if trailers.get("Agentfs-Trace") != trace_id:
+            continue
+        sequence = trailers.get("Agentfs-Sequence", "")
+        summary = subject(commit.message).split(f"#{sequence}", 1)[-1].strip() if sequence else ""
+        yield LoggedStep(sha.decode(), trailers.get("Agentfs-Kind", "?"),
+                         int(sequence) if sequence.isdigit() else None, summary)
+        shown += 1
