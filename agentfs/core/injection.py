@@ -12,10 +12,38 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from pydantic import BaseModel, ValidationError
+
 from agentfs.store.messages import Message, ToolCall
-from agentfs.store.trace import InjectedSkill
+from agentfs.store.meta import TraceMeta
 
 DEFAULT_SKILL_RECENCY = 10
+
+
+class InjectedSkill(BaseModel):
+    """Where a declared skill was last injected (a record in trace.json)."""
+
+    message_id: str
+    sequence: int
+
+
+def skill_records(meta: TraceMeta) -> dict[str, InjectedSkill]:
+    """The injection records of a trace; a record a person broke counts as absent (the
+    skill is then injected again)."""
+    records = {}
+    for name, data in meta.injected_skills.items():
+        try:
+            records[name] = InjectedSkill.model_validate(data)
+        except ValidationError:
+            continue
+    return records
+
+
+def record_injection(meta: TraceMeta, name: str, message: Message) -> None:
+    """Note that skill `name` was last injected as `message` (saved by the next commit)."""
+    meta.injected_skills[name] = InjectedSkill(
+        message_id=message.id, sequence=message.sequence
+    ).model_dump()
 
 
 def skills_to_inject(

@@ -26,7 +26,12 @@ from typing import Any
 from agentfs.core.context import CONTEXT_TOOL, ContextHook
 from agentfs.core.delegate import run_child
 from agentfs.core.fit import fit_turn
-from agentfs.core.injection import DEFAULT_SKILL_RECENCY, skills_to_inject, synthetic_calls
+from agentfs.core.injection import (
+    DEFAULT_SKILL_RECENCY,
+    skill_records,
+    skills_to_inject,
+    synthetic_calls,
+)
 from agentfs.core.options import RunnerOptions
 from agentfs.core.project import Project
 from agentfs.core.reflection import evaluate_knowledge, pending_items, reflect
@@ -353,7 +358,7 @@ class Runner:
     def _stale_skills(session: Session, request: ModelRequest) -> list[str]:
         """Declared skills missing from the last messages of `request`."""
         return skills_to_inject(
-            session.declared_skills, session.trace.meta.injected_skills, request.messages,
+            session.declared_skills, skill_records(session.trace.meta), request.messages,
             session.skill_recency,
         )
 

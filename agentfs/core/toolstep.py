@@ -13,11 +13,12 @@ from functools import partial
 from typing import Literal
 
 from agentfs.core.fit import refused_reason
+from agentfs.core.injection import record_injection, skill_records
 from agentfs.core.session import Session
 from agentfs.errors import AgentfsError
 from agentfs.store.history import answered_ids, last_assistant, unanswered_calls
 from agentfs.store.messages import Message, ToolCall
-from agentfs.store.trace import InjectedSkill, Trace
+from agentfs.store.trace import Trace
 from agentfs.tools import ToolContext
 from agentfs.tools.base import ToolResult
 
@@ -164,9 +165,7 @@ def record_skill_injections(trace: Trace, assistant: Message, results: list[Mess
     for message in results:
         call = by_id.get(message.tool_call_id or "")
         if call is not None and call.synthetic == "skill" and not message.is_error:
-            trace.meta.injected_skills[call.input["name"]] = InjectedSkill(
-                message_id=message.id, sequence=message.sequence
-            )
+            record_injection(trace.meta, call.input["name"], message)
 
 
 def sync_skill_records(trace: Trace) -> None:
@@ -178,15 +177,14 @@ def sync_skill_records(trace: Trace) -> None:
     """
     path = trace.main_path()
     calls = {c.id: c for m in path for c in m.tool_calls or [] if c.synthetic == "skill"}
+    records = skill_records(trace.meta)
     for message in path:
         call = calls.get(message.tool_call_id or "")
         if call is None or message.is_error:
             continue
-        record = trace.meta.injected_skills.get(call.input.get("name", ""))
+        record = records.get(call.input.get("name", ""))
         if record is None or record.sequence < message.sequence:
-            trace.meta.injected_skills[call.input["name"]] = InjectedSkill(
-                message_id=message.id, sequence=message.sequence
-            )
+            record_injection(trace.meta, call.input["name"], message)
 
 
 def _answered(trace: Trace, assistant: Message) -> set[str]:

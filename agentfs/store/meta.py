@@ -12,17 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentfs.errors import AgentfsError, TraceNotFound, validation_problems
 from agentfs.store.atomic import atomic_write
 
-__all__ = ["FORMAT_VERSION", "InjectedSkill", "TraceMeta", "load_meta", "save_meta"]
+__all__ = ["FORMAT_VERSION", "TraceMeta", "load_meta", "save_meta"]
 
 #: Version of the on-disk trace format this agentfs writes and reads.
 FORMAT_VERSION = 1
-
-
-class InjectedSkill(BaseModel):
-    """Where a declared skill was last injected."""
-
-    message_id: str
-    sequence: int
 
 
 class TraceMeta(BaseModel):
@@ -38,7 +31,10 @@ class TraceMeta(BaseModel):
     model: str | None = Field(default=None, description="Model used when none is given")
     preset: str | None = None
     iterations: int = Field(default=0, description="Model calls made on the main path")
-    injected_skills: dict[str, InjectedSkill] = Field(default_factory=dict)
+    injected_skills: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Records the agent keeps per injected skill "
+        "(their shape is the agent's: `agentfs/core/injection.py:InjectedSkill`)",
+    )
     context: dict[str, Any] = Field(default_factory=dict, description="Free-form runtime state")
 
 

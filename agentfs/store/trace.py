@@ -24,7 +24,7 @@ from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
 from agentfs.store.message_dir import MessageDir
 from agentfs.store.messages import Message, parse_file_name, render_message
-from agentfs.store.meta import FORMAT_VERSION, InjectedSkill, TraceMeta, load_meta, save_meta
+from agentfs.store.meta import FORMAT_VERSION, TraceMeta, load_meta, save_meta
 from agentfs.store.recovery import recover
 from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.workspace import (
@@ -35,7 +35,7 @@ from agentfs.store.workspace import (
     check_trace_id,
 )
 
-__all__ = ["FORMAT_VERSION", "InFlight", "InjectedSkill", "Trace", "TraceMeta"]
+__all__ = ["FORMAT_VERSION", "InFlight", "Trace", "TraceMeta"]
 
 
 class Trace:

@@ -85,7 +85,7 @@ def test_declared_skill_injected_at_start_kept_while_recent_then_reinjected(
         # re-injected exactly when the request had it further back than the threshold
         assert beyond == (answer in reinjected)
     record = project.trace("t").meta.injected_skills["house-style"]
-    assert record.message_id == skill_results[-1].id
+    assert record["message_id"] == skill_results[-1].id
 
 
 def test_unknown_declared_skill_fails_before_anything_is_written(project, write_script):
