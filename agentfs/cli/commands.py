@@ -342,7 +342,7 @@ def compress(trace_ref: str, model: str | None) -> None:
     chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
     runner = project.runner(chosen, command_env=safe_environment(os.environ))
     summary = runner.compress(trace.id)
-    click.echo(f"{trace.id}: summary #{summary.sequence} from {summary.model_extra['source_branch']}")
+    click.echo(f"{trace.id}: summary #{summary.sequence} from {summary.source_branch}")
 
 
 @cli.command()

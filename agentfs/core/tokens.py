@@ -78,7 +78,7 @@ class TokenCounter:
             usage = message.usage
             if message.role != "assistant" or usage is None:
                 continue
-            estimated = (usage.model_extra or {}).get("estimated_input_tokens")
+            estimated = usage.estimated_input_tokens
             reported = (
                 usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
             )

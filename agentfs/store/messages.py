@@ -74,6 +74,10 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    estimated_input_tokens: int | None = Field(
+        default=None, description="agentfs' own estimate of the same input, to calibrate "
+        "later estimates against what the provider counted",
+    )
 
 
 class Message(BaseModel):
@@ -107,6 +111,9 @@ class Message(BaseModel):
     )
     files_changed: list[str] | None = Field(
         default=None, description="Workspace files a tool step changed (relative paths)"
+    )
+    source_branch: str | None = Field(
+        default=None, description="For a compression summary: the side branch that wrote it"
     )
 
     @field_validator("files_changed")
