@@ -19,7 +19,7 @@ from agentfs.core.toolset import build_tools
 from agentfs.errors import AgentfsError
 from agentfs.models.base import ModelRequest, ModelResponse, ToolSpec
 from agentfs.skills import load_skills
-from agentfs.store.messages import Message, Usage
+from agentfs.store.messages import Message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 
@@ -94,12 +94,11 @@ class RequestBuilder:
         usage = response.usage
         if usage is None or not (usage.input_tokens or usage.cache_read_input_tokens):
             return
-        response.usage = Usage(
-            **usage.model_dump(),
-            estimated_input_tokens=self.tokens.request(
+        response.usage = usage.model_copy(update={
+            "estimated_input_tokens": self.tokens.request(
                 request.system, request.messages, request.tools
             ),
-        )
+        })
 
     def _to_send(
         self, trace: Trace, system: str, messages: list[Message], tools: list[ToolSpec]

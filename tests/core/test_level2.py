@@ -140,7 +140,7 @@ def test_a_side_branch_cut_short_is_never_merged(project, write_script):
     trace.commit_to_branch(branch, [ask])
 
     summary = runner.compress("t")
-    assert summary.model_extra["source_branch"] == "agentfs/t/compression-2"
+    assert summary.source_branch == "agentfs/t/compression-2"
     assert "S1" in summary.text  # the cut-short branch consumed no script entry
     root = project.workspace.root
     merged = git(root, "log", "--format=%P", "-1").split()
