@@ -16,6 +16,7 @@ refuses to write a message it would refuse to read.
 
 from __future__ import annotations
 
+import enum
 import errno
 import hashlib
 import json
@@ -52,6 +53,15 @@ class MessageTooLarge(UnwritableMessage):
     `MAX_HEADER_BYTES`: the caller must cut the content (or tool input) first."""
 
 
+class Synthetic(enum.StrEnum):
+    """What agentfs itself wrote into a trace (the `synthetic` field)."""
+
+    CONTEXT = "context"  # a periodic `get_current_context` call and its result
+    SKILL = "skill"  # a declared skill's `skill` call and its result
+    RECOVERY = "recovery"  # an "interrupted" or "not run" answer to a tool call
+    SUMMARY = "summary"  # a compression summary
+
+
 class ToolCall(BaseModel):
     """A tool the assistant asked to run."""
 
@@ -60,7 +70,7 @@ class ToolCall(BaseModel):
     id: str = Field(description="Id that the matching tool result refers to")
     name: str = Field(description="Tool name")
     input: dict[str, Any] = Field(default_factory=dict, description="Arguments for the tool")
-    synthetic: Literal["context", "skill"] | None = Field(
+    synthetic: Literal[Synthetic.CONTEXT, Synthetic.SKILL] | None = Field(
         default=None, description="Set when agentfs appended the call, not the model"
     )
 
@@ -98,7 +108,7 @@ class Message(BaseModel):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = Field(default=None, description="For tool results: the call")
     is_error: bool | None = Field(default=None, description="For tool results: it failed")
-    synthetic: Literal["context", "skill", "recovery", "summary"] | None = Field(
+    synthetic: Synthetic | None = Field(
         default=None, description="Set when agentfs, not the model or user, wrote it"
     )
     branch_type: str | None = None
