@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from pydantic import BaseModel, ValidationError
 
-from agentfs.store.messages import Message, ToolCall
+from agentfs.store.messages import Message, Synthetic, ToolCall
 from agentfs.store.meta import TraceMeta
 
 DEFAULT_SKILL_RECENCY = 10
@@ -65,11 +65,11 @@ def skills_to_inject(
 def synthetic_calls(prefix: str, skills: Sequence[str], context: bool) -> list[ToolCall]:
     """Tool calls agentfs appends: `skill(name)` for each skill, then `get_current_context`."""
     calls = [
-        ToolCall(id=f"{prefix}_skill_{i}", name="skill", input={"name": name}, synthetic="skill")
+        ToolCall(id=f"{prefix}_skill_{i}", name="skill", input={"name": name}, synthetic=Synthetic.SKILL)
         for i, name in enumerate(skills)
     ]
     if context:
         calls.append(
-            ToolCall(id=f"{prefix}_context", name="get_current_context", input={}, synthetic="context")
+            ToolCall(id=f"{prefix}_context", name="get_current_context", input={}, synthetic=Synthetic.CONTEXT)
         )
     return calls

@@ -194,7 +194,7 @@ class Watcher:
     def _fingerprint(self, trace_id: str) -> tuple:
         """What a person changes to fix a failed trace: trace.json, messages/, the inbox."""
         folder = self.project.workspace.trace_dir(trace_id)
-        stamps = []
+        stamps: list[tuple] = []
         for path in [folder / "trace.json", folder / "messages", *waiting(folder / INBOX_DIR)]:
             try:
                 st = path.lstat()
