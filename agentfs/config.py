@@ -40,6 +40,10 @@ class Preset(BaseModel):
     )
 
 
+#: Control folders and files: the model reads them through tools but never writes them.
+DEFAULT_READ_ONLY = ("agentfs.toml", "inbox", "traces", "knowledge", "skills")
+
+
 class ToolsConfig(BaseModel):
     """Tool policy."""
 
@@ -48,6 +52,16 @@ class ToolsConfig(BaseModel):
     bash: bool = Field(default=False, description="Offer the bash tool (off by default)")
     bash_timeout: float = Field(default=60.0, gt=0, description="Seconds before a command is killed")
     bash_output_limit: int = Field(default=30_000, ge=100, description="Characters of output kept")
+    bash_sandbox: Literal["auto", "bwrap", "none"] = Field(
+        default="auto",
+        description="auto: run bash in a bubblewrap sandbox when `bwrap` works here, else "
+        "say so at start; bwrap: refuse to run bash without it; none: no sandbox",
+    )
+    read_only: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_READ_ONLY),
+        description="Workspace paths the file tools may read but not change (folders cover "
+        "everything below them); `.git` is always read-only",
+    )
 
 
 class KnowledgeConfig(BaseModel):
