@@ -294,8 +294,11 @@ def rewind(trace_ref: str, sequence: int) -> None:
     with trace.lock():
         trace.recover()
         previous = trace.meta.head
-        trace.rewind(sequence)
-    click.echo(f"{trace.id}: head moved from #{previous} to #{sequence}")
+        moved = trace.rewind(sequence)
+    if moved is None:
+        click.echo(f"{trace.id}: already at #{sequence}; nothing to do")
+    else:
+        click.echo(f"{trace.id}: head moved from #{previous} to #{sequence}")
 
 
 @cli.command()

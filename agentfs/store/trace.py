@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError
+from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.git.repo import Change, GitRepo
 from agentfs.store.history import last_assistant, path_to, step_end, unanswered_calls
@@ -26,6 +27,7 @@ from agentfs.store.message_dir import MessageDir
 from agentfs.store.messages import Message, parse_file_name, render_message
 from agentfs.store.meta import FORMAT_VERSION, TraceMeta, load_meta, save_meta
 from agentfs.store.recovery import recover
+from agentfs.store.steplog import trace_log
 from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.workspace import (
     INBOX_DIR,
@@ -268,8 +270,10 @@ class Trace:
         (see `agentfs/store/recovery.py:recover`)."""
         return recover(self)
 
-    def rewind(self, sequence: int) -> bytes:
-        """Move the head to `sequence` (a message of this trace) as a `rewind` commit."""
+    def rewind(self, sequence: int) -> bytes | None:
+        """Move the head to `sequence` (a message of this trace) as a `rewind` commit, and
+        the files beside the messages (goals.json) back to what they were then. Returns
+        the commit, or None if the head is there already."""
         messages = self.messages()
         target = messages.get(sequence)
         if target is None:
@@ -294,10 +298,44 @@ class Trace:
                 "the next run would have to run them again",
                 hint="rewind to " + " or ".join(options),
             )
+        if sequence == self.meta.head:
+            return None  # nothing to move: no empty commit
+        restored = self._restore_side_files(sequence)
         self.meta.head = sequence
         return self.commit_step(
-            "rewind", [], summary=f"head moved to #{sequence} ({target.role})"
+            "rewind", [], summary=f"head moved to #{sequence} ({target.role})",
+            extra_paths=restored,
         )
+
+    def _restore_side_files(self, sequence: int) -> list[str]:
+        """Put the files beside the messages (e.g. goals.json) back as they were when
+        `sequence` was the head, so state kept in them follows the main path; returns
+        the paths changed. Found along `main` through the commits' trailers."""
+        commit = next((step.commit for step in trace_log(self.repo, self.id)
+                       if step.sequence == sequence), None)
+        if commit is None:
+            return []
+        then = {p: e for p, e in self.repo.walk(commit.encode(), self.rel(self.dir)).items()
+                if self._is_side_file(p)}
+        now = {p: e for p, e in self.repo.walk(self.repo.head(), self.rel(self.dir)).items()
+               if self._is_side_file(p)}
+        changed = []
+        for path in sorted(set(then) | set(now)):
+            if then.get(path) == now.get(path):
+                continue
+            full = self.workspace.root / path
+            data = self.repo.read_file(commit.encode(), path) if path in then else None
+            if data is None:
+                full.unlink(missing_ok=True)
+            else:
+                atomic_write(full, data, tmp_dir=self.tmp_dir, sync_dir=self.repo.durable)
+            changed.append(path)
+        return changed
+
+    def _is_side_file(self, path: str) -> bool:
+        """A file of the trace other than trace.json, messages/ and inbox/."""
+        name = path[len(self.rel(self.dir)) + 1:]
+        return "/" not in name and name != TRACE_FILE
 
 
 def _summary_of(messages: Sequence[Message]) -> str:

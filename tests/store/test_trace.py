@@ -366,3 +366,10 @@ def test_a_head_pointing_nowhere_is_refused_before_anything_is_committed(
 def test_trace_ids_must_match_in_full(project: Project, bad: str) -> None:
     with pytest.raises(AgentfsError, match="invalid trace id"):
         Trace(project.workspace, project.repo, bad)
+
+
+def test_a_rewind_to_the_head_commits_nothing(project: Project, trace: Trace) -> None:
+    before = git(project.workspace.root, "rev-parse", "HEAD")
+    with trace.lock():
+        assert trace.rewind(2) is None
+    assert git(project.workspace.root, "rev-parse", "HEAD") == before
