@@ -320,7 +320,10 @@ def status(as_json: bool) -> None:
         pending = f", {len(row.pending_inbox)} in inbox" if row.pending_inbox else ""
         if row.rejected:
             pending += f", {len(row.rejected)} rejected (inbox/.rejected/)"
+        state = "failed" if row.last_error and not row.running else state
         error = f"  ERROR: {row.error}" if row.error else ""
+        if row.last_error and not row.running:
+            error += f"  last run: {row.last_error.splitlines()[0][:120]}"
         click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{error}")
     if report.inbox:
         click.echo(f"inbox/: {len(report.inbox)} file(s) waiting")

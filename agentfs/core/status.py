@@ -23,12 +23,14 @@ class TraceStatus:
     pending_inbox: list[str]
     rejected: list[str]
     error: str | None = None  # trace.json cannot be read
+    last_error: str | None = None  # the last run failed (context.last_error in trace.json)
 
     def record(self) -> dict[str, Any]:
         """The JSON form (`error` only when there is one)."""
         data = asdict(self)
-        if data["error"] is None:
-            del data["error"]
+        for key in ("error", "last_error"):
+            if data[key] is None:
+                del data[key]
         return data
 
 
@@ -44,13 +46,17 @@ def workspace_status(project: Project) -> WorkspaceStatus:
     rows = []
     for trace_id in project.workspace.trace_ids():
         trace = project.trace(trace_id)
+        failed = None
         try:
             head, problem = trace.meta.head, None
+            record = trace.meta.context.get("last_error")
+            if isinstance(record, dict):
+                failed = str(record.get("error") or "failed")
         except AgentfsError as exc:
             head, problem = None, str(exc)
         rows.append(TraceStatus(
             trace_id, head, trace.is_running(), [p.name for p in trace.pending_inbox()],
-            rejected_names(trace.inbox_dir), problem,
+            rejected_names(trace.inbox_dir), problem, failed,
         ))
     inbox = project.workspace.inbox_dir
     return WorkspaceStatus(rows, [p.name for p in waiting(inbox)], rejected_names(inbox))

@@ -209,3 +209,21 @@ def test_help_lists_commands():
     done = run_cli("--help", cwd=Path.cwd())
     for command in ("init", "new", "run", "show", "log", "rewind", "status", "demo"):
         assert command in done.stdout
+
+
+def test_status_shows_a_trace_whose_last_run_failed(tmp_path):
+    root = tmp_path / "ws"
+    run_cli("init", str(root), cwd=tmp_path)
+    run_cli("new", "t", "-m", "hello", cwd=root)
+    failed = run_cli("run", "t", "--model", "anthropic:claude-test", cwd=root, check=False,
+                     env={"ANTHROPIC_API_KEY": ""})
+    assert failed.returncode == 1
+    from agentfs.core.project import Project
+
+    trace = Project.open(root).trace("t")
+    with trace.lock():
+        trace.record_error("the model could not be reached")  # as the watcher records it
+    text = run_cli("status", cwd=root).stdout
+    assert "failed" in text and "last run: the model could not be reached" in text
+    rows = json.loads(run_cli("status", "--json", cwd=root).stdout)["traces"]
+    assert rows[0]["last_error"] == "the model could not be reached"
