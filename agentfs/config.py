@@ -59,7 +59,7 @@ class ToolsConfig(BaseModel):
     )
     read_only: list[str] = Field(
         default_factory=lambda: list(DEFAULT_READ_ONLY),
-        description="Workspace paths the file tools may read but not change (folders cover "
+        description="Workspace paths the file tools (and bash in its sandbox) may read but not change (folders cover "
         "everything below them); `.git` is always read-only",
     )
 

@@ -22,13 +22,16 @@ from agentfs.core.project import Project, init_workspace
 from agentfs.core.request import preview_request
 from agentfs.core.runner import StopReason
 from agentfs.core.status import workspace_status
+from agentfs.errors import AgentfsError
 from agentfs.models.base import Model
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
 from agentfs.skills import load_skills
 from agentfs.store.messages import load_dropped, parse_dropped
 from agentfs.store.steplog import trace_log
+from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE, check_trace_id
+from agentfs.tools.sandbox import choose_sandbox
 from agentfs.tools.subprocesses import safe_environment
 from agentfs.watch.observe import observe
 from agentfs.watch.watcher import Watcher
@@ -42,6 +45,14 @@ def _settings() -> ProviderSettings:
         anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
         anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
     )
+
+
+def _say_if_bash_is_not_sandboxed(project: Project) -> None:
+    """One line on stderr when bash is on and its commands are not sandboxed."""
+    tools = project.config.tools
+    notice = choose_sandbox(tools.bash_sandbox).notice() if tools.bash else None
+    if notice:
+        click.echo(notice, err=True)
 
 
 def _project(trace_ref: str | None = None) -> Project:
@@ -79,10 +90,12 @@ def init(directory: Path) -> None:
 
 @cli.command()
 @click.argument("trace_id", metavar="TRACE")
-@click.option("-m", "--message", help="Text of the first user message.")
+@click.option("-m", "--message", help="Text of the first user message; - reads standard input.")
 @click.option(
-    "-f", "--file", "file", type=click.Path(dir_okay=False, exists=True, path_type=Path),
-    help="Read the first user message from a Markdown file (frontmatter optional).",
+    "-f", "--file", "file",
+    type=click.Path(dir_okay=False, exists=True, allow_dash=True, path_type=Path),
+    help="Read the first user message from a Markdown file (frontmatter optional); "
+    "- reads standard input.",
 )
 @click.option("--preset", help="Preset from agentfs.toml for the system prompt.")
 @click.option("--model", help="Model this trace uses by default (e.g. replay:script.json).")
@@ -97,14 +110,20 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
         raise click.UsageError("give the first message with exactly one of -m TEXT or -f FILE")
     check_trace_id(trace_id)
     project = _project()
-    first = load_dropped(file) if file else parse_dropped(Path("<-m>"), message.encode())  # type: ignore[union-attr]
+    if file is not None and str(file) == "-":
+        first = parse_dropped(Path("<stdin>"), sys.stdin.buffer.read())
+    elif file is not None:
+        first = load_dropped(file)
+    else:
+        first = parse_dropped(Path("<-m>"), _text_or_stdin(message or "").encode())
     trace = project.new_trace(trace_id, first, preset=preset, model=model)
     click.echo(f"created trace {trace.id} in {trace.dir}")
 
 
 @cli.command()
 @click.argument("trace_ref", metavar="TRACE")
-@click.option("-m", "--message", "messages", multiple=True, help="Append a user message first.")
+@click.option("-m", "--message", "messages", multiple=True,
+              help="Append a user message first (repeatable); - reads standard input.")
 @click.option("--model", help="Model to use: replay:PATH or anthropic:MODEL-ID.")
 @click.option("--max-iterations", type=click.IntRange(min=1),
               help="Stop after this many model calls (default: max_iterations in agentfs.toml).")
@@ -133,37 +152,73 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
     Model: --model, else the trace's, else the preset's, else `model` in
     agentfs.toml.
     """
+    if list(messages).count("-") > 1:
+        raise click.UsageError("standard input can be read once: give -m - at most once")
+    messages = tuple(_text_or_stdin(m) for m in messages)
     project = _project(trace_ref)
     trace_id = _trace_id(project, trace_ref, creating=bool(messages))
     meta_model = preset_name = None
+    declared = list(inject_skills)
     if trace_id in project.workspace.trace_ids():
         trace = project.trace(trace_id)
         meta_model, preset_name = trace.meta.model, trace.meta.preset
         if preset and preset != preset_name:
+            had = f"preset {preset_name!r}" if preset_name else "no preset"
             raise click.UsageError(
-                f"trace {trace_id} exists (preset {preset_name!r}); presets apply when a trace "
-                "is created"
+                f"trace {trace_id} exists ({had}); presets apply when a trace is created"
             )
+        declared += [s for s in trace.meta.context.get("inject_skills", []) if s not in declared]
+        if not messages and not declared and _waits_for_user(trace):
+            _say_waiting(project, trace_id)  # no model needed, so no credentials either
+            return
     chosen = _choose_model(project, meta_model, preset or preset_name, model)
+    _say_if_bash_is_not_sandboxed(project)
     terminal = _Terminal(quiet)
     runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
                             command_env=safe_environment(os.environ))
     result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
-                        inject_skills=inject_skills, skill_recency_threshold=skill_recency,
+                        inject_skills=declared, skill_recency_threshold=skill_recency,
                         pending_tools=pending_tools)  # type: ignore[arg-type]
     terminal.end_line()
-    inbox = project.workspace.trace_dir(trace_id) / "inbox"
     if result.stop is StopReason.NOTHING_TO_DO:
-        click.echo(
-            f"trace {trace_id} is waiting for a user message: "
-            f"agentfs run {trace_id} -m '...' (or drop a file into {inbox})",
-            err=True,
-        )
-    elif result.stop is StopReason.MAX_ITERATIONS:
+        _say_waiting(project, trace_id)
+        return
+    if result.stop is StopReason.MAX_ITERATIONS:
         click.echo(
             f"stopped after {result.iterations} model calls (--max-iterations); "
             f"`agentfs run {trace_id}` continues", err=True,
         )
+    click.echo(
+        f"{trace_id}: {chosen.name}, {result.iterations} model call(s), "
+        f"{result.input_tokens:,} input tokens ({result.cached_tokens:,} from the cache), "
+        f"{result.output_tokens:,} output tokens", err=True,
+    )
+
+
+def _text_or_stdin(text: str) -> str:
+    """`-` stands for standard input, as in most commands."""
+    return sys.stdin.read() if text == "-" else text
+
+
+def _waits_for_user(trace: Trace) -> bool:
+    """True when a run would only find the trace ending in an answer, with nothing
+    waiting: no new file, no uncommitted work, no tool call pending."""
+    if trace.pending_inbox() or trace.unfinished():
+        return False
+    try:
+        path = trace.main_path()
+    except AgentfsError:
+        return False  # let the run report it
+    return path[-1].role == "assistant" and not path[-1].tool_calls
+
+
+def _say_waiting(project: Project, trace_id: str) -> None:
+    inbox = project.workspace.trace_dir(trace_id) / "inbox"
+    click.echo(
+        f"trace {trace_id} is waiting for a user message: "
+        f"agentfs run {trace_id} -m '...' (or drop a file into {inbox})",
+        err=True,
+    )
 
 
 def _trace_id(project: Project, ref: str, *, creating: bool) -> str:
@@ -183,30 +238,68 @@ def _choose_model(project: Project, trace_model: str | None, preset: str | None,
 
 
 class _Terminal:
-    """Streams assistant text to stdout and run events to stderr, keeping lines apart."""
+    """Streams assistant text to stdout and run events to stderr, keeping lines apart.
+
+    After a `retry` event the model streams the new attempt from its start; what
+    stdout already shows of the turn is not printed again, only what goes beyond
+    it, so stdout holds the answer once. (The retry line breaks the screen's line
+    with a newline on stderr, not on stdout.) A new attempt that says something
+    else is printed from its start, on a new line, after a note on stderr.
+    """
+
+    #: Shown even with --quiet: warnings, not tool traffic.
+    WARNINGS = ("retry", "max_tokens", "prompt_too_long")
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
-        self.mid_line = False
+        self.mid_line = False  # stdout does not end with a newline
+        self.cursor_mid_line = False  # ... and nothing was printed on stderr since
+        self.shown = ""  # the current turn's text on stdout
+        self.retried: str | None = None  # after a retry: the new attempt's text so far
 
     def text(self, chunk: str) -> None:
-        sys.stdout.write(chunk)
-        sys.stdout.flush()
-        self.mid_line = bool(chunk) and not chunk.endswith("\n")
+        if self.retried is not None:
+            chunk = self._beyond_shown(chunk)
+        if chunk:
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+            self.shown += chunk
+            self.mid_line = self.cursor_mid_line = not chunk.endswith("\n")
+
+    def _beyond_shown(self, chunk: str) -> str:
+        """What a retried attempt's `chunk` adds to the text stdout shows."""
+        assert self.retried is not None
+        self.retried += chunk
+        if self.shown.startswith(self.retried):
+            return ""
+        if self.retried.startswith(self.shown):
+            new = self.retried[len(self.shown):]
+        else:
+            self.end_line()
+            click.echo("  [the new attempt answers differently; its text follows]", err=True)
+            self.shown, new = "", self.retried
+        self.retried = None
+        return new
 
     def end_line(self) -> None:
         if self.mid_line:
             sys.stdout.write("\n")
             sys.stdout.flush()
-            self.mid_line = False
+            self.mid_line = self.cursor_mid_line = False
 
     def event(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "assistant":
             self.end_line()
-        if self.quiet:
+            self.shown, self.retried = "", None
+        elif kind == "retry":
+            self.retried = ""
+        if self.quiet and kind not in self.WARNINGS:
             return
         line = _event_line(kind, data)
-        if line:
+        if line and kind == "retry":  # mid-turn: keep stdout's text whole
+            click.echo("\n" + line if self.cursor_mid_line else line, err=True)
+            self.cursor_mid_line = False
+        elif line:
             self.end_line()
             click.echo(line, err=True)
 
@@ -226,6 +319,20 @@ def _event_line(kind: str, data: dict[str, Any]) -> str | None:
         return f"  rejected {data['file']}: {data['reason']} (moved to {data['moved_to']})"
     if kind == "recovered":
         return f"  resumed: answered {len(data['interrupted'])} interrupted tool call(s)"
+    if kind == "retry":
+        return (f"  [retrying in {data['wait']:.1f}s: attempt {data['attempt']} of "
+                f"{data['attempts']} failed: {data['reason']}]")
+    if kind == "max_tokens":
+        limit = f"max_tokens ({data['max_tokens']})"
+        if data["cut_call"]:
+            return (f"  [cut off at {limit}: the incomplete {data['cut_call']} call is not "
+                    "run; the model is told to call it again]")
+        if data["final"]:
+            return (f"  [the answer was cut off at {limit}: raise max_tokens in agentfs.toml, "
+                    f"or ask for the rest: agentfs run {data['trace']} -m 'continue']")
+        return f"  [the turn was cut off at {limit}]"
+    if kind == "prompt_too_long":
+        return "  [the model says the request is too long: compressing the trace, then retrying]"
     return None
 
 
@@ -271,10 +378,15 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
 @cli.command()
 @click.argument("trace_ref", metavar="TRACE")
 @click.option("-n", "--max-count", type=int, help="Show at most this many commits.")
-def log(trace_ref: str, max_count: int | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def log(trace_ref: str, max_count: int | None, as_json: bool) -> None:
     """List TRACE's commits on main, newest first: commit, kind, sequence, summary."""
     project = _project(trace_ref)
     trace = project.trace(trace_ref)
+    if as_json:
+        steps = [vars(step) for step in trace_log(project.repo, trace.id, max_count)]
+        click.echo(json.dumps({"trace": trace.id, "steps": steps}, indent=2, ensure_ascii=False))
+        return
     for step in trace_log(project.repo, trace.id, max_count):
         seq_text = f"#{step.sequence}" if step.sequence is not None else ""
         click.echo(f"{step.commit[:10]} {step.kind:<9} {seq_text:<6} {step.summary}".rstrip())
@@ -375,11 +487,15 @@ def knowledge(status_filter: str | None, as_json: bool) -> None:
 @cli.command()
 @click.argument("trace_ref", metavar="TRACE")
 @click.option("--summaries", is_flag=True, help="Show the summaries of finished goals.")
-def goals(trace_ref: str, summaries: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print goals.json's content as JSON.")
+def goals(trace_ref: str, summaries: bool, as_json: bool) -> None:
     """Print TRACE's goal tree (goals.json): [ ] open, [x] done, [-] abandoned."""
     project = _project(trace_ref)
     trace = project.trace(trace_ref)
     tree = GoalTree.load(trace.dir / GOALS_FILE)
+    if as_json:
+        click.echo(json.dumps(tree.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        return
     click.echo(tree.to_prompt(include_summary=summaries))
     click.echo(tree.focus_reminder())
 
@@ -434,6 +550,7 @@ def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float |
     """
     project = Project.open(workspace)
     _choose_model(project, None, None, model)  # a missing key or script fails now, not per run
+    _say_if_bash_is_not_sandboxed(project)
 
     def model_for(trace_model: str | None, preset: str | None) -> Model:
         return _choose_model(project, trace_model, preset, model)

@@ -25,7 +25,7 @@ from typing import Any
 
 from agentfs.core.context import CONTEXT_TOOL, ContextHook
 from agentfs.core.delegate import run_child
-from agentfs.core.fit import fit_turn
+from agentfs.core.fit import REFUSED_INPUT_KEY, fit_turn
 from agentfs.core.injection import (
     DEFAULT_SKILL_RECENCY,
     skill_records,
@@ -47,7 +47,16 @@ from agentfs.core.toolstep import (
     sync_skill_records,
 )
 from agentfs.errors import AgentfsError
-from agentfs.models.base import Model, ModelRequest, ModelResponse
+from agentfs.models.base import (
+    FinishReason,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    PromptTooLong,
+    RetryNotice,
+    TextSink,
+    report_retry,
+)
 from agentfs.skills import load_skills
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.inbox import SettleClock
@@ -67,6 +76,7 @@ class StopReason(enum.StrEnum):
     NOTHING_TO_DO = "nothing_to_do"  # the trace already ended in an answer; no model call
     MAX_ITERATIONS = "max_iterations"  # the run's limit of model calls was reached
     STOPPED = "stopped"  # asked to stop (a signal to the watcher); everything is committed
+    MAX_TOKENS = "max_tokens"  # the final answer was cut off at max_tokens (it is kept)
 
 
 @dataclass
@@ -83,30 +93,56 @@ class RunResult:
     #: children (offline models report none).
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_tokens: int = 0  #: of the input tokens, those read from the prompt cache
 
     def count(self, usage: Usage | None) -> None:
         if usage is not None:
             self.input_tokens += (usage.input_tokens + usage.cache_read_input_tokens
                                   + usage.cache_creation_input_tokens)
+            self.cached_tokens += usage.cache_read_input_tokens
             self.output_tokens += usage.output_tokens
 
 
 @dataclass
 class _Metered:
-    """The run's model, adding what each call used to the run's result."""
+    """The run's model, adding what each call used to the run's result and reporting
+    its retries as `retry` events."""
 
     model: Model
     result: RunResult
+    emit: Callable[..., None]
     name: str = field(init=False)
 
     def __post_init__(self) -> None:
         self.name = self.model.name
 
-    def complete(self, request: ModelRequest, on_text: Callable[[str], None] | None = None,
+    def complete(self, request: ModelRequest, on_text: TextSink | None = None,
                  ) -> ModelResponse:
-        response = self.model.complete(request, on_text)
+        response = self.model.complete(request, _CallSink(on_text, self.emit,
+                                                          self.result.trace_id))
         self.result.count(response.usage)
         return response
+
+
+@dataclass
+class _CallSink:
+    """A model call's text, to the run's `on_text`; its retries, to the run's events
+    (`agentfs/models/base.py:RetrySink`)."""
+
+    on_text: TextSink | None
+    emit: Callable[..., None]
+    trace_id: str
+
+    def __call__(self, text: str) -> None:
+        if self.on_text is not None:
+            self.on_text(text)
+
+    def retrying(self, notice: RetryNotice) -> None:
+        if callable(getattr(self.on_text, "retrying", None)):  # a delegated child's sink
+            report_retry(self.on_text, notice)
+            return
+        self.emit("retry", trace=self.trace_id, attempt=notice.attempt,
+                  attempts=notice.attempts, wait=notice.wait, reason=notice.reason)
 
 
 class Runner:
@@ -193,7 +229,7 @@ class Runner:
                 hint=f"edit {trace.messages_dir / '000001-system.md'} instead",
             )
         result = RunResult(trace.id)
-        model, self.model = self.model, _Metered(self.model, result)  # counts every call
+        model, self.model = self.model, _Metered(self.model, result, self._emit)  # counts calls
         try:
             with trace.lock():
                 trace.reload()
@@ -249,6 +285,8 @@ class Runner:
         the loop in docs/architecture.md)."""
         trace = session.trace
         result.steps.extend(trace.recover())
+        # an earlier failure is history once this run goes on: the next commit saves it
+        trace.meta.context.pop("last_error", None)
         self._report_ingest(trace, result, finish_staged(trace))
         sync_skill_records(trace)  # changes trace.meta only: the run's next commit saves it
         if finish_interrupted_step(session, pending_tools):
@@ -269,6 +307,7 @@ class Runner:
 
     def _loop(self, session: Session, max_iterations: int, result: RunResult) -> None:
         """Repeat the loop's steps (docs/architecture.md) until the run is over."""
+        compressed_for_length = False  # Level 2 ran because the model said "too long"
         while True:
             path = self._main_path(session)  # 1. read the main path; is the run over?
             if self._ingest_late_messages(session, path, result):
@@ -283,7 +322,13 @@ class Runner:
             if stale and result.iterations == 0 and not session.started_with_skills:
                 self._inject_skills_now(session, stale, result)
                 continue
-            assistant = self._call_model(session, request, stale, result)  # 4. call, commit
+            try:
+                assistant = self._call_model(session, request, stale, result)  # 4. call, commit
+            except PromptTooLong as exc:
+                self._compress_too_long(session, request, result, exc, compressed_for_length)
+                compressed_for_length = True
+                continue
+            compressed_for_length = False
             if assistant.tool_calls:
                 run_tools(session, assistant)  # 5. run the tool calls
                 result.steps.append("tool")
@@ -315,6 +360,8 @@ class Runner:
         last = path[-1]
         if _is_final_answer(last):
             result.stop = StopReason.END_TURN if result.iterations else StopReason.NOTHING_TO_DO
+            if result.iterations and last.stop_reason == FinishReason.MAX_TOKENS:
+                result.stop = StopReason.MAX_TOKENS  # the `max_tokens` event said so
             result.final_text = result.final_text or last.text
             return True
         if result.iterations >= max_iterations:
@@ -354,6 +401,25 @@ class Runner:
         session.compressed_at = trace.meta.head
         result.steps.append("summary")
 
+    def _compress_too_long(self, session: Session, request: ModelRequest, result: RunResult,
+                           error: PromptTooLong, again: bool) -> None:
+        """The model refused the request as too long: compress (Level 2) once, so the
+        loop retries with the shorter path; if that was already done, stop."""
+        trace = session.trace
+        refusal = PromptTooLong(
+            f"trace {trace.id!r} is too long for {self.model.name} even after compressing "
+            f"it: {error.message}",
+            hint=f"compress it with a model that has a larger context window: agentfs "
+            f"compress {trace.id} --model MODEL, or go back with agentfs rewind {trace.id} N",
+        )
+        if again:
+            raise refusal from None
+        self._emit("prompt_too_long", trace=trace.id, detail=error.message)
+        try:
+            self._compress(session, request, result)
+        except PromptTooLong:
+            raise refusal from None
+
     @staticmethod
     def _stale_skills(session: Session, request: ModelRequest) -> list[str]:
         """Declared skills missing from the last messages of `request`."""
@@ -392,11 +458,13 @@ class Runner:
         """Commit the model's turn, with the synthetic calls this iteration adds.
 
         `iteration` counts the model's turns in the message files, so it stays
-        right after a crash (a counter in trace.json could lag behind them).
+        right after a crash (a counter in trace.json could lag behind them). A
+        call cut off at max_tokens is stored with a note for its input, so it is
+        answered as an error instead of run (docs/models.md).
         """
         trace = session.trace
         trace.meta.iterations = iteration  # saved by the commit below
-        calls = list(response.tool_calls)
+        calls = _refuse_cut_call(response)
         if calls:
             calls += synthetic_calls(
                 f"toolu_agentfs_{trace.next_sequence()}",
@@ -411,6 +479,7 @@ class Runner:
             stop_reason=response.stop_reason,
             usage=response.usage,
             thinking=response.thinking,
+            **({"blocks": response.blocks} if response.blocks else {}),
         )
         message = fit_turn(message)  # oversized tool input is replaced and answered as an error
         if message.tool_calls:
@@ -418,6 +487,11 @@ class Runner:
         trace.commit_step("assistant", [message])
         self._emit("assistant", trace=trace.id, sequence=message.sequence,
                    tool_calls=[c.name for c in calls])
+        if response.stop_reason == FinishReason.MAX_TOKENS:
+            cut = response.cut_call()
+            self._emit("max_tokens", trace=trace.id, sequence=message.sequence,
+                       max_tokens=self.config.max_tokens, cut_call=cut.name if cut else None,
+                       final=not message.tool_calls)
         return message
 
     def _context_due(self, session: Session, calls: list[ToolCall], iteration: int) -> bool:
@@ -469,6 +543,19 @@ class Runner:
     def _emit(self, kind: str, **data: Any) -> None:
         if self.options.on_event is not None:
             self.options.on_event(kind, data)
+
+
+def _refuse_cut_call(response: ModelResponse) -> list[ToolCall]:
+    """The turn's tool calls, the one cut off at max_tokens with its input replaced by
+    a note, so it is answered as an error and never run (`agentfs/core/fit.py`)."""
+    cut = response.cut_call()
+    if cut is None:
+        return list(response.tool_calls)
+    note = (f"not run: your turn reached its output limit (max_tokens) while writing this "
+            f"call to {cut.name}, so its input is incomplete. Call the tool again; split a "
+            "long input into several calls (e.g. write a file in parts).")
+    return [c.model_copy(update={"input": {REFUSED_INPUT_KEY: note}}) if c is cut else c
+            for c in response.tool_calls]
 
 
 def _is_final_answer(message: Message) -> bool:

@@ -11,9 +11,11 @@ from agentfs.errors import ConfigError
 from agentfs.skills import SkillCatalog
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
-from agentfs.tools import FILE_TOOLS, ToolRegistry
+from agentfs.tools import ToolRegistry
 from agentfs.tools.bash import bash_tool
+from agentfs.tools.files import file_tools
 from agentfs.tools.plugins import plugin_tools
+from agentfs.tools.sandbox import choose_sandbox
 from agentfs.tools.skill import skill_tool
 
 __all__ = ["build_tools"]
@@ -32,7 +34,8 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
         `options.depth` is below `max_delegation_depth`.
 
     Raises:
-      ConfigError: a tool plugin takes the name of a built-in tool.
+      ConfigError: a tool plugin takes the name of a built-in tool, or an entry of
+        `[tools] read_only` is not a path inside the workspace.
     """
     config, workspace = options.config, trace.workspace
     command_hooks = [
@@ -46,7 +49,7 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
         notifications=lambda: [p.name for p in trace.pending_inbox()],
         hooks=[*options.context_hooks, *command_hooks],
     )
-    registry = ToolRegistry(FILE_TOOLS)
+    registry = ToolRegistry(file_tools(config.tools.read_only))  # one set per run
     registry.add(goal_tool(trace.dir / GOALS_FILE))
     registry.add(skill_tool(skills))
     registry.add(context_tool(sources))
@@ -54,6 +57,7 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
     if config.tools.bash:
         registry.add(bash_tool(
             config.tools.bash_timeout, config.tools.bash_output_limit, options.command_env,
+            sandbox=choose_sandbox(config.tools.bash_sandbox), read_only=config.tools.read_only,
         ))
     if options.depth < config.max_delegation_depth:
         registry.add(delegate_tool(run_child))

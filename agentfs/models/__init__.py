@@ -1,5 +1,23 @@
 """LLM models: the interface, the offline replay model and the Anthropic provider."""
 
-from agentfs.models.base import Model, ModelRequest, ModelResponse, ToolSpec
+from agentfs.models.base import (
+    FinishReason,
+    Model,
+    ModelRequest,
+    ModelResponse,
+    PromptTooLong,
+    RetryNotice,
+    RetrySink,
+    ToolSpec,
+)
 
-__all__ = ["Model", "ModelRequest", "ModelResponse", "ToolSpec"]
+__all__ = [
+    "FinishReason",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "PromptTooLong",
+    "RetryNotice",
+    "RetrySink",
+    "ToolSpec",
+]

@@ -3,23 +3,38 @@
 Retries are ours, not the SDK's (its `max_retries` is 0): a stream that fails
 half-way is retried too, and the policy is explicit — exponential backoff
 with full jitter, honouring `retry-after`, on 429, 5xx (incl. 529
-overloaded), timeouts and dropped connections; never on 4xx such as 400/401.
+overloaded), timeouts, dropped connections and streams that end before
+`message_stop`; never on 4xx such as 400/401. Each retry is reported to the
+text sink (`agentfs/models/base.py:report_retry`). A turn is returned only
+once its `message_stop` arrived: anything short of it is a failed attempt,
+so a cut stream is never taken for a complete answer (see docs/models.md).
+A 400 "prompt is too long" raises `PromptTooLong`, so the runner can compress.
 """
 
 from __future__ import annotations
 
-import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
+from contextlib import closing
 from typing import Any
 
 import anthropic
 
 from agentfs.errors import ModelError
-from agentfs.models.anthropic_messages import to_api_messages
-from agentfs.models.base import ModelRequest, ModelResponse, TextSink
+from agentfs.models.anthropic_messages import block_layout, to_api_messages
+from agentfs.models.base import (
+    FinishReason,
+    ModelRequest,
+    ModelResponse,
+    PromptTooLong,
+    RetryNotice,
+    TextSink,
+    report_retry,
+)
 from agentfs.store.messages import ToolCall, Usage
+
+__all__ = ["AnthropicModel", "IncompleteStream"]
 
 CACHE = {"type": "ephemeral"}
 
@@ -75,19 +90,28 @@ class AnthropicModel:
         return params
 
     def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelResponse:
+        """Stream one turn, retrying failed attempts; see the module docstring.
+
+        Raises:
+            PromptTooLong: the request is over the model's context window.
+            ModelError: a refusal (e.g. 401), or still failing after the retries.
+        """
         params = self.build_params(request)
-        for attempt in range(self.max_retries + 1):
+        attempts = self.max_retries + 1
+        for attempt in range(1, attempts + 1):
             try:
                 return self._stream(params, on_text)
             except _Retry as retry:
-                exc = retry.cause
-                if attempt == self.max_retries:
+                reason = _describe(retry.cause)
+                if attempt == attempts:
                     raise ModelError(
-                        f"Anthropic API still failing after {attempt + 1} attempts: "
-                        f"{_describe(exc)}",
-                        hint="try again later; `agentfs run` continues where it stopped",
+                        f"Anthropic API still failing after {attempts} attempts: {reason}",
+                        hint="nothing of the failed turn was saved; try again later: "
+                        "`agentfs run` continues where it stopped",
                     ) from None
-                self.sleep(self._delay(attempt, exc))
+                wait = self._delay(attempt - 1, retry.cause)
+                report_retry(on_text, RetryNotice(attempt, attempts, wait, reason))
+                self.sleep(wait)
         raise AssertionError("unreachable")
 
     def _delay(self, attempt: int, exc: Exception) -> float:
@@ -104,27 +128,53 @@ class AnthropicModel:
         return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
 
     def _stream(self, params: dict[str, Any], on_text: TextSink | None) -> ModelResponse:
+        """One attempt: the complete turn, or `_Retry` / a `ModelError`."""
+        open_block: str | None = None  # the kind of block the stream is inside
+        with closing(self._events(params)) as events:
+            for event in events:
+                if event.type == "text" and on_text is not None:
+                    on_text(event.text)
+                elif event.type == "content_block_start":
+                    open_block = event.content_block.type
+                elif event.type == "content_block_stop":
+                    open_block = None
+                elif event.type == "message_stop":
+                    return _response(event.message, self.name)
+        raise _Retry(IncompleteStream(open_block))
+
+    def _events(self, params: dict[str, Any]) -> Generator[Any, None, None]:
+        """The SDK's stream events, its failures turned into `_Retry` or a `ModelError`
+        (the caller's own code runs outside this `try`)."""
         try:
             with self.client.messages.stream(**params) as stream:
-                for text in stream.text_stream:
-                    if on_text is not None:
-                        on_text(text)
-                final = stream.get_final_message()
+                yield from stream
         except anthropic.APIError as exc:
             if _retryable(exc):
                 raise _Retry(exc) from None
             raise _refusal(exc) from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # a garbled body or stream
+        except (ValueError, UnicodeDecodeError) as exc:  # a garbled body, event or tool JSON
             raise _Retry(exc) from None
         except Exception as exc:
             if _is_transport_error(exc):  # e.g. the connection cut after the headers
                 raise _Retry(exc) from None
             raise
-        return _response(final, self.name)
+
+
+class IncompleteStream(Exception):
+    """The stream ended before `message_stop`: the turn is incomplete, and never used."""
+
+    def __init__(self, open_block: str | None) -> None:
+        where = f" inside a {open_block} block" if open_block else ""
+        super().__init__(f"the stream ended before message_stop{where}")
 
 
 def _refusal(exc: anthropic.APIError) -> ModelError:
     """The error to report for a failure that retrying would not fix."""
+    if isinstance(exc, anthropic.APIStatusError) and _too_long(exc):
+        return PromptTooLong(
+            f"the request is too long for the model: {_detail(exc)}",
+            hint="compress the trace: agentfs compress TRACE",
+        )
     if isinstance(exc, anthropic.AuthenticationError):
         return ModelError(
             f"Anthropic rejected the API key (401): {_detail(exc)}",
@@ -162,12 +212,21 @@ def _retryable(exc: Exception) -> bool:
     return isinstance(error, dict) and error.get("type") in RETRYABLE_TYPES
 
 
+def _too_long(exc: anthropic.APIStatusError) -> bool:
+    """A 400 "prompt is too long", or a 413 (the request is over the size limit)."""
+    if exc.status_code == 413:
+        return True
+    return exc.status_code == 400 and "prompt is too long" in _detail(exc).lower()
+
+
 def _is_transport_error(exc: Exception) -> bool:
     """An HTTP-library error the SDK let through (it wraps only errors before the headers)."""
     return type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "h11"}
 
 
 def _describe(exc: Exception) -> str:
+    if isinstance(exc, IncompleteStream):
+        return str(exc)
     if isinstance(exc, anthropic.APITimeoutError):
         return "the request timed out"
     if isinstance(exc, anthropic.APIStatusError):
@@ -185,6 +244,7 @@ def _detail(exc: anthropic.APIStatusError) -> str:
 
 
 def _response(final: Any, name: str) -> ModelResponse:
+    """The turn in `final` (a complete message: `message_stop` arrived)."""
     texts: list[str] = []
     calls: list[ToolCall] = []
     thinking: list[dict[str, Any]] = []
@@ -196,10 +256,12 @@ def _response(final: Any, name: str) -> ModelResponse:
         elif block.type in ("thinking", "redacted_thinking"):
             thinking.append(block.model_dump(mode="json", exclude_none=True))
     usage = final.usage
+    text = "".join(texts)
+    received = [b.model_dump(include={"type", "text", "id"}) for b in final.content]
     return ModelResponse(
-        text="".join(texts),
+        text=text,
         tool_calls=calls,
-        stop_reason=final.stop_reason or "end_turn",
+        stop_reason=final.stop_reason or FinishReason.END_TURN,
         usage=Usage(
             input_tokens=usage.input_tokens or 0,
             output_tokens=usage.output_tokens or 0,
@@ -208,4 +270,5 @@ def _response(final: Any, name: str) -> ModelResponse:
         ),
         model=name,
         thinking=thinking or None,
+        blocks=block_layout(received, text, calls, thinking),
     )

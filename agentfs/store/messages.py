@@ -125,6 +125,10 @@ class Message(BaseModel):
     source_branch: str | None = Field(
         default=None, description="For a compression summary: the side branch that wrote it"
     )
+    blocks: list[dict[str, Any]] | None = Field(
+        default=None, description="The order of an assistant turn's content blocks as "
+        "received, when not thinking, text, tool calls (see docs/models.md)",
+    )
 
     @field_validator("files_changed")
     @classmethod

@@ -161,22 +161,22 @@ def _check_tool_pairing(messages: list[Any]) -> list[str]:
             if block.get("type") != "tool_result":
                 leading = False
                 continue
-            use_id = block.get("tool_use_id")
+            result_id = block.get("tool_use_id")
             where = f"messages[{i}].content[{j}]"
-            if use_id in here or use_id in answered:
-                problems.append(f"{where}: duplicate tool_result for {use_id!r}")
-            elif use_id not in expected:
+            if result_id in here or result_id in answered:
+                problems.append(f"{where}: duplicate tool_result for {result_id!r}")
+            elif result_id not in expected:
                 problems.append(
-                    f"{where}: tool_result for {use_id!r} has no matching tool_use "
+                    f"{where}: tool_result for {result_id!r} has no matching tool_use "
                     "in the assistant message right before it"
                 )
             elif not leading:
                 problems.append(
-                    f"{where}: tool_result for {use_id!r} must come before any other block "
+                    f"{where}: tool_result for {result_id!r} must come before any other block "
                     "(all results first, together)"
                 )
-            if isinstance(use_id, str):
-                here.add(use_id)
+            if isinstance(result_id, str):
+                here.add(result_id)
         answered |= here
     for i, ids in enumerate(use_ids):
         following = messages[i + 1] if i + 1 < len(messages) else None

@@ -11,11 +11,13 @@ says `"stream": true` (the event sequence the SDK's `messages.stream()`
 accumulates), and `POST /v1/messages/count_tokens`. Every request is recorded.
 
 Answers come from a queue: `enqueue` dicts (text, tool calls, thinking, stop
-reason, usage) or callables that build one from the request body. Faults
-(`fail_next`, `delay_next`, `malformed_next`, `drop_next`, `error_in_stream_next`)
+reason, usage, running out of output tokens) or callables that build one from
+the request body. Faults (`fail_next`, `delay_next`, `malformed_next`,
+`drop_next`, `error_in_stream_next`, `cut_stream_next`, `prompt_too_long_next`)
 are taken one per request, in order, before any scripted answer; a faulted
 request uses up no scripted answer, except a delayed one, which is answered
-normally after the wait. A request
+normally after the wait. A cut stream sends the beginning of the answer the
+next request will get in full (it peeks at the queue), as a retry would see. A request
 that breaks the Messages API rules (`agentfs.testing.api_rules`) gets the 400
 the real API would send, unless the server was made with `validate=False`.
 
@@ -45,7 +47,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Self
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 from agentfs.testing.api_rules import check_request, content_blocks
@@ -98,14 +100,25 @@ class RecordedRequest:
         return token if scheme.lower() == "bearer" and token else None
 
 
+#: The context window the fake claims in its "prompt is too long" errors.
+CONTEXT_WINDOW_TOKENS = 200_000
+
+#: Where `cut_stream_next` and a scripted `max_tokens_during` cut an answer.
+CutPoint = Literal["text", "tool_input"]
+_BLOCK_TYPES: dict[str, str] = {"text": "text", "tool_input": "tool_use"}
+_DELTA_TYPES: dict[str, str] = {"text": "text_delta", "tool_input": "input_json_delta"}
+
+
 @dataclass(frozen=True)
 class _Fault:
-    kind: str  # status | delay | malformed | drop | stream_error
+    kind: str  # status | delay | malformed | drop | stream_error | cut | too_long
     status: int = 0
     body: Any = None
     seconds: float = 0.0
     retry_after: float | None = None
     mid_stream: bool = False
+    during: CutPoint = "text"
+    abort: bool = False
 
 
 class FakeAnthropicServer:
@@ -130,7 +143,7 @@ class FakeAnthropicServer:
         self._closed = False
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.fake = self
-        host, port = self._httpd.server_address[:2]
+        host, port = self._httpd.socket.getsockname()[:2]
         self.base_url = f"http://{host}:{port}"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
@@ -168,6 +181,13 @@ class FakeAnthropicServer:
         `stop_reason`, `usage` (overrides the simulated counts), or `content`
         (raw content blocks, used as they are). A callable gets the request body
         and returns such a dict.
+
+        `max_tokens_during` (`"text"` or `"tool_input"`) makes the answer run out
+        of output tokens as the real API does: its last text block, or its last
+        tool call's input JSON, stops halfway, the blocks after it are not sent,
+        and `stop_reason` is `max_tokens`. Streamed, the cut tool input arrives
+        as incomplete JSON; as plain JSON, `input` holds the keys that were
+        complete.
         """
         with self._lock:
             self._script.extend(responses)
@@ -210,6 +230,25 @@ class FakeAnthropicServer:
         A request that does not stream gets the plain HTTP error `status` instead.
         """
         self._add_faults(count, _Fault("stream_error", status=status))
+
+    def cut_stream_next(
+        self, during: CutPoint = "text", *, abort: bool = False, count: int = 1
+    ) -> None:
+        """Send only the beginning of the next answer, never its `message_stop`.
+
+        The stream stops halfway through the first text block (`"text"`) or the
+        first tool call's input JSON (`"tool_input"`); an answer without such a
+        block stops before its `message_delta`. It then ends cleanly (a proper
+        last chunk, as a server closing early would), or with `abort` hangs up in
+        the middle of an HTTP chunk. A request that does not stream gets half of
+        its JSON body (cleanly ended, or cut off with `abort`). The answer comes
+        from the queue without taking it, so the retry gets it in full.
+        """
+        self._add_faults(count, _Fault("cut", during=during, abort=abort))
+
+    def prompt_too_long_next(self, count: int = 1) -> None:
+        """Answer the next `count` requests with the API's 400 "prompt is too long"."""
+        self._add_faults(count, _Fault("too_long"))
 
     def _add_faults(self, count: int, fault: _Fault) -> None:
         with self._lock:
@@ -255,6 +294,11 @@ class FakeAnthropicServer:
             return _send_error(h, fault.status, fault.body, retry_after=fault.retry_after)
         if fault is not None and fault.kind == "drop" and not fault.mid_stream:
             return _drop(h)
+        if fault is not None and fault.kind == "too_long":
+            size = _tokens(self._cache.request_size(body)) if isinstance(body, dict) else 0
+            return _send_error(h, 400, None, message=f"prompt is too long: "
+                               f"{max(size, CONTEXT_WINDOW_TOKENS + 1)} tokens > "
+                               f"{CONTEXT_WINDOW_TOKENS} maximum")
 
         path = urlsplit(h.path).path.rstrip("/")
         if h.command != "POST" or path not in ("/v1/messages", "/v1/messages/count_tokens"):
@@ -268,28 +312,37 @@ class FakeAnthropicServer:
         if self.validate and (problems := check_request(body)):
             return _send_error(h, 400, None, message="; ".join(problems))
 
-        message, chunks = self._answer(body, broken=fault is not None)
+        cut = fault is not None and fault.kind == "cut"
+        message, chunks = self._answer(body, broken=fault is not None, peek=cut)
         if streaming:
             _send_sse(h, _sse_events(message, chunks), fault)
         elif fault is not None and fault.kind == "malformed":
             _send_bytes(h, 200, json.dumps(message).encode()[:40], "application/json")
-        elif fault is not None and fault.kind == "drop":
+        elif fault is not None and (fault.kind == "drop" or (cut and fault.abort)):
             encoded = json.dumps(message).encode()
             _send_bytes(h, 200, encoded, "application/json", cut_at=len(encoded) // 2)
+        elif cut:
+            encoded = json.dumps(message).encode()
+            _send_bytes(h, 200, encoded[: len(encoded) // 2], "application/json")
         elif fault is not None and fault.kind == "stream_error":
             _send_error(h, fault.status, None)
         else:
             _send_json(h, 200, message)
 
     def _answer(
-        self, body: dict[str, Any], *, broken: bool = False
+        self, body: dict[str, Any], *, broken: bool = False, peek: bool = False
     ) -> tuple[dict[str, Any], dict[int, list[str]]]:
-        """The message for this request, and the text chunks to stream per block index.
+        """The message for this request, and the chunks to stream per block index.
 
-        An answer that a fault will break uses no scripted response and caches nothing.
+        An answer that a fault will break uses no scripted response and caches
+        nothing; with `peek` it is built from the next scripted response, which
+        stays queued.
         """
         with self._lock:
-            scripted = self._script.popleft() if self._script and not broken else None
+            if not self._script or (broken and not peek):
+                scripted = None
+            else:
+                scripted = self._script[0] if peek else self._script.popleft()
             number = next(self._ids)
         if callable(scripted):
             scripted = scripted(body)
@@ -300,6 +353,9 @@ class FakeAnthropicServer:
         usage["output_tokens"] = max(1, _tokens(len(json.dumps(content))))
         usage.update(spec.get("usage") or {})
         has_tool_use = any(b.get("type") == "tool_use" for b in content)
+        if spec.get("max_tokens_during"):
+            has_tool_use = False  # the stop reason is max_tokens
+            spec = {"stop_reason": "max_tokens", **spec}
         message = {
             "id": f"msg_fake_{number:06d}",
             "type": "message",
@@ -313,6 +369,14 @@ class FakeAnthropicServer:
         return message, chunks
 
     def _content(self, spec: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[int, list[str]]]:
+        content, chunks = self._full_content(spec)
+        if spec.get("max_tokens_during"):
+            return _run_out(content, chunks, spec["max_tokens_during"])
+        return content, chunks
+
+    def _full_content(
+        self, spec: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], dict[int, list[str]]]:
         if "content" in spec:
             return copy.deepcopy(spec["content"]), {}
         content: list[dict[str, Any]] = []
@@ -413,6 +477,41 @@ def _canonical(block: dict[str, Any]) -> bytes:
     return json.dumps(clean, sort_keys=True, separators=(",", ":")).encode()
 
 
+def _run_out(
+    content: list[dict[str, Any]], chunks: dict[int, list[str]], during: CutPoint
+) -> tuple[list[dict[str, Any]], dict[int, list[str]]]:
+    """`content` as it stands when the output tokens run out halfway through its last
+    block of the kind `during` names (see `FakeAnthropicServer.enqueue`)."""
+    kind = _BLOCK_TYPES[during]
+    indexes = [i for i, block in enumerate(content) if block.get("type") == kind]
+    if not indexes:
+        return content, chunks
+    last = indexes[-1]
+    content = content[: last + 1]
+    chunks = {i: parts for i, parts in chunks.items() if i < last}
+    block = content[last]
+    if kind == "text":
+        block["text"] = block["text"][: max(1, len(block["text"]) // 2)]
+    else:
+        arguments = block.get("input", {})
+        encoded = json.dumps(arguments)
+        cut = encoded[: max(1, len(encoded) // 2)]
+        chunks[last] = [cut[i : i + 16] for i in range(0, len(cut), 16)]
+        block["input"] = _complete_keys(arguments, len(cut))
+    return content, chunks
+
+
+def _complete_keys(arguments: dict[str, Any], limit: int) -> dict[str, Any]:
+    """The leading keys of `arguments` whose JSON fits in the first `limit` characters."""
+    kept: dict[str, Any] = {}
+    for key, value in arguments.items():
+        trial = {**kept, key: value}
+        if len(json.dumps(trial)) - 1 > limit:  # without the closing brace
+            break
+        kept = trial
+    return kept
+
+
 def _tokens(size: int) -> int:
     return (size + 3) // 4
 
@@ -475,8 +574,11 @@ def _block_stream(
         deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
         return {"type": "thinking", "thinking": "", "signature": ""}, deltas
     if kind == "tool_use":
-        encoded = json.dumps(block.get("input", {}))
-        pieces = [encoded[i : i + 16] for i in range(0, len(encoded), 16)]
+        if chunks is not None:  # the input JSON as far as it got (see `_run_out`)
+            pieces = chunks
+        else:
+            encoded = json.dumps(block.get("input", {}))
+            pieces = [encoded[i : i + 16] for i in range(0, len(encoded), 16)]
         first = {**block, "input": {}}
         return first, [{"type": "input_json_delta", "partial_json": p} for p in ["", *pieces]]
     return block, []
@@ -613,7 +715,16 @@ def _send_sse(h: _Handler, events: list[tuple[str, Any]], fault: _Fault | None) 
     h.send_header("connection", "close")
     h.end_headers()
     kind = fault.kind if fault is not None else None
+    cut = _cut_point(events, fault.during) if fault is not None and kind == "cut" else None
     for number, (name, data) in enumerate(events):
+        if number == cut:
+            assert fault is not None
+            if fault.abort:  # announce the whole event, send half of it, hang up
+                encoded = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+                h.wfile.write(f"{len(encoded):x}\r\n".encode() + encoded[: len(encoded) // 2])
+                h.wfile.flush()
+                return _drop(h)
+            break  # a clean end of the body, without message_stop
         if number == 3 and kind == "malformed":
             _write_chunk(h, f"event: {name}\ndata: {{not json\n\n".encode())
             break
@@ -625,6 +736,27 @@ def _send_sse(h: _Handler, events: list[tuple[str, Any]], fault: _Fault | None) 
             break
         _write_chunk(h, f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
     h.wfile.write(b"0\r\n\r\n")
+
+
+def _cut_point(events: list[tuple[str, Any]], during: CutPoint) -> int:
+    """The first event a stream cut `during` a text or tool-input block does not send:
+    halfway through that block's deltas, keeping at least one; before
+    `message_delta` when there is no such block."""
+    wanted = _DELTA_TYPES[during]
+    block: int | None = None
+    deltas: list[int] = []
+    for number, (name, data) in enumerate(events):
+        if name != "content_block_delta" or data["delta"].get("type") != wanted:
+            continue
+        if block is not None and data["index"] != block:
+            break
+        if wanted == "input_json_delta" and not data["delta"].get("partial_json"):
+            continue
+        block = data["index"]
+        deltas.append(number)
+    if deltas:
+        return deltas[max(1, len(deltas) // 2) - 1] + 1
+    return next(n for n, (name, _) in enumerate(events) if name == "message_delta")
 
 
 def _write_chunk(h: _Handler, data: bytes) -> None:

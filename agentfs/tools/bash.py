@@ -1,22 +1,25 @@
 """The `bash` tool: off unless `[tools] bash = true` in `agentfs.toml`.
 
 Commands run in the workspace root with a timeout and an output cap, with
-only the environment they are given (see `agentfs/tools/subprocesses.py`). The files a command changed are found
-by comparing the work tree before and after (outside `.git` directories,
-`traces/` and what `.gitignore` ignores), so they go into the step's commit.
+only the environment they are given (see `agentfs/tools/subprocesses.py`), in
+a sandbox where bubblewrap works (see `agentfs/tools/sandbox.py`). The files a
+command changed are found by comparing the work tree before and after (outside
+`.git` directories, `traces/` and what `.gitignore` ignores), so they go into
+the step's commit.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from agentfs.store.git.ignore import not_ignored
 from agentfs.store.messages import workspace_path_problem
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
-from agentfs.tools.subprocesses import run_command
+from agentfs.tools.sandbox import INSTALL_HINT, Sandbox, choose_sandbox
+from agentfs.tools.subprocesses import MINIMAL, run_command
 
 TOP_LEVEL_SKIPPED = {"traces"}
 CUT_HINT = "send the output to a file and read it in parts with read_file offset/limit"
@@ -40,16 +43,34 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return files
 
 
-def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None = None) -> Tool:
-    """The `bash` tool with these limits; commands see only `env` (default: a PATH)."""
+def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None = None, *,
+              sandbox: Sandbox | None = None, read_only: Iterable[str] = ()) -> Tool:
+    """The `bash` tool.
+
+    Args:
+      timeout: Seconds before a command, with its whole process group, is killed.
+      output_limit: Characters of output kept.
+      env: The whole environment commands see (default: a PATH).
+      sandbox: Where commands run (default: `choose_sandbox("auto")`).
+      read_only: Workspace paths a sandboxed command cannot change besides `.git`.
+    """
+    chosen = sandbox if sandbox is not None else choose_sandbox("auto")
+    command_env = dict(env) if env is not None else dict(MINIMAL)
+    protected = tuple(read_only)
 
     def run(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         command = arguments.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ToolFailure("'command' must be a non-empty string")
+        if chosen.refuses:
+            raise ToolFailure(
+                f"bash is set to run only in a sandbox (tools.bash_sandbox = \"bwrap\"), "
+                f"and {chosen.problem}; the person running agentfs can {INSTALL_HINT}"
+            )
         root = context.root.resolve()
+        prefix = chosen.arguments(root, command_env, protected) if chosen.bwrap else []
         before = _snapshot(root)
-        done = run_command(command, cwd=root, timeout=timeout, env=env)
+        done = run_command(command, cwd=root, timeout=timeout, env=command_env, sandbox=prefix)
         after = _snapshot(root)
         changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
         # a name the message format refuses (a backslash, `.Git/`) is left uncommitted
@@ -68,7 +89,19 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
     return Tool(
         "bash",
         f"Run a bash command in the workspace root (timeout {timeout:g}s; output over "
-        f"{output_limit} characters is cut). Files it changes are committed with the step.",
+        f"{output_limit} characters is cut). Files it changes are committed with the step. "
+        + _where(chosen, protected),
         schema({"command": {"type": "string"}}, ["command"]),
         run,
     )
+
+
+def _where(sandbox: Sandbox, protected: tuple[str, ...]) -> str:
+    """What the tool's description says about the sandbox."""
+    if sandbox.bwrap is not None:
+        kept = ", ".join([".git", *protected])
+        return (f"It runs in a sandbox: only the workspace can be changed, except {kept}; "
+                "/tmp and the home directory start empty and are discarded after each command.")
+    if sandbox.refuses:
+        return f"It is unavailable: it must run in a sandbox, and {sandbox.problem}."
+    return "It runs without a sandbox."

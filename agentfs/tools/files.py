@@ -1,20 +1,56 @@
 """File tools confined to the workspace: read, write, edit, list (glob), grep.
 
-Paths are relative to the workspace root. Nothing under `.git` is reachable,
-`..` and symlinks cannot lead outside the workspace, and trace directories
-are read-only to the agent (agentfs writes them).
+Paths are relative to the workspace root. Each is resolved (`..` and symlinks
+followed) before it is judged (`resolve_path`): nothing outside the workspace
+or in a `.git` directory is reachable, and the workspace's control files
+(`[tools] read_only`) may be read but not changed (`WritePolicy`). Every tool
+is bounded in bytes and time. `edit_file` refuses a file that changed since
+the trace last saw it, and the changes to one file are made one at a time,
+across threads and processes (`change_lock`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
+import hashlib
+import io
 import os
-import re
-from pathlib import Path
+import stat
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
+import regex  # type: ignore[import-untyped]  # tiktoken's dependency; has no type hints
+
+from agentfs.config import DEFAULT_READ_ONLY
+from agentfs.errors import ConfigError
+from agentfs.store.atomic import open_creating
 from agentfs.store.frontmatter import MAX_HEADER_BYTES
+from agentfs.store.workspace import Workspace
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, cut_marker, schema
+
+__all__ = [
+    "FILE_TOOLS",
+    "FILE_TOOL_TIMEOUT",
+    "MAX_EDIT_FILE_BYTES",
+    "MAX_GREP_BYTES",
+    "MAX_GREP_FILE_BYTES",
+    "MAX_GREP_READ_BYTES",
+    "MAX_READ_BYTES",
+    "MAX_READ_CHARS",
+    "MAX_WALK_ENTRIES",
+    "MAX_WRITE_BYTES",
+    "WritePolicy",
+    "change_lock",
+    "file_tools",
+    "is_git_path",
+    "resolve_path",
+]
 
 #: What one `read_file` call returns at most: characters (what the model pays
 #: for) and bytes of the file (each shows as at most 3 bytes of UTF-8, so a
@@ -26,33 +62,217 @@ MAX_READ_BYTES = 128 * 1024
 #: readable: YAML may write a control character as a 4-byte escape, and the
 #: rest of the header needs room too. Larger files are written in parts.
 MAX_WRITE_BYTES = MAX_HEADER_BYTES // 5
+#: The largest file `edit_file` and `write_file` with `append` change: both read
+#: the whole file and write it back.
+MAX_EDIT_FILE_BYTES = 32 * 1024 * 1024
 MAX_LIST_ENTRIES = 500
+#: How many directory entries one `list_files` or `grep` call looks at, at most.
+MAX_WALK_ENTRIES = 100_000
 MAX_GREP_MATCHES = 200
 MAX_GREP_LINE_CHARS = 300
 MAX_GREP_BYTES = 64 * 1024
-#: Top-level paths tools may read but not change: agentfs' own state and the
-#: settings that decide what runs (a prompt-injected model must not enable bash
-#: or add hooks by editing them).
-PROTECTED_FOR_WRITES = ("traces", "agentfs.toml", "skills")
+#: `grep` skips files larger than this, and stops after reading this much in all.
+MAX_GREP_FILE_BYTES = 8 * 1024 * 1024
+MAX_GREP_READ_BYTES = 64 * 1024 * 1024
+#: Seconds one `list_files` or `grep` call may take, walk and search together,
+#: and how long a write waits for another writer of the same file.
+FILE_TOOL_TIMEOUT = 10.0
+GIT_DIR = ".git"
+#: Paths share this many lock files, by a hash of the path, so their folder never grows.
+LOCK_STRIPES = 64
+#: How many (trace, file) versions one set of file tools remembers; the oldest go first.
+MAX_REMEMBERED = 10_000
 
 
-def resolve_path(context: ToolContext, raw: Any, *, for_write: bool = False) -> Path:
-    """The absolute path for `raw`, refusing anything outside the workspace."""
+# --- which paths the tools may reach and change ---------------------------------
+
+
+def is_git_path(rel: PurePosixPath) -> bool:
+    """Whether `rel` is in (or is) a `.git` directory at any depth, in any letter case."""
+    return any(part.casefold() == GIT_DIR for part in rel.parts)
+
+
+@dataclass(frozen=True)
+class WritePolicy:
+    """Which workspace paths the file tools may change: all but `.git` and `read_only`.
+
+    `read_only` holds paths relative to the workspace root (`[tools] read_only`
+    in agentfs.toml). A folder covers everything below it, and `.` the whole
+    workspace. They are compared in any letter case, as `.git` is, so a
+    case-insensitive disk gives no way round them.
+
+    Raises:
+        ConfigError: an entry is empty, absolute or climbs out with `..`.
+    """
+
+    read_only: tuple[str, ...] = DEFAULT_READ_ONLY
+    _folded: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_folded", tuple(_entry_parts(e) for e in self.read_only))
+
+    def refusal(self, rel: PurePosixPath) -> str | None:
+        """Why the file tools may not change `rel` (resolved, relative to the root), or None."""
+        if is_git_path(rel):
+            return ".git directories are off limits"
+        folded = tuple(part.casefold() for part in rel.parts)
+        for entry, parts in zip(self.read_only, self._folded, strict=True):
+            if folded[: len(parts)] == parts:
+                return (f"{entry} is read-only: the file tools may read it but not change it "
+                        "(a person can change that with `[tools] read_only` in agentfs.toml)")
+        return None
+
+
+def _entry_parts(entry: Any) -> tuple[str, ...]:
+    path = PurePosixPath(entry.strip()) if isinstance(entry, str) else None
+    if path is None or not entry.strip() or path.is_absolute() or ".." in path.parts:
+        raise ConfigError(
+            f"[tools] read_only: {entry!r} is not a path inside the workspace",
+            hint='give paths relative to the workspace root, such as "inbox" or "docs/final"',
+        )
+    return tuple(part.casefold() for part in path.parts)
+
+
+def resolve_path(context: ToolContext, raw: Any, policy: WritePolicy | None = None) -> Path:
+    """The absolute path `raw` leads to, with `..` and symlinks followed.
+
+    Args:
+        context: The tool's context; paths are relative to its root.
+        raw: The path the model gave.
+        policy: For a path about to be changed: what the tools may change.
+
+    Returns:
+        The resolved path, inside the workspace.
+
+    Raises:
+        ToolFailure: `raw` leads outside the workspace or into a `.git`
+            directory, or `policy` refuses to let it change.
+    """
     if not isinstance(raw, str) or not raw.strip():
         raise ToolFailure("'path' must be a non-empty string relative to the workspace")
     root = context.root.resolve()
     candidate = Path(raw)
-    full = (candidate if candidate.is_absolute() else root / candidate).resolve()
     try:
-        rel = full.relative_to(root)
+        full = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL character
+        raise ToolFailure(f"{raw}: cannot be resolved ({exc})") from None
+    try:
+        rel = PurePosixPath(full.relative_to(root).as_posix())
     except ValueError:
         raise ToolFailure(f"{raw}: outside the workspace") from None
-    if ".git" in rel.parts:
-        raise ToolFailure(f"{raw}: .git directories are off limits")
-    if for_write and rel.parts and rel.parts[0] in PROTECTED_FOR_WRITES:
-        raise ToolFailure(f"{raw}: {rel.parts[0]} is managed by people and agentfs; "
-                          "tools may read it but not change it")
+    if policy is not None:
+        problem = policy.refusal(rel)
+    else:
+        problem = ".git directories are off limits" if is_git_path(rel) else None
+    if problem is not None:
+        raise ToolFailure(f"{raw}: {problem}")
     return full
+
+
+# --- one change at a time ------------------------------------------------------------
+
+_THREAD_LOCKS = tuple(threading.Lock() for _ in range(LOCK_STRIPES))
+
+
+@contextmanager
+def change_lock(root: Path, path: Path, timeout: float = FILE_TOOL_TIMEOUT) -> Iterator[None]:
+    """Hold the lock for changing the workspace file `path`, for a read-modify-write.
+
+    Threads of this process wait on a lock in memory; other processes (two
+    runs of different traces) on `fcntl.flock` of a lock file in
+    `.git/agentfs/locks/file-tools/`, which the kernel releases if the holder
+    dies. Without a `.git` folder (not a workspace) only threads are kept apart.
+
+    Raises:
+        ToolFailure: another writer held the lock for `timeout` seconds.
+    """
+    root = root.resolve()
+    rel = path.relative_to(root).as_posix()
+    stripe = int.from_bytes(hashlib.sha256(rel.encode()).digest()[:4], "big") % LOCK_STRIPES
+    busy = f"{rel}: another tool call is changing it; try again"
+    deadline = time.monotonic() + timeout
+    if not _THREAD_LOCKS[stripe].acquire(timeout=timeout):
+        raise ToolFailure(busy)
+    try:
+        if not (root / GIT_DIR).is_dir():
+            yield
+            return
+        lock_file = Workspace(root).state_dir / "locks" / "file-tools" / f"{stripe:02d}.lock"
+        fd = open_creating(lock_file, os.O_RDWR)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise ToolFailure(busy) from None
+                    time.sleep(0.005)  # held by another process for one write, briefly
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+    finally:
+        _THREAD_LOCKS[stripe].release()
+
+
+# --- what a trace last saw of a file -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Version:
+    """A file as a trace last saw it: its stat identity and the SHA-256 of its bytes."""
+
+    identity: tuple[int, ...]
+    digest: bytes
+
+
+def _identity(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.sha256(data).digest()
+
+
+# --- reading files safely --------------------------------------------------------------
+
+
+def _open_regular(path: Path, raw: str) -> io.BufferedReader:
+    """`path` opened for reading. A directory, FIFO or device is refused: a FIFO
+    would block the run forever. A missing file raises `FileNotFoundError`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except NotADirectoryError:
+        raise FileNotFoundError(path) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "is a directory; use list_files" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ToolFailure(f"{raw}: {what}")
+    return os.fdopen(fd, "rb")
+
+
+def _read_for_change(path: Path, raw: str) -> bytes | None:
+    """The bytes of a file `edit_file` or an append is about to change; None if it is missing."""
+    try:
+        file = _open_regular(path, raw)
+    except FileNotFoundError:
+        return None
+    with file:
+        data = file.read(MAX_EDIT_FILE_BYTES + 1)
+    if len(data) > MAX_EDIT_FILE_BYTES:
+        raise ToolFailure(
+            f"{raw}: over {MAX_EDIT_FILE_BYTES:,} bytes; edit_file and append change files "
+            "of at most that size (they rewrite the whole file)"
+        )
+    return data
+
+
+def _path_arg(arguments: dict[str, Any]) -> str:
+    raw = arguments.get("path")
+    if not isinstance(raw, str) or not raw.strip():
+        raise ToolFailure("'path' must be a non-empty string relative to the workspace")
+    return raw
 
 
 def _text_arg(arguments: dict[str, Any], name: str, *, required: bool = True) -> str | None:
@@ -71,40 +291,6 @@ def _line_number(arguments: dict[str, Any], name: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ToolFailure(f"'{name}' must be a whole number of lines, 1 or more")
     return value
-
-
-def read_file(arguments: dict[str, Any], context: ToolContext) -> str:
-    path = resolve_path(context, arguments.get("path"))
-    offset = _line_number(arguments, "offset") or 1
-    limit = _line_number(arguments, "limit")
-    if path.is_dir():
-        raise ToolFailure(f"{arguments['path']}: is a directory; use list_files")
-    try:
-        file = path.open("rb")
-    except FileNotFoundError:
-        raise ToolFailure(f"{arguments['path']}: no such file") from None
-    with file:
-        size = os.fstat(file.fileno()).st_size
-        if b"\x00" in file.read(8192):
-            raise ToolFailure(f"{arguments['path']}: binary file ({size} bytes)")
-        file.seek(0)
-        skipped = _skip_lines(file, offset - 1)
-        if skipped < offset - 1:
-            raise ToolFailure(
-                f"{arguments['path']}: offset {offset} is past the end ({skipped} lines)"
-            )
-        text, lines, complete = _read_lines(file, limit)
-        if complete:
-            return text
-        if lines:
-            hint = f"read the rest in parts with offset/limit, from offset={offset + lines}"
-        else:  # one line longer than a whole read: show its head
-            text = _line_head(file)
-            hint = (f"line {offset} alone is over what read_file shows at once; "
-                    f"the next line is offset={offset + 1}")
-        rest = size - file.tell()
-    separator = "" if text.endswith("\n") else "\n"
-    return f"{text}{separator}{cut_marker(rest, hint)}"
 
 
 def _skip_lines(file: BinaryIO, count: int) -> int:
@@ -162,85 +348,34 @@ def _too_big(what: str, size: int, advice: str) -> ToolFailure:
     )
 
 
-def write_file(arguments: dict[str, Any], context: ToolContext) -> str:
-    path = resolve_path(context, arguments.get("path"), for_write=True)
-    content = _text_arg(arguments, "content")
-    assert content is not None
-    data = content.encode("utf-8")
-    if len(data) > MAX_WRITE_BYTES:
-        raise _too_big("'content' is", len(data), "Write the file in parts: write_file with "
-                       "the first part, then write_file with append=true for each next part.")
-    if path.is_dir():
-        raise ToolFailure(f"{arguments['path']}: is a directory")
-    existed = path.exists()
-    if existed and arguments.get("append"):
-        whole = path.read_bytes() + data
-        context.write(path, whole)
-        return f"appended {len(data)} bytes to {arguments['path']} (now {len(whole)} bytes)"
-    context.write(path, data)
-    verb = "overwrote" if existed else "created"
-    return f"{verb} {arguments['path']} ({len(data)} bytes)"
+class _Walk:
+    """Files below `base` in name order, without `.git` directories and symlinks
+    (they could lead outside), within `MAX_WALK_ENTRIES` and a deadline.
 
+    After the loop, `stopped` says why it ended early, and `timed_out` whether
+    the deadline did it.
+    """
 
-def edit_file(arguments: dict[str, Any], context: ToolContext) -> str:
-    path = resolve_path(context, arguments.get("path"), for_write=True)
-    old = _text_arg(arguments, "old_text")
-    new = _text_arg(arguments, "new_text")
-    assert old is not None and new is not None
-    if not old:
-        raise ToolFailure("'old_text' must not be empty")
-    carried = len(old.encode("utf-8")) + len(new.encode("utf-8"))
-    if carried > MAX_WRITE_BYTES:
-        raise _too_big("old_text and new_text together are", carried,
-                       "Make several smaller edits.")
-    try:
-        text = path.read_bytes().decode("utf-8")  # not read_text: keep CRLF line ends
-    except FileNotFoundError:
-        raise ToolFailure(f"{arguments['path']}: no such file") from None
-    except UnicodeDecodeError:
-        raise ToolFailure(f"{arguments['path']}: not a UTF-8 text file") from None
-    count = text.count(old)
-    replace_all = bool(arguments.get("replace_all", False))
-    if count == 0:
-        raise ToolFailure(f"{arguments['path']}: old_text not found")
-    if count > 1 and not replace_all:
-        raise ToolFailure(
-            f"{arguments['path']}: old_text occurs {count} times; "
-            "add context to make it unique or set replace_all"
-        )
-    context.write(path, text.replace(old, new).encode("utf-8"))
-    return f"edited {arguments['path']} ({count if replace_all else 1} replacement(s))"
+    def __init__(self, base: Path, deadline: float) -> None:
+        self.base = base
+        self.deadline = deadline
+        self.stopped: str | None = None
+        self.timed_out = False
 
-
-def _walk(base: Path) -> list[Path]:
-    """Files below `base`, without `.git` and without symlinks (they could lead outside)."""
-    files: list[Path] = []
-    for directory, dirnames, filenames in os.walk(base):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
-        files.extend(
-            Path(directory) / name
-            for name in sorted(filenames)
-            if not os.path.islink(os.path.join(directory, name))
-        )
-    return files
-
-
-def list_files(arguments: dict[str, Any], context: ToolContext) -> str:
-    pattern = _text_arg(arguments, "pattern", required=False) or "**/*"
-    base = resolve_path(context, arguments.get("path") or ".")
-    if not base.is_dir():
-        raise ToolFailure(f"{arguments.get('path')}: not a directory")
-    root = context.root.resolve()
-    matches = [
-        p.relative_to(root).as_posix()
-        for p in _walk(base)
-        if _glob_match(p.relative_to(base).as_posix(), pattern)
-    ]
-    if not matches:
-        return f"no files match {pattern!r}"
-    shown = matches[:MAX_LIST_ENTRIES]
-    more = len(matches) - len(shown)
-    return "\n".join(shown) + (f"\n[... {more} more]" if more else "")
+    def __iter__(self) -> Iterator[Path]:
+        seen = 0
+        for directory, dirnames, filenames in os.walk(self.base):
+            dirnames[:] = sorted(d for d in dirnames if d.casefold() != GIT_DIR)
+            seen += len(dirnames) + len(filenames)
+            if seen > MAX_WALK_ENTRIES:
+                self.stopped = f"stopped after looking at {MAX_WALK_ENTRIES:,} entries"
+                return
+            for name in sorted(filenames):
+                if time.monotonic() > self.deadline:
+                    self.stopped, self.timed_out = "stopped at the time limit", True
+                    return
+                if not os.path.islink(os.path.join(directory, name)):
+                    yield Path(directory) / name
 
 
 def _glob_match(rel: str, pattern: str) -> bool:
@@ -250,102 +385,362 @@ def _glob_match(rel: str, pattern: str) -> bool:
     )
 
 
-def grep(arguments: dict[str, Any], context: ToolContext) -> str:
-    raw = _text_arg(arguments, "pattern")
-    assert raw is not None
-    try:
-        regex = re.compile(raw)
-    except re.error as exc:
-        raise ToolFailure(f"invalid regular expression {raw!r}: {exc}") from None
-    base = resolve_path(context, arguments.get("path") or ".")
-    file_glob = _text_arg(arguments, "glob", required=False) or "**/*"
-    root = context.root.resolve()
-    candidates = [base] if base.is_file() else _walk(base)
-    hits: list[str] = []
-    size = 0
-    for path in candidates:
-        rel = path.relative_to(root).as_posix()
-        if not base.is_file() and not _glob_match(path.relative_to(base).as_posix(), file_glob):
-            continue
+# --- the tools ----------------------------------------------------------------------
+
+
+class _FileTools:
+    """The file tools of one run: what they may change, how long they may take,
+    and the version of each file each trace last saw (for `edit_file`)."""
+
+    def __init__(self, policy: WritePolicy, timeout: float) -> None:
+        self.policy = policy
+        self.timeout = timeout
+        self._seen: dict[tuple[str, str], _Version] = {}
+        self._seen_lock = threading.Lock()
+
+    # --- versions seen
+
+    def _last_seen(self, context: ToolContext, path: Path) -> _Version | None:
+        with self._seen_lock:
+            return self._seen.get((context.trace_id, str(path)))
+
+    def _remember(self, context: ToolContext, path: Path, version: _Version) -> None:
+        key = (context.trace_id, str(path))
+        with self._seen_lock:
+            self._seen.pop(key, None)  # re-inserted last: the oldest entry goes first
+            self._seen[key] = version
+            while len(self._seen) > MAX_REMEMBERED:
+                del self._seen[next(iter(self._seen))]
+
+    def _note_read(self, context: ToolContext, path: Path, file: io.BufferedReader) -> None:
+        """Remember the version of `path` a read shows (of files edit_file can change).
+        A file read in parts is hashed once, while its stat identity stays the same."""
+        st = os.fstat(file.fileno())
+        if st.st_size > MAX_EDIT_FILE_BYTES:
+            return
+        known = self._last_seen(context, path)
+        if known is not None and known.identity == _identity(st):
+            return
+        file.seek(0)
+        digest = hashlib.file_digest(file, "sha256").digest()
+        self._remember(context, path, _Version(_identity(st), digest))
+
+    def _note_change(self, context: ToolContext, path: Path, before: bytes | None,
+                     after: bytes) -> None:
+        """Remember `after` as what the trace saw of `path`, unless it had missed an
+        earlier change to `before` (an append does not show the file): then its next
+        edit must still read the file first."""
+        known = self._last_seen(context, path)
+        if known is not None and before is not None and known.digest != _digest(before):
+            return
+        self._remember(context, path, _Version(_identity(os.stat(path)), _digest(after)))
+
+    # --- the tools themselves
+
+    def read_file(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        raw = _path_arg(arguments)
+        path = resolve_path(context, raw)
+        offset = _line_number(arguments, "offset") or 1
+        limit = _line_number(arguments, "limit")
         try:
-            data = path.read_bytes()
-        except OSError:
-            continue
+            file = _open_regular(path, raw)
+        except FileNotFoundError:
+            raise ToolFailure(f"{raw}: no such file") from None
+        with file:
+            size = os.fstat(file.fileno()).st_size
+            if b"\x00" in file.read(8192):
+                raise ToolFailure(f"{raw}: binary file ({size} bytes)")
+            self._note_read(context, path, file)
+            file.seek(0)
+            skipped = _skip_lines(file, offset - 1)
+            if skipped < offset - 1:
+                raise ToolFailure(f"{raw}: offset {offset} is past the end ({skipped} lines)")
+            text, lines, complete = _read_lines(file, limit)
+            if complete:
+                return text
+            if lines:
+                hint = f"read the rest in parts with offset/limit, from offset={offset + lines}"
+            else:  # one line longer than a whole read: show its head
+                text = _line_head(file)
+                hint = (f"line {offset} alone is over what read_file shows at once; "
+                        f"the next line is offset={offset + 1}")
+            rest = size - file.tell()
+        separator = "" if text.endswith("\n") else "\n"
+        return f"{text}{separator}{cut_marker(rest, hint)}"
+
+    def write_file(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        raw = _path_arg(arguments)
+        path = resolve_path(context, raw, self.policy)
+        content = _text_arg(arguments, "content")
+        assert content is not None
+        data = content.encode("utf-8")
+        if len(data) > MAX_WRITE_BYTES:
+            raise _too_big("'content' is", len(data), "Write the file in parts: write_file "
+                           "with the first part, then write_file with append=true for each "
+                           "next part.")
+        if path.is_dir():
+            raise ToolFailure(f"{raw}: is a directory")
+        with change_lock(context.root, path, self.timeout):
+            before = _read_for_change(path, raw) if arguments.get("append") else None
+            if before is not None:
+                whole = before + data
+                context.write(path, whole)
+                self._note_change(context, path, before, whole)
+                return f"appended {len(data)} bytes to {raw} (now {len(whole)} bytes)"
+            existed = path.exists()
+            context.write(path, data)
+            self._note_change(context, path, None, data)
+        verb = "overwrote" if existed else "created"
+        return f"{verb} {raw} ({len(data)} bytes)"
+
+    def edit_file(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        raw = _path_arg(arguments)
+        path = resolve_path(context, raw, self.policy)
+        old = _text_arg(arguments, "old_text")
+        new = _text_arg(arguments, "new_text")
+        assert old is not None and new is not None
+        if not old:
+            raise ToolFailure("'old_text' must not be empty")
+        carried = len(old.encode("utf-8")) + len(new.encode("utf-8"))
+        if carried > MAX_WRITE_BYTES:
+            raise _too_big("old_text and new_text together are", carried,
+                           "Make several smaller edits.")
+        replace_all = bool(arguments.get("replace_all", False))
+        with change_lock(context.root, path, self.timeout):
+            before = _read_for_change(path, raw)
+            if before is None:
+                raise ToolFailure(f"{raw}: no such file")
+            known = self._last_seen(context, path)
+            if known is not None and known.digest != _digest(before):
+                raise ToolFailure(f"{raw}: changed since you last read it (someone else "
+                                  "edited it); read it again")
+            try:
+                text = before.decode("utf-8")  # bytes, not text mode: keep CRLF line ends
+            except UnicodeDecodeError:
+                raise ToolFailure(f"{raw}: not a UTF-8 text file") from None
+            count = text.count(old)
+            if count == 0:
+                raise ToolFailure(f"{raw}: old_text not found")
+            if count > 1 and not replace_all:
+                raise ToolFailure(f"{raw}: old_text occurs {count} times; "
+                                  "add context to make it unique or set replace_all")
+            after = text.replace(old, new).encode("utf-8")
+            context.write(path, after)
+            self._note_change(context, path, before, after)
+        return f"edited {raw} ({count if replace_all else 1} replacement(s))"
+
+    def list_files(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        pattern = _text_arg(arguments, "pattern", required=False) or "**/*"
+        base = resolve_path(context, arguments.get("path") or ".")
+        if not base.is_dir():
+            raise ToolFailure(f"{arguments.get('path')}: not a directory")
+        root = context.root.resolve()
+        walk = _Walk(base, time.monotonic() + self.timeout)
+        matches = [
+            p.relative_to(root).as_posix()
+            for p in walk
+            if _glob_match(p.relative_to(base).as_posix(), pattern)
+        ]
+        note = (f"\n[... {walk.stopped}; narrow the listing with path or pattern]"
+                if walk.stopped else "")
+        if not matches:
+            return f"no files match {pattern!r}{note}"
+        shown = matches[:MAX_LIST_ENTRIES]
+        more = len(matches) - len(shown)
+        return "\n".join(shown) + (f"\n[... {more} more]" if more else "") + note
+
+    def grep(self, arguments: dict[str, Any], context: ToolContext) -> str:
+        raw = _text_arg(arguments, "pattern")
+        assert raw is not None
+        try:
+            pattern = regex.compile(raw)
+        except regex.error as exc:
+            raise ToolFailure(f"invalid regular expression {raw!r}: {exc}") from None
+        base = resolve_path(context, arguments.get("path") or ".")
+        file_glob = _text_arg(arguments, "glob", required=False) or "**/*"
+        root = context.root.resolve()
+        search = _Search(pattern, time.monotonic() + self.timeout, self.timeout)
+        walk = _Walk(base, search.deadline)
+        for path in [base] if base.is_file() else walk:
+            if path is not base and not _glob_match(path.relative_to(base).as_posix(), file_glob):
+                continue
+            if not search.file(path, path.relative_to(root).as_posix()):
+                break
+        if walk.timed_out:
+            raise search.timed_out()
+        if walk.stopped:
+            search.notes.append(f"{walk.stopped}; narrow the search with path or glob")
+        return search.result(raw)
+
+    def tools(self) -> tuple[Tool, ...]:
+        read_only = ", ".join(self.policy.read_only) or "none"
+        return (
+            Tool(
+                "read_file",
+                f"Read a text file of the workspace. At most {MAX_READ_CHARS:,} characters "
+                "come back at once; read longer files in parts with offset and limit.",
+                schema(
+                    {
+                        "path": _PATH,
+                        "offset": {"type": "integer", "minimum": 1,
+                                   "description": "First line to read (1 is the first line)"},
+                        "limit": {"type": "integer", "minimum": 1,
+                                  "description": "How many lines to read at most"},
+                    },
+                    ["path"],
+                ),
+                self.read_file,
+            ),
+            Tool(
+                "write_file",
+                f"Create or overwrite a text file of the workspace, or append to it. One call "
+                f"carries at most {MAX_WRITE_BYTES:,} bytes; write larger files in parts with "
+                f"append. Read-only (may be read, not changed): {read_only}.",
+                schema(
+                    {
+                        "path": _PATH,
+                        "content": {"type": "string"},
+                        "append": {"type": "boolean", "description":
+                                   "Add content at the end instead of replacing the file"},
+                    },
+                    ["path", "content"],
+                ),
+                self.write_file,
+            ),
+            Tool(
+                "edit_file",
+                "Replace old_text with new_text in a file (old_text must be unique unless "
+                "replace_all). Refused if the file changed since you last read or wrote it. "
+                f"Read-only (may be read, not changed): {read_only}.",
+                schema(
+                    {
+                        "path": _PATH,
+                        "old_text": {"type": "string"},
+                        "new_text": {"type": "string"},
+                        "replace_all": {"type": "boolean"},
+                    },
+                    ["path", "old_text", "new_text"],
+                ),
+                self.edit_file,
+            ),
+            Tool(
+                "list_files",
+                "List workspace files matching a glob pattern (default **/*), below an "
+                "optional path.",
+                schema({"pattern": {"type": "string"}, "path": _PATH}),
+                self.list_files,
+            ),
+            Tool(
+                "grep",
+                "Search workspace files for a regular expression; prints path:line: text.",
+                schema({"pattern": {"type": "string"}, "path": _PATH, "glob": {"type": "string"}},
+                       ["pattern"]),
+                self.grep,
+            ),
+        )
+
+
+class _Search:
+    """One grep: the matches so far, within its limits of matches, bytes and time."""
+
+    def __init__(self, pattern: Any, deadline: float, timeout: float) -> None:
+        self.pattern = pattern
+        self.deadline = deadline
+        self.timeout = timeout
+        self.hits: list[str] = []
+        self.size = 0  # bytes of hits
+        self.read = 0  # bytes of files
+        self.files = 0
+        self.too_big = 0
+        self.notes: list[str] = []
+        self.full: str | None = None  # why the result is complete
+
+    def file(self, path: Path, rel: str) -> bool:
+        """Search one file; False when the search must stop."""
+        try:
+            with _open_regular(path, rel) as file:
+                size = os.fstat(file.fileno()).st_size
+                if size > MAX_GREP_FILE_BYTES:
+                    self.too_big += 1
+                    return True
+                if self.read + size > MAX_GREP_READ_BYTES:
+                    self.notes.append(f"stopped at {MAX_GREP_READ_BYTES:,} bytes of files read; "
+                                      "narrow the search with path or glob")
+                    return False
+                data = file.read(MAX_GREP_FILE_BYTES)
+        except (OSError, ToolFailure):  # gone, unreadable, or not a regular file
+            return True
+        self.read += len(data)
+        self.files += 1
         if b"\x00" in data[:8192]:
-            continue
+            return True
         for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            if regex.search(line):
-                if len(line) > MAX_GREP_LINE_CHARS:
-                    line = line[:MAX_GREP_LINE_CHARS] + " [... line cut]"
-                hit = f"{rel}:{number}: {line}"
-                size += len(hit.encode("utf-8")) + 1
-                if size > MAX_GREP_BYTES:
-                    note = f"stopped at {MAX_GREP_BYTES:,} bytes of matches; narrow the search"
-                    return "\n".join(hits) + f"\n[... {note} with path or glob]"
-                hits.append(hit)
-                if len(hits) >= MAX_GREP_MATCHES:
-                    return "\n".join(hits) + f"\n[... stopped at {MAX_GREP_MATCHES} matches]"
-    return "\n".join(hits) if hits else f"no matches for {raw!r}"
+            if self._matches(line) and not self._add(f"{rel}:{number}: ", line):
+                return False
+        return True
+
+    def _matches(self, line: str) -> bool:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise self.timed_out()
+        try:  # concurrent: other threads run while a slow pattern is searched
+            return self.pattern.search(line, timeout=remaining, concurrent=True) is not None
+        except TimeoutError:
+            raise self.timed_out() from None
+
+    def _add(self, where: str, line: str) -> bool:
+        if len(line) > MAX_GREP_LINE_CHARS:
+            line = line[:MAX_GREP_LINE_CHARS] + " [... line cut]"
+        hit = where + line
+        self.size += len(hit.encode("utf-8")) + 1
+        if self.size > MAX_GREP_BYTES:
+            self.full = (f"stopped at {MAX_GREP_BYTES:,} bytes of matches; "
+                         "narrow the search with path or glob")
+            return False
+        self.hits.append(hit)
+        if len(self.hits) >= MAX_GREP_MATCHES:
+            self.full = f"stopped at {MAX_GREP_MATCHES} matches"
+            return False
+        return True
+
+    def timed_out(self) -> ToolFailure:
+        return ToolFailure(
+            f"grep: the search timed out after {self.timeout:g} s ({self.files} file(s) "
+            "searched); simplify the pattern (nested repeats such as (a+)+ can take "
+            "exponential time) or narrow the search with path or glob"
+        )
+
+    def result(self, raw: str) -> str:
+        notes = [self.full] if self.full else list(self.notes)
+        if self.too_big and not self.full:
+            notes.append(f"skipped {self.too_big} file(s) over {MAX_GREP_FILE_BYTES:,} bytes; "
+                         "read them with read_file")
+        text = "\n".join(self.hits) if self.hits else f"no matches for {raw!r}"
+        return text + "".join(f"\n[... {note}]" for note in notes)
 
 
 _PATH = {"type": "string", "description": "Path relative to the workspace root"}
 
-FILE_TOOLS = (
-    Tool(
-        "read_file",
-        f"Read a text file of the workspace. At most {MAX_READ_CHARS:,} characters come back "
-        "at once; read longer files in parts with offset and limit.",
-        schema(
-            {
-                "path": _PATH,
-                "offset": {"type": "integer", "minimum": 1,
-                           "description": "First line to read (1 is the first line)"},
-                "limit": {"type": "integer", "minimum": 1,
-                          "description": "How many lines to read at most"},
-            },
-            ["path"],
-        ),
-        read_file,
-    ),
-    Tool(
-        "write_file",
-        f"Create or overwrite a text file of the workspace, or append to it. One call "
-        f"carries at most {MAX_WRITE_BYTES:,} bytes; write larger files in parts with append.",
-        schema(
-            {
-                "path": _PATH,
-                "content": {"type": "string"},
-                "append": {"type": "boolean",
-                           "description": "Add content at the end instead of replacing the file"},
-            },
-            ["path", "content"],
-        ),
-        write_file,
-    ),
-    Tool(
-        "edit_file",
-        "Replace old_text with new_text in a file (old_text must be unique unless replace_all).",
-        schema(
-            {
-                "path": _PATH,
-                "old_text": {"type": "string"},
-                "new_text": {"type": "string"},
-                "replace_all": {"type": "boolean"},
-            },
-            ["path", "old_text", "new_text"],
-        ),
-        edit_file,
-    ),
-    Tool(
-        "list_files",
-        "List workspace files matching a glob pattern (default **/*), below an optional path.",
-        schema({"pattern": {"type": "string"}, "path": _PATH}),
-        list_files,
-    ),
-    Tool(
-        "grep",
-        "Search workspace files for a regular expression; prints path:line: text.",
-        schema({"pattern": {"type": "string"}, "path": _PATH, "glob": {"type": "string"}}, ["pattern"]),
-        grep,
-    ),
-)
+
+def file_tools(read_only: Iterable[str] = DEFAULT_READ_ONLY, *,
+               timeout: float = FILE_TOOL_TIMEOUT) -> tuple[Tool, ...]:
+    """The file tools for one run: read_file, write_file, edit_file, list_files, grep.
+
+    Args:
+        read_only: Workspace paths the tools may read but not change
+            (`[tools] read_only`; see `WritePolicy`).
+        timeout: Seconds a `list_files` or `grep` call may take, and a write
+            may wait for another writer of the same file.
+
+    Returns:
+        The tools. They share what each trace last saw of each file, so build
+        them once per run: `edit_file` refuses a file changed since then.
+
+    Raises:
+        ConfigError: an entry of `read_only` is not a path inside the workspace.
+    """
+    return _FileTools(WritePolicy(tuple(read_only)), timeout).tools()
+
+
+#: The file tools with the default read-only paths (a run builds its own: `file_tools`).
+FILE_TOOLS = file_tools()

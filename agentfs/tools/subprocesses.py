@@ -1,5 +1,6 @@
 """Running commands for tools and hooks: an explicit environment, and a timeout
-that stops the whole process group, not only the shell.
+that stops the whole process group, not only the shell. The bash tool puts a
+sandbox in front of the command (`agentfs/tools/sandbox.py`).
 
 The environment is passed in (the CLI builds it with `safe_environment`); by
 default a command gets only a PATH, so nothing secret can reach what a model
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,11 +34,16 @@ class Completed:
 
 
 def run_command(
-    command: str, *, cwd: Path, timeout: float, env: Mapping[str, str] | None = None
+    command: str, *, cwd: Path, timeout: float, env: Mapping[str, str] | None = None,
+    sandbox: Sequence[str] = (),
 ) -> Completed:
-    """`bash -c command` in its own process group; stdout and stderr together."""
+    """`bash -c command` in its own process group; stdout and stderr together.
+
+    `sandbox` is a command line that runs what follows it in a sandbox
+    (`agentfs/tools/sandbox.py:Sandbox.arguments`); it gets the same environment.
+    """
     proc = subprocess.Popen(
-        ["bash", "-c", command],
+        [*sandbox, "bash", "-c", command],
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -49,6 +55,7 @@ def run_command(
         output, _ = proc.communicate(timeout=timeout)
         return Completed(output, proc.returncode)
     except subprocess.TimeoutExpired:
+        # in a sandbox this kills bwrap; the PID namespace, and all in it, dies with it
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
         return Completed(output, None)

@@ -119,3 +119,209 @@ def test_killed_and_resumed_runs_resend_identical_prefixes(tmp_path, server):
     assert json.loads(run_cli("show", "t", "--json", cwd=root).stdout)["messages"][-1]["text"] \
         == "all files written"
     assert_git_clean(root)
+
+
+# --- faults that must never become a saved turn (issue 11) -------------------------------
+
+FIRST = "Writing the first file now, then I will check it."
+
+
+def write_once(body: dict[str, Any]) -> dict[str, Any]:
+    """One write_file turn, then a final answer."""
+    if any(m["role"] == "assistant" for m in body["messages"]):
+        return {"text": "all done"}
+    return {"text": FIRST, "tool_calls": [
+        {"id": "toolu_w", "name": "write_file",
+         "input": {"path": "out/a.txt", "content": "alpha beta gamma delta epsilon\n"}}]}
+
+
+def quick_model(server: FakeAnthropicServer, retries: int = 3) -> AnthropicModel:
+    """The provider on the fake, without waiting between retries."""
+    return AnthropicModel("claude-test", api_key="k", base_url=server.base_url,
+                          max_retries=retries, sleep=lambda s: None)
+
+
+def runner_on(project, model) -> tuple[Runner, list[tuple[str, dict[str, Any]]]]:
+    events: list[tuple[str, dict[str, Any]]] = []
+    runner = Runner(project.workspace, project.repo, model, config=project.config,
+                    on_event=lambda kind, data: events.append((kind, data)))
+    return runner, events
+
+
+def assistants(project, trace_id: str = "t") -> list:
+    return [m for m in project.trace(trace_id).main_path() if m.role == "assistant"]
+
+
+@pytest.fixture
+def cli_model(monkeypatch, server):
+    """`agentfs run --model anthropic:...` gets the quick provider on the fake."""
+    monkeypatch.setattr("agentfs.cli.commands.resolve_model",
+                        lambda name, base_dir, settings: quick_model(server))
+    return {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.base_url}
+
+
+@pytest.mark.parametrize(("during", "abort"), [("text", False), ("tool_input", False),
+                                               ("tool_input", True)],
+                         ids=["eof-mid-text", "eof-mid-tool-input", "aborted-chunk"])
+def test_a_cut_stream_is_retried_and_only_the_whole_turn_is_saved(project, server, during,
+                                                                   abort):
+    project.new_trace("t", user("write it"))
+    server.enqueue(write_once, write_once)
+    server.cut_stream_next(during, abort=abort)
+    runner, events = runner_on(project, quick_model(server))
+    result = runner.run("t")
+
+    assert result.final_text == "all done" and result.iterations == 2
+    first, _ = assistants(project)
+    assert first.text == FIRST and first.stop_reason == "tool_use"
+    assert [c.input["content"] for c in first.tool_calls] == ["alpha beta gamma delta epsilon\n"]
+    assert (project.workspace.root / "out" / "a.txt").read_text() == \
+        "alpha beta gamma delta epsilon\n"
+    assert [d["attempt"] for k, d in events if k == "retry"] == [1]
+    assert len(server.requests) == 3
+    assert_git_clean(project.workspace.root)
+
+
+def test_retries_that_run_out_stop_the_run_with_nothing_saved(project, server, cli_model):
+    project.new_trace("t", user("write it"))
+    root = project.workspace.root
+    head = git(root, "rev-parse", "HEAD")
+    files = sorted(p.name for p in project.trace("t").messages_dir.iterdir())
+    server.enqueue(write_once)
+    server.cut_stream_next("tool_input", count=4)
+
+    done = run_cli("run", "t", "--model", "anthropic:claude-test", cwd=root, env=cli_model,
+                   check=False)
+    assert done.returncode == 1
+    assert "still failing after 4 attempts: the stream ended before message_stop" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("[retrying") == 3
+    assert git(root, "rev-parse", "HEAD") == head
+    assert sorted(p.name for p in project.trace("t").messages_dir.iterdir()) == files
+    assert not (root / "out").exists()
+    assert_git_clean(root)
+
+
+def test_retries_are_shown_once_each_and_streamed_text_is_not_printed_twice(
+    project, server, cli_model
+):
+    project.new_trace("t", user("write it"))
+    server.enqueue(write_once, write_once)
+    server.cut_stream_next("text")  # part of FIRST is on screen when the stream is cut
+    server.fail_next(529)  # then the second attempt is refused
+
+    done = run_cli("run", "t", "--model", "anthropic:claude-test", cwd=project.workspace.root,
+                   env=cli_model)
+    assert done.stdout == f"{FIRST}\nall done\n"
+    retries = [line for line in done.stderr.splitlines() if "[retrying" in line]
+    assert len(retries) == 2
+    assert "attempt 1 of 4 failed: the stream ended before message_stop inside a text block" \
+        in retries[0]
+    assert "attempt 2 of 4 failed: 529" in retries[1]
+
+
+def test_a_tool_call_cut_at_max_tokens_is_never_run(project, server):
+    full = {"path": "out/a.txt", "content": "the whole of the file, " * 8}
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        results = [b for m in body["messages"] if m["role"] == "user" for b in m["content"]
+                   if b["type"] == "tool_result"]
+        call = {"id": f"toolu_{len(results)}", "name": "write_file", "input": full}
+        if not results:
+            return {"text": "Writing.", "tool_calls": [call], "max_tokens_during": "tool_input"}
+        if len(results) == 1:
+            assert results[0].get("is_error") and "max_tokens" in results[0]["content"]
+            return {"text": "Again, whole.", "tool_calls": [call]}
+        return {"text": "written"}
+
+    project.new_trace("t", user("write it"))
+    server.enqueue(*[answer] * 3)
+    runner, events = runner_on(project, quick_model(server))
+    result = runner.run("t")
+
+    assert result.final_text == "written"
+    assert (project.workspace.root / "out" / "a.txt").read_text() == full["content"]
+    cut = assistants(project)[0]
+    assert cut.stop_reason == "max_tokens"
+    assert list(cut.tool_calls[0].input) == ["agentfs_refused_input"]  # the partial input
+    ran = [d["name"] for k, d in events if k == "tool_result" and not d["is_error"]]
+    assert ran == ["write_file"]  # once: the second, complete call
+    assert [(d["cut_call"], d["final"]) for k, d in events if k == "max_tokens"] \
+        == [("write_file", False)]
+    assert_git_clean(project.workspace.root)
+
+
+def test_an_answer_cut_at_max_tokens_ends_the_run_saying_so(project, server, cli_model):
+    project.new_trace("t", user("explain"))
+    long = "A long explanation that goes on and on"
+    server.enqueue({"text": long, "max_tokens_during": "text"})
+    done = run_cli("run", "t", "--model", "anthropic:claude-test", cwd=project.workspace.root,
+                   env=cli_model)
+    assert "the answer was cut off at max_tokens (4096)" in done.stderr
+    assert "agentfs run t -m 'continue'" in done.stderr
+    (answer,) = assistants(project)
+    assert answer.stop_reason == "max_tokens" and answer.text == long[: len(long) // 2]
+
+    server.enqueue({"text": "cut", "max_tokens_during": "text"})
+    result = Runner(project.workspace, project.repo, quick_model(server),
+                    config=project.config).run("t", ["go on"])
+    assert result.stop == "max_tokens"
+    assert_git_clean(project.workspace.root)
+
+
+def test_prompt_too_long_compresses_once_and_goes_on(project, server):
+    project.new_trace("t", user("write it"))
+    server.prompt_too_long_next()
+    server.enqueue({"text": "Summary: nothing done yet."}, write_once, write_once)
+    runner, events = runner_on(project, quick_model(server))
+    result = runner.run("t")
+
+    assert result.final_text == "all done"
+    assert result.steps.count("summary") == 1
+    assert [k for k, _ in events if k in ("prompt_too_long", "compressed")] \
+        == ["prompt_too_long", "compressed"]
+    bodies = [r.body for r in server.requests]
+    assert "[agentfs: compression]" in bodies[1]["messages"][-1]["content"][-1]["text"]
+    assert "Summary: nothing done yet." in json.dumps(bodies[2]["messages"])
+    assert_git_clean(project.workspace.root)
+
+
+def test_prompt_still_too_long_after_compressing_stops_with_a_hint(project, server, cli_model):
+    def summary(body: dict[str, Any]) -> dict[str, Any]:
+        server.prompt_too_long_next()  # the request after the summary is refused again
+        return {"text": "Summary."}
+
+    project.new_trace("t", user("write it"))
+    server.prompt_too_long_next()
+    server.enqueue(summary, write_once)
+    done = run_cli("run", "t", "--model", "anthropic:claude-test", cwd=project.workspace.root,
+                   env=cli_model, check=False)
+    assert done.returncode == 1
+    assert "too long for" in done.stderr and "even after compressing" in done.stderr
+    assert "agentfs compress t" in done.stderr
+    assert len(server.requests) == 3  # main, compression, main: compressed once
+    assert [m.synthetic for m in project.trace("t").main_path()][-1] == "summary"
+    assert_git_clean(project.workspace.root)
+
+
+def test_text_after_tool_use_goes_back_block_by_block(project, server):
+    received = [
+        {"type": "text", "text": "First the file."},
+        {"type": "tool_use", "id": "toolu_x", "name": "write_file",
+         "input": {"path": "out/x.txt", "content": "x\n"}},
+        {"type": "text", "text": "Then I will report."},
+    ]
+    project.new_trace("t", user("write it"))
+    server.enqueue({"content": received}, {"text": "reported"})
+    result = Runner(project.workspace, project.repo, quick_model(server),
+                    config=project.config).run("t")
+
+    assert result.final_text == "reported"
+    sent = server.requests[1].body["messages"][1]["content"]
+    assert without_cache_control(sent)[: len(received)] == received
+    assert [b.get("name") for b in sent[len(received):]] == []  # no synthetic call this turn
+    first = assistants(project)[0]
+    path = project.trace("t").message_path(first)
+    text = path.read_text()
+    assert "blocks:" in text and text.rstrip().endswith("First the file.Then I will report.")
+    assert_git_clean(project.workspace.root)

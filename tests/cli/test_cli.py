@@ -227,3 +227,43 @@ def test_status_shows_a_trace_whose_last_run_failed(tmp_path):
     assert "failed" in text and "last run: the model could not be reached" in text
     rows = json.loads(run_cli("status", "--json", cwd=root).stdout)["traces"]
     assert rows[0]["last_error"] == "the model could not be reached"
+
+
+def test_daily_cli_reads_stdin_prints_json_and_waits_without_credentials(tmp_path):
+    root = tmp_path / "ws"
+    run_cli("init", str(root), cwd=tmp_path)
+    script = root / "script.json"
+    script.write_text(json.dumps({"turns": [{"text": "answer"}] * 5}))
+    import io
+    import sys
+
+    stdin = sys.stdin
+    try:
+        sys.stdin = io.TextIOWrapper(io.BytesIO(b"from a pipe\n"))
+        run_cli("new", "t", "-m", "-", "--model", "replay:script.json", cwd=root)
+        sys.stdin = io.TextIOWrapper(io.BytesIO(b"---\ngoal_id: x\n---\nfrom a piped file\n"))
+        run_cli("new", "u", "-f", "-", "--model", "replay:script.json", cwd=root)
+    finally:
+        sys.stdin = stdin
+    shown = json.loads(run_cli("show", "t", "--json", cwd=root).stdout)
+    assert shown["messages"][1]["text"] == "from a pipe"
+    shown = json.loads(run_cli("show", "u", "--json", cwd=root).stdout)
+    assert shown["messages"][1]["text"] == "from a piped file"
+
+    done = run_cli("run", "t", cwd=root)
+    assert "replay:" in done.stderr and "1 model call(s)" in done.stderr
+    # nothing to do: said before any model or key is needed
+    waiting = run_cli("run", "t", "--model", "anthropic:claude-test", cwd=root,
+                      env={"ANTHROPIC_API_KEY": ""})
+    assert "is waiting for a user message" in waiting.stderr
+    before = git(root, "rev-parse", "HEAD")
+    assert "nothing to do" in run_cli("rewind", "t", "3", cwd=root).stdout
+    assert git(root, "rev-parse", "HEAD") == before  # no empty commit
+
+    steps = json.loads(run_cli("log", "t", "--json", cwd=root).stdout)["steps"]
+    assert [s["kind"] for s in steps] == ["assistant", "user", "create"]
+    assert steps[0]["sequence"] == 3
+    assert json.loads(run_cli("goals", "t", "--json", cwd=root).stdout) == {
+        "goals": [], "focus": None}
+    refused = run_cli("run", "t", "--preset", "nope", "-m", "x", cwd=root, check=False)
+    assert refused.returncode == 2 and "(no preset)" in refused.stderr

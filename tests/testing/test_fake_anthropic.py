@@ -248,6 +248,104 @@ def test_faults_are_taken_in_order_before_scripted_answers(server):
     assert len(server.requests) == 3
 
 
+def raw_stream(client: anthropic.Anthropic, **params: Any) -> list[Any]:
+    """Every event of one streamed call, until the body ends (however it ends)."""
+    with client.messages.stream(
+        **{"model": MODEL, "max_tokens": 256, "messages": HELLO, "tools": [READ_TOOL], **params}
+    ) as events:
+        return list(events)
+
+
+LONG_ANSWER = {
+    "text": "Let me read the notes before I answer you.",
+    "tool_calls": [{"name": "read", "input": {"path": "notes/a.md", "lines": list(range(12))}}],
+}
+
+
+def test_a_stream_cut_mid_text_ends_cleanly_without_message_stop(server, client):
+    server.enqueue(LONG_ANSWER)
+    server.cut_stream_next("text")
+    events = raw_stream(client)  # no error: the body ended properly
+    types = [e.type for e in events]
+    assert "message_stop" not in types and "message_delta" not in types
+    text = "".join(e.text for e in events if e.type == "text")
+    assert text and LONG_ANSWER["text"].startswith(text) and text != LONG_ANSWER["text"]
+    assert not any(e.type == "content_block_start" and e.content_block.type == "tool_use"
+                   for e in events)
+
+
+def test_a_stream_cut_mid_tool_input_leaves_incomplete_json(server, client):
+    server.enqueue(LONG_ANSWER)
+    server.cut_stream_next("tool_input")
+    events = raw_stream(client)
+    assert "message_stop" not in [e.type for e in events]
+    sent = "".join(e.partial_json for e in events if e.type == "input_json")
+    full = json.dumps(LONG_ANSWER["tool_calls"][0]["input"])
+    assert sent and full.startswith(sent) and sent != full
+
+
+@pytest.mark.parametrize("during", ["text", "tool_input"])
+def test_an_aborted_chunk_is_a_transport_error(server, client, during):
+    server.enqueue(LONG_ANSWER)
+    server.cut_stream_next(during, abort=True)
+    with pytest.raises(Exception) as info:
+        raw_stream(client)
+    assert not isinstance(info.value, anthropic.APIError)
+    assert "incomplete chunked read" in str(info.value)
+
+
+def test_a_cut_stream_peeks_so_the_retry_gets_the_whole_answer(server, client):
+    server.enqueue(LONG_ANSWER)
+    server.cut_stream_next("text")
+    raw_stream(client)
+    chunks, final = stream(client, tools=[READ_TOOL])
+    assert "".join(chunks) == LONG_ANSWER["text"]
+    assert final.stop_reason == "tool_use" and final.content[1].input["path"] == "notes/a.md"
+
+
+def test_a_cut_json_answer_is_half_a_body(server, client):
+    server.cut_stream_next("text")
+    with pytest.raises(json.JSONDecodeError):
+        create(client)
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["json", "sse"])
+def test_running_out_of_tokens_mid_text_cuts_the_text_and_drops_later_blocks(
+    server, client, streaming
+):
+    server.enqueue({**LONG_ANSWER, "max_tokens_during": "text"})
+    params = {"tools": [READ_TOOL]}
+    final = stream(client, **params)[1] if streaming else create(client, **params)
+    assert final.stop_reason == "max_tokens"
+    (text,) = final.content
+    assert LONG_ANSWER["text"].startswith(text.text) and text.text != LONG_ANSWER["text"]
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["json", "sse"])
+def test_running_out_of_tokens_mid_tool_input_leaves_the_complete_keys(
+    server, client, streaming
+):
+    server.enqueue({**LONG_ANSWER, "max_tokens_during": "tool_input"})
+    params = {"tools": [READ_TOOL]}
+    final = stream(client, **params)[1] if streaming else create(client, **params)
+    assert final.stop_reason == "max_tokens"
+    text, call = final.content
+    assert text.text == LONG_ANSWER["text"]
+    assert call.type == "tool_use" and call.input["path"] == "notes/a.md"
+    assert call.input != LONG_ANSWER["tool_calls"][0]["input"]  # the SDK parsed part of it
+    if not streaming:
+        assert call.input == {"path": "notes/a.md"}
+
+
+def test_prompt_too_long_is_a_400_once(server, client):
+    server.prompt_too_long_next()
+    with pytest.raises(anthropic.BadRequestError) as info:
+        create(client)
+    assert info.value.body["error"]["type"] == "invalid_request_error"
+    assert info.value.body["error"]["message"].startswith("prompt is too long: ")
+    assert create(client).content[0].text == NO_SCRIPT_TEXT
+
+
 @pytest.mark.parametrize("streaming", [False, True], ids=["json", "sse"])
 def test_malformed_body_raises_a_json_error_not_an_sdk_error(server, client, streaming):
     """The SDK lets `json.JSONDecodeError` through (a ValueError, not an APIError) and does not
