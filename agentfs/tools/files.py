@@ -11,28 +11,38 @@ across threads and processes (`change_lock`).
 
 from __future__ import annotations
 
-import fcntl
-import fnmatch
 import hashlib
 import io
 import os
-import stat
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import regex  # type: ignore[import-untyped]  # tiktoken's dependency; has no type hints
 
 from agentfs.config import DEFAULT_READ_ONLY
-from agentfs.errors import ConfigError
-from agentfs.store.atomic import open_creating
 from agentfs.store.frontmatter import MAX_HEADER_BYTES
-from agentfs.store.workspace import Workspace
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, cut_marker, schema
+from agentfs.tools.paths import (
+    FILE_TOOL_TIMEOUT,
+    WritePolicy,
+    change_lock,
+    is_git_path,
+    open_regular,
+    resolve_path,
+)
+from agentfs.tools.search import (
+    MAX_GREP_BYTES,
+    MAX_GREP_FILE_BYTES,
+    MAX_GREP_READ_BYTES,
+    MAX_WALK_ENTRIES,
+    Search,
+    Walk,
+    glob_match,
+)
 
 __all__ = [
     "FILE_TOOLS",
@@ -66,153 +76,8 @@ MAX_WRITE_BYTES = MAX_HEADER_BYTES // 5
 #: the whole file and write it back.
 MAX_EDIT_FILE_BYTES = 32 * 1024 * 1024
 MAX_LIST_ENTRIES = 500
-#: How many directory entries one `list_files` or `grep` call looks at, at most.
-MAX_WALK_ENTRIES = 100_000
-MAX_GREP_MATCHES = 200
-MAX_GREP_LINE_CHARS = 300
-MAX_GREP_BYTES = 64 * 1024
-#: `grep` skips files larger than this, and stops after reading this much in all.
-MAX_GREP_FILE_BYTES = 8 * 1024 * 1024
-MAX_GREP_READ_BYTES = 64 * 1024 * 1024
-#: Seconds one `list_files` or `grep` call may take, walk and search together,
-#: and how long a write waits for another writer of the same file.
-FILE_TOOL_TIMEOUT = 10.0
-GIT_DIR = ".git"
-#: Paths share this many lock files, by a hash of the path, so their folder never grows.
-LOCK_STRIPES = 64
 #: How many (trace, file) versions one set of file tools remembers; the oldest go first.
 MAX_REMEMBERED = 10_000
-
-
-# --- which paths the tools may reach and change ---------------------------------
-
-
-def is_git_path(rel: PurePosixPath) -> bool:
-    """Whether `rel` is in (or is) a `.git` directory at any depth, in any letter case."""
-    return any(part.casefold() == GIT_DIR for part in rel.parts)
-
-
-@dataclass(frozen=True)
-class WritePolicy:
-    """Which workspace paths the file tools may change: all but `.git` and `read_only`.
-
-    `read_only` holds paths relative to the workspace root (`[tools] read_only`
-    in agentfs.toml). A folder covers everything below it, and `.` the whole
-    workspace. They are compared in any letter case, as `.git` is, so a
-    case-insensitive disk gives no way round them.
-
-    Raises:
-        ConfigError: an entry is empty, absolute or climbs out with `..`.
-    """
-
-    read_only: tuple[str, ...] = DEFAULT_READ_ONLY
-    _folded: tuple[tuple[str, ...], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_folded", tuple(_entry_parts(e) for e in self.read_only))
-
-    def refusal(self, rel: PurePosixPath) -> str | None:
-        """Why the file tools may not change `rel` (resolved, relative to the root), or None."""
-        if is_git_path(rel):
-            return ".git directories are off limits"
-        folded = tuple(part.casefold() for part in rel.parts)
-        for entry, parts in zip(self.read_only, self._folded, strict=True):
-            if folded[: len(parts)] == parts:
-                return (f"{entry} is read-only: the file tools may read it but not change it "
-                        "(a person can change that with `[tools] read_only` in agentfs.toml)")
-        return None
-
-
-def _entry_parts(entry: Any) -> tuple[str, ...]:
-    path = PurePosixPath(entry.strip()) if isinstance(entry, str) else None
-    if path is None or not entry.strip() or path.is_absolute() or ".." in path.parts:
-        raise ConfigError(
-            f"[tools] read_only: {entry!r} is not a path inside the workspace",
-            hint='give paths relative to the workspace root, such as "inbox" or "docs/final"',
-        )
-    return tuple(part.casefold() for part in path.parts)
-
-
-def resolve_path(context: ToolContext, raw: Any, policy: WritePolicy | None = None) -> Path:
-    """The absolute path `raw` leads to, with `..` and symlinks followed.
-
-    Args:
-        context: The tool's context; paths are relative to its root.
-        raw: The path the model gave.
-        policy: For a path about to be changed: what the tools may change.
-
-    Returns:
-        The resolved path, inside the workspace.
-
-    Raises:
-        ToolFailure: `raw` leads outside the workspace or into a `.git`
-            directory, or `policy` refuses to let it change.
-    """
-    if not isinstance(raw, str) or not raw.strip():
-        raise ToolFailure("'path' must be a non-empty string relative to the workspace")
-    root = context.root.resolve()
-    candidate = Path(raw)
-    try:
-        full = (candidate if candidate.is_absolute() else root / candidate).resolve()
-    except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop, a NUL character
-        raise ToolFailure(f"{raw}: cannot be resolved ({exc})") from None
-    try:
-        rel = PurePosixPath(full.relative_to(root).as_posix())
-    except ValueError:
-        raise ToolFailure(f"{raw}: outside the workspace") from None
-    if policy is not None:
-        problem = policy.refusal(rel)
-    else:
-        problem = ".git directories are off limits" if is_git_path(rel) else None
-    if problem is not None:
-        raise ToolFailure(f"{raw}: {problem}")
-    return full
-
-
-# --- one change at a time ------------------------------------------------------------
-
-_THREAD_LOCKS = tuple(threading.Lock() for _ in range(LOCK_STRIPES))
-
-
-@contextmanager
-def change_lock(root: Path, path: Path, timeout: float = FILE_TOOL_TIMEOUT) -> Iterator[None]:
-    """Hold the lock for changing the workspace file `path`, for a read-modify-write.
-
-    Threads of this process wait on a lock in memory; other processes (two
-    runs of different traces) on `fcntl.flock` of a lock file in
-    `.git/agentfs/locks/file-tools/`, which the kernel releases if the holder
-    dies. Without a `.git` folder (not a workspace) only threads are kept apart.
-
-    Raises:
-        ToolFailure: another writer held the lock for `timeout` seconds.
-    """
-    root = root.resolve()
-    rel = path.relative_to(root).as_posix()
-    stripe = int.from_bytes(hashlib.sha256(rel.encode()).digest()[:4], "big") % LOCK_STRIPES
-    busy = f"{rel}: another tool call is changing it; try again"
-    deadline = time.monotonic() + timeout
-    if not _THREAD_LOCKS[stripe].acquire(timeout=timeout):
-        raise ToolFailure(busy)
-    try:
-        if not (root / GIT_DIR).is_dir():
-            yield
-            return
-        lock_file = Workspace(root).state_dir / "locks" / "file-tools" / f"{stripe:02d}.lock"
-        fd = open_creating(lock_file, os.O_RDWR)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise ToolFailure(busy) from None
-                    time.sleep(0.005)  # held by another process for one write, briefly
-            yield
-        finally:
-            os.close(fd)  # releases the flock
-    finally:
-        _THREAD_LOCKS[stripe].release()
 
 
 # --- what a trace last saw of a file -----------------------------------------------
@@ -237,25 +102,10 @@ def _digest(data: bytes) -> bytes:
 # --- reading files safely --------------------------------------------------------------
 
 
-def _open_regular(path: Path, raw: str) -> io.BufferedReader:
-    """`path` opened for reading. A directory, FIFO or device is refused: a FIFO
-    would block the run forever. A missing file raises `FileNotFoundError`."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except NotADirectoryError:
-        raise FileNotFoundError(path) from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        what = "is a directory; use list_files" if stat.S_ISDIR(mode) else "not a regular file"
-        raise ToolFailure(f"{raw}: {what}")
-    return os.fdopen(fd, "rb")
-
-
 def _read_for_change(path: Path, raw: str) -> bytes | None:
     """The bytes of a file `edit_file` or an append is about to change; None if it is missing."""
     try:
-        file = _open_regular(path, raw)
+        file = open_regular(path, raw)
     except FileNotFoundError:
         return None
     with file:
@@ -348,43 +198,6 @@ def _too_big(what: str, size: int, advice: str) -> ToolFailure:
     )
 
 
-class _Walk:
-    """Files below `base` in name order, without `.git` directories and symlinks
-    (they could lead outside), within `MAX_WALK_ENTRIES` and a deadline.
-
-    After the loop, `stopped` says why it ended early, and `timed_out` whether
-    the deadline did it.
-    """
-
-    def __init__(self, base: Path, deadline: float) -> None:
-        self.base = base
-        self.deadline = deadline
-        self.stopped: str | None = None
-        self.timed_out = False
-
-    def __iter__(self) -> Iterator[Path]:
-        seen = 0
-        for directory, dirnames, filenames in os.walk(self.base):
-            dirnames[:] = sorted(d for d in dirnames if d.casefold() != GIT_DIR)
-            seen += len(dirnames) + len(filenames)
-            if seen > MAX_WALK_ENTRIES:
-                self.stopped = f"stopped after looking at {MAX_WALK_ENTRIES:,} entries"
-                return
-            for name in sorted(filenames):
-                if time.monotonic() > self.deadline:
-                    self.stopped, self.timed_out = "stopped at the time limit", True
-                    return
-                if not os.path.islink(os.path.join(directory, name)):
-                    yield Path(directory) / name
-
-
-def _glob_match(rel: str, pattern: str) -> bool:
-    """fnmatch, with a leading `**/` also matching at the top level."""
-    return fnmatch.fnmatchcase(rel, pattern) or (
-        pattern.startswith("**/") and fnmatch.fnmatchcase(rel, pattern[3:])
-    )
-
-
 # --- the tools ----------------------------------------------------------------------
 
 
@@ -443,7 +256,7 @@ class _FileTools:
         offset = _line_number(arguments, "offset") or 1
         limit = _line_number(arguments, "limit")
         try:
-            file = _open_regular(path, raw)
+            file = open_regular(path, raw)
         except FileNotFoundError:
             raise ToolFailure(f"{raw}: no such file") from None
         with file:
@@ -535,11 +348,11 @@ class _FileTools:
         if not base.is_dir():
             raise ToolFailure(f"{arguments.get('path')}: not a directory")
         root = context.root.resolve()
-        walk = _Walk(base, time.monotonic() + self.timeout)
+        walk = Walk(base, time.monotonic() + self.timeout)
         matches = [
             p.relative_to(root).as_posix()
             for p in walk
-            if _glob_match(p.relative_to(base).as_posix(), pattern)
+            if glob_match(p.relative_to(base).as_posix(), pattern)
         ]
         note = (f"\n[... {walk.stopped}; narrow the listing with path or pattern]"
                 if walk.stopped else "")
@@ -559,10 +372,10 @@ class _FileTools:
         base = resolve_path(context, arguments.get("path") or ".")
         file_glob = _text_arg(arguments, "glob", required=False) or "**/*"
         root = context.root.resolve()
-        search = _Search(pattern, time.monotonic() + self.timeout, self.timeout)
-        walk = _Walk(base, search.deadline)
+        search = Search(pattern, time.monotonic() + self.timeout, self.timeout)
+        walk = Walk(base, search.deadline)
         for path in [base] if base.is_file() else walk:
-            if path is not base and not _glob_match(path.relative_to(base).as_posix(), file_glob):
+            if path is not base and not glob_match(path.relative_to(base).as_posix(), file_glob):
                 continue
             if not search.file(path, path.relative_to(root).as_posix()):
                 break
@@ -638,85 +451,6 @@ class _FileTools:
                 self.grep,
             ),
         )
-
-
-class _Search:
-    """One grep: the matches so far, within its limits of matches, bytes and time."""
-
-    def __init__(self, pattern: Any, deadline: float, timeout: float) -> None:
-        self.pattern = pattern
-        self.deadline = deadline
-        self.timeout = timeout
-        self.hits: list[str] = []
-        self.size = 0  # bytes of hits
-        self.read = 0  # bytes of files
-        self.files = 0
-        self.too_big = 0
-        self.notes: list[str] = []
-        self.full: str | None = None  # why the result is complete
-
-    def file(self, path: Path, rel: str) -> bool:
-        """Search one file; False when the search must stop."""
-        try:
-            with _open_regular(path, rel) as file:
-                size = os.fstat(file.fileno()).st_size
-                if size > MAX_GREP_FILE_BYTES:
-                    self.too_big += 1
-                    return True
-                if self.read + size > MAX_GREP_READ_BYTES:
-                    self.notes.append(f"stopped at {MAX_GREP_READ_BYTES:,} bytes of files read; "
-                                      "narrow the search with path or glob")
-                    return False
-                data = file.read(MAX_GREP_FILE_BYTES)
-        except (OSError, ToolFailure):  # gone, unreadable, or not a regular file
-            return True
-        self.read += len(data)
-        self.files += 1
-        if b"\x00" in data[:8192]:
-            return True
-        for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-            if self._matches(line) and not self._add(f"{rel}:{number}: ", line):
-                return False
-        return True
-
-    def _matches(self, line: str) -> bool:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
-            raise self.timed_out()
-        try:  # concurrent: other threads run while a slow pattern is searched
-            return self.pattern.search(line, timeout=remaining, concurrent=True) is not None
-        except TimeoutError:
-            raise self.timed_out() from None
-
-    def _add(self, where: str, line: str) -> bool:
-        if len(line) > MAX_GREP_LINE_CHARS:
-            line = line[:MAX_GREP_LINE_CHARS] + " [... line cut]"
-        hit = where + line
-        self.size += len(hit.encode("utf-8")) + 1
-        if self.size > MAX_GREP_BYTES:
-            self.full = (f"stopped at {MAX_GREP_BYTES:,} bytes of matches; "
-                         "narrow the search with path or glob")
-            return False
-        self.hits.append(hit)
-        if len(self.hits) >= MAX_GREP_MATCHES:
-            self.full = f"stopped at {MAX_GREP_MATCHES} matches"
-            return False
-        return True
-
-    def timed_out(self) -> ToolFailure:
-        return ToolFailure(
-            f"grep: the search timed out after {self.timeout:g} s ({self.files} file(s) "
-            "searched); simplify the pattern (nested repeats such as (a+)+ can take "
-            "exponential time) or narrow the search with path or glob"
-        )
-
-    def result(self, raw: str) -> str:
-        notes = [self.full] if self.full else list(self.notes)
-        if self.too_big and not self.full:
-            notes.append(f"skipped {self.too_big} file(s) over {MAX_GREP_FILE_BYTES:,} bytes; "
-                         "read them with read_file")
-        text = "\n".join(self.hits) if self.hits else f"no matches for {raw!r}"
-        return text + "".join(f"\n[... {note}]" for note in notes)
 
 
 _PATH = {"type": "string", "description": "Path relative to the workspace root"}

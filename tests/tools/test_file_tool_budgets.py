@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.tools import ToolContext, ToolRegistry, files
+from agentfs.tools import ToolContext, ToolRegistry, files, search
 from agentfs.tools.files import file_tools
 
 
@@ -31,7 +31,7 @@ def test_a_catastrophic_pattern_is_stopped_with_an_error_that_says_to_simplify_i
 
 
 def test_grep_skips_files_over_its_size_limit_and_says_so(ctx, monkeypatch):
-    monkeypatch.setattr(files, "MAX_GREP_FILE_BYTES", 1_000)
+    monkeypatch.setattr(search, "MAX_GREP_FILE_BYTES", 1_000)
     (ctx.root / "small.txt").write_text("needle\n")
     (ctx.root / "big.txt").write_text("needle\n" + "x" * 2_000)
     result = call(ctx, "grep", pattern="needle").content
@@ -40,7 +40,7 @@ def test_grep_skips_files_over_its_size_limit_and_says_so(ctx, monkeypatch):
 
 
 def test_grep_stops_after_reading_its_byte_budget(ctx, monkeypatch):
-    monkeypatch.setattr(files, "MAX_GREP_READ_BYTES", 2_500)
+    monkeypatch.setattr(search, "MAX_GREP_READ_BYTES", 2_500)
     for n in range(5):
         (ctx.root / f"{n}.txt").write_text(f"needle {n}\n" + "x" * 990)
     result = call(ctx, "grep", pattern="needle").content.splitlines()
@@ -50,7 +50,7 @@ def test_grep_stops_after_reading_its_byte_budget(ctx, monkeypatch):
 
 
 def test_list_files_stops_after_its_entry_budget_and_says_so(ctx, monkeypatch):
-    monkeypatch.setattr(files, "MAX_WALK_ENTRIES", 10)
+    monkeypatch.setattr(search, "MAX_WALK_ENTRIES", 10)
     for n in range(4):
         folder = ctx.root / f"d{n}"
         folder.mkdir()
