@@ -62,6 +62,11 @@ def skills_to_inject(
     ]
 
 
+def loaded_by(calls: Sequence[ToolCall]) -> set[str]:
+    """Skills a turn's own `skill` calls load: agentfs does not load them again."""
+    return {str(c.input.get("name")) for c in calls if c.name == "skill" and c.input.get("name")}
+
+
 def synthetic_calls(prefix: str, skills: Sequence[str], context: bool) -> list[ToolCall]:
     """Tool calls agentfs appends: `skill(name)` for each skill, then `get_current_context`."""
     calls = [

@@ -28,6 +28,7 @@ from agentfs.core.delegate import run_child
 from agentfs.core.fit import REFUSED_INPUT_KEY, fit_turn
 from agentfs.core.injection import (
     DEFAULT_SKILL_RECENCY,
+    loaded_by,
     skill_records,
     skills_to_inject,
     synthetic_calls,
@@ -466,9 +467,10 @@ class Runner:
         trace.meta.iterations = iteration  # saved by the commit below
         calls = _refuse_cut_call(response)
         if calls:
+            loaded = loaded_by(calls)  # the model loads these itself this turn
             calls += synthetic_calls(
                 f"toolu_agentfs_{trace.next_sequence()}",
-                stale_skills,
+                [s for s in stale_skills if s not in loaded],
                 context=self._context_due(session, calls, iteration),
             )
         message = session.new_message(

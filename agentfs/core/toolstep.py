@@ -164,8 +164,8 @@ def record_skill_injections(trace: Trace, assistant: Message, results: list[Mess
     by_id = {c.id: c for c in assistant.tool_calls or []}
     for message in results:
         call = by_id.get(message.tool_call_id or "")
-        if call is not None and call.synthetic == "skill" and not message.is_error:
-            record_injection(trace.meta, call.input["name"], message)
+        if call is not None and call.name == "skill" and not message.is_error:
+            record_injection(trace.meta, str(call.input.get("name")), message)  # own loads count
 
 
 def sync_skill_records(trace: Trace) -> None:
@@ -176,7 +176,7 @@ def sync_skill_records(trace: Trace) -> None:
     (and without one, the next run derives the same records again).
     """
     path = trace.main_path()
-    calls = {c.id: c for m in path for c in m.tool_calls or [] if c.synthetic == "skill"}
+    calls = {c.id: c for m in path for c in m.tool_calls or [] if c.name == "skill"}
     records = skill_records(trace.meta)
     for message in path:
         call = calls.get(message.tool_call_id or "")

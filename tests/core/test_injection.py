@@ -298,3 +298,29 @@ def test_the_whole_context_is_bounded_however_many_hooks_print(tmp_path):
     assert len(text.encode()) <= CONTEXT_MAX_BYTES
     assert text.startswith("## Current time\n") and "## Hook 0\nxxx" in text
     assert text.endswith(f"; the context is limited to {CONTEXT_MAX_BYTES:,} bytes]")
+
+
+def test_a_skill_the_model_loads_itself_is_not_loaded_again_in_the_same_turn(
+        project, write_script):
+    (project.workspace.root / "skills" / "house-style.md").write_text(
+        "---\nname: house-style\ndescription: How we write.\n---\nUse short sentences.\n")
+    project.new_trace("t", user("write"))
+    turns = [{"tool_calls": [{"name": "list_files", "input": {"pattern": "*.none"}}]}
+             for _ in range(4)]
+    turns += [{"tool_calls": [{"name": "skill", "input": {"name": "house-style"}}]}]
+    turns += [{"tool_calls": [{"name": "list_files", "input": {"pattern": "*.none"}}]}
+              for _ in range(2)] + [{"text": "done"}]
+    runner, _ = runner_for(project, write_script(turns))
+    runner.run("t", inject_skills=["house-style"], skill_recency_threshold=6)
+    path = project.trace("t").main_path()
+    for message in path:
+        names = [c.input.get("name") for c in message.tool_calls or [] if c.name == "skill"]
+        assert len(names) == len(set(names)), f"#{message.sequence} loads a skill twice"
+    own = next(m for m in path if m.role == "assistant" and m.synthetic is None
+               and any(c.name == "skill" and not c.synthetic for c in m.tool_calls or []))
+    assert [c for c in own.tool_calls if c.synthetic == "skill"] == []  # none appended
+    result = next(m for m in path if m.tool_call_id == own.tool_calls[0].id)
+    record = project.trace("t").meta.injected_skills["house-style"]
+    later = [m for m in path if m.sequence > result.sequence and m.synthetic == "skill"
+             and m.role == "tool"]
+    assert record["message_id"] in {result.id, *(m.id for m in later)}
