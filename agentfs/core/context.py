@@ -74,12 +74,16 @@ def build_context(sources: ContextSources) -> str:
         f"## Goals\n{tree.to_prompt()}\n\n{tree.focus_reminder()}",
     ]
     collaborators = sources.collaborators()
-    if collaborators:
-        lines = [
-            f"- {c['trace']}: {c['status']}" + (f" — {c['task']}" if c.get("task") else "")
-            for c in collaborators
-        ]
-        parts.append("## Active collaborators\n" + "\n".join(lines))
+    for title, group in (
+        ("Active collaborators", [c for c in collaborators if c.get("status") == "running"]),
+        ("Finished collaborators", [c for c in collaborators if c.get("status") != "running"]),
+    ):
+        if group:
+            lines = [
+                f"- {c['trace']}: {c['status']}" + (f" — {c['task']}" if c.get("task") else "")
+                for c in group
+            ]
+            parts.append(f"## {title}\n" + "\n".join(lines))
     notes = sources.notifications()
     if notes:
         parts.append(

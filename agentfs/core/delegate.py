@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentfs.core.options import RunnerOptions
+from agentfs.errors import AgentfsError
 from agentfs.models.base import Model
 from agentfs.store.messages import parse_dropped
 from agentfs.store.trace import Trace
@@ -99,3 +100,23 @@ def run_child(parent: Trace, task: str, name: str | None, *, project: Project, m
         raise
     collaborators[child_id]["status"] = f"done ({outcome.iterations} model calls)"
     return outcome.final_text or "(the collaborator gave no answer)"
+
+
+def collaborator_states(parent: Trace) -> list[dict[str, Any]]:
+    """The parent's collaborators with their state now: a child whose run holds its
+    lock is running; one recorded as running whose run is gone was cut short."""
+    states = []
+    for record in parent.meta.context.get("collaborators", {}).values():
+        state = dict(record)
+        try:
+            running = Trace(parent.workspace, parent.repo, record["trace"]).is_running()
+        except (AgentfsError, KeyError):
+            running = False
+        if running:
+            state["status"] = "running"
+        elif state.get("status") == "running":
+            state["status"] = (f"stopped before it answered (`agentfs run {record['trace']}` "
+                               "continues it)")
+        states.append(state)
+    return states
+

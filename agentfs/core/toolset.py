@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agentfs.core.context import CommandHook, ContextSources, context_tool
-from agentfs.core.delegate import RunChild, delegate_tool
+from agentfs.core.delegate import RunChild, collaborator_states, delegate_tool
 from agentfs.core.goals import goal_tool
 from agentfs.core.knowledge import knowledge_search_tool
 from agentfs.core.options import RunnerOptions
@@ -45,7 +45,7 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
     sources = ContextSources(
         trace_id=trace.id,
         goals_path=trace.dir / GOALS_FILE,
-        collaborators=lambda: list(trace.meta.context.get("collaborators", {}).values()),
+        collaborators=lambda: collaborator_states(trace),
         notifications=lambda: [p.name for p in trace.pending_inbox()],
         hooks=[*options.context_hooks, *command_hooks],
     )

@@ -324,3 +324,21 @@ def test_a_skill_the_model_loads_itself_is_not_loaded_again_in_the_same_turn(
     later = [m for m in path if m.sequence > result.sequence and m.synthetic == "skill"
              and m.role == "tool"]
     assert record["message_id"] in {result.id, *(m.id for m in later)}
+
+
+def test_collaborators_are_shown_with_their_state_now(project):
+    from agentfs.core.delegate import collaborator_states
+
+    project.new_trace("p", user("parent"))
+    project.new_trace("c1", user("child one"))
+    project.new_trace("c2", user("child two"))
+    parent = project.trace("p")
+    parent.meta.context["collaborators"] = {
+        "c1": {"trace": "c1", "task": "one", "status": "done (2 model calls)"},
+        "c2": {"trace": "c2", "task": "two", "status": "running"},
+    }
+    states = {s["trace"]: s["status"] for s in collaborator_states(parent)}
+    assert states["c1"] == "done (2 model calls)"
+    assert states["c2"].startswith("stopped before it answered")  # its run is gone
+    with project.trace("c2").lock():
+        assert {s["trace"]: s["status"] for s in collaborator_states(parent)}["c2"] == "running"
