@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from agentfs.errors import ConfigError, validation_problems
 
@@ -77,6 +85,23 @@ class KnowledgeConfig(BaseModel):
     )
 
 
+#: The least `budget_tokens` the Messages API accepts for extended thinking.
+MIN_THINKING_BUDGET = 1024
+
+
+class ThinkingConfig(BaseModel):
+    """Extended thinking: the model reasons in thinking blocks before it answers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(default=False, description="Ask the model to think before each answer")
+    budget_tokens: int = Field(
+        default=2048, ge=MIN_THINKING_BUDGET,
+        description="Tokens the model may spend thinking; they count toward max_tokens, so "
+        "the budget must be less than max_tokens",
+    )
+
+
 class HookConfig(BaseModel):
     """A context-injection hook: a shell command whose output is injected."""
 
@@ -126,6 +151,42 @@ class WorkspaceConfig(BaseModel):
         description="files: fsync each file agentfs writes before its rename; "
         "all: also every Git object, ref, index and directory change (survives power loss)",
     )
+    thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
+
+    @field_validator("thinking")
+    @classmethod
+    def _budget_below_max_tokens(cls, thinking: ThinkingConfig,
+                                 info: ValidationInfo) -> ThinkingConfig:
+        """The API refuses a thinking budget that leaves no room for the answer."""
+        max_tokens = info.data.get("max_tokens")
+        if thinking.enabled and max_tokens is not None and thinking.budget_tokens >= max_tokens:
+            raise PydanticCustomError(
+                "thinking_budget",
+                "budget_tokens ({budget}) must be less than max_tokens ({max_tokens}): the "
+                "thinking counts toward max_tokens; raise max_tokens or lower the budget",
+                {"budget": thinking.budget_tokens, "max_tokens": max_tokens},
+            )
+        return thinking
+
+    @property
+    def thinking_budget(self) -> int | None:
+        """`budget_tokens` when extended thinking is on, else None."""
+        return self.thinking.budget_tokens if self.thinking.enabled else None
+
+    def with_thinking(self, budget: int | None) -> WorkspaceConfig:
+        """This configuration with extended thinking on with `budget` tokens, or off (None):
+        what `agentfs run --thinking BUDGET` / `--no-thinking` run with.
+
+        Raises:
+            ConfigError: the budget is below 1024 or not below `max_tokens`.
+        """
+        data: dict[str, Any] = self.model_dump()
+        data["thinking"] = ({"enabled": False} if budget is None
+                            else {"enabled": True, "budget_tokens": budget})
+        try:
+            return WorkspaceConfig.model_validate(data)
+        except ValidationError as exc:
+            raise ConfigError(validation_problems(exc)) from None
 
     def token_limit(self, model_name: str) -> int:
         """Input tokens above which a request to `model_name` is compressed."""

@@ -22,7 +22,7 @@ from agentfs.core.project import Project, init_workspace
 from agentfs.core.request import preview_request
 from agentfs.core.runner import StopReason
 from agentfs.core.status import workspace_status
-from agentfs.errors import AgentfsError
+from agentfs.errors import AgentfsError, ConfigError
 from agentfs.models.base import Model
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
@@ -137,10 +137,15 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
               help="Tool calls at the head that agentfs did not itself just receive from the "
               "model (after an edit or a git checkout): refuse to go on, run them, or answer "
               "them as not run.")
+@click.option("--thinking", "thinking", type=int, metavar="BUDGET",
+              help="Extended thinking on for this run, with this many tokens per model call "
+              "(at least 1024 and less than max_tokens; default: [thinking] in agentfs.toml).")
+@click.option("--no-thinking", is_flag=True, help="Extended thinking off for this run.")
 @click.option("-q", "--quiet", is_flag=True, help="Do not print tool calls.")
 def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
         max_iterations: int | None, preset: str | None, inject_skills: tuple[str, ...],
-        skill_recency: int, pending_tools: str, quiet: bool) -> None:
+        skill_recency: int, pending_tools: str, thinking: int | None, no_thinking: bool,
+        quiet: bool) -> None:
     """Run TRACE until the model stops, streaming its text.
 
     TRACE is a trace id or a path to a trace directory; a new id with -m
@@ -156,6 +161,7 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
         raise click.UsageError("standard input can be read once: give -m - at most once")
     messages = tuple(_text_or_stdin(m) for m in messages)
     project = _project(trace_ref)
+    thinking_options = _thinking_options(project, thinking, no_thinking)
     trace_id = _trace_id(project, trace_ref, creating=bool(messages))
     meta_model = preset_name = None
     declared = list(inject_skills)
@@ -175,7 +181,7 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
     _say_if_bash_is_not_sandboxed(project)
     terminal = _Terminal(quiet)
     runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
-                            command_env=safe_environment(os.environ))
+                            command_env=safe_environment(os.environ), **thinking_options)
     result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
                         inject_skills=declared, skill_recency_threshold=skill_recency,
                         pending_tools=pending_tools)  # type: ignore[arg-type]
@@ -193,6 +199,19 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
         f"{result.input_tokens:,} input tokens ({result.cached_tokens:,} from the cache), "
         f"{result.output_tokens:,} output tokens", err=True,
     )
+
+
+def _thinking_options(project: Project, budget: int | None, off: bool) -> dict[str, Any]:
+    """`RunnerOptions` fields for --thinking BUDGET / --no-thinking: the workspace's
+    configuration with `[thinking]` replaced, checked as agentfs.toml is."""
+    if budget is not None and off:
+        raise click.UsageError("--thinking and --no-thinking do not go together")
+    if budget is None and not off:
+        return {}
+    try:
+        return {"config": project.config.with_thinking(budget)}
+    except ConfigError as exc:
+        raise click.UsageError(f"--thinking {budget}: {exc.message}") from None
 
 
 def _text_or_stdin(text: str) -> str:
@@ -534,9 +553,13 @@ def skills(as_json: bool) -> None:
               help="Seconds a dropped file must stay unchanged before it is taken "
               "(default: `settle` in agentfs.toml, 1.0).")
 @click.option("--model", help="Model for every run (default: each trace's, else agentfs.toml's).")
+@click.option("--thinking", "thinking", type=int, metavar="BUDGET",
+              help="Extended thinking on for every run, with this many tokens per model call "
+              "(default: [thinking] in agentfs.toml).")
+@click.option("--no-thinking", is_flag=True, help="Extended thinking off for every run.")
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines instead of text.")
 def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float | None,
-          model: str | None, as_json: bool) -> None:
+          model: str | None, thinking: int | None, no_thinking: bool, as_json: bool) -> None:
     """Run traces when files are dropped into inboxes.
 
     A Markdown file saved into traces/ID/inbox/ continues trace ID; one saved
@@ -549,6 +572,7 @@ def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float |
     exits 0.
     """
     project = Project.open(workspace)
+    thinking_options = _thinking_options(project, thinking, no_thinking)
     _choose_model(project, None, None, model)  # a missing key or script fails now, not per run
     _say_if_bash_is_not_sandboxed(project)
 
@@ -557,7 +581,8 @@ def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float |
 
     watcher = Watcher(project, model_for, _watch_logger(as_json), settle=settle,
                       max_parallel=max_parallel,
-                      runner_options={"command_env": safe_environment(os.environ)})
+                      runner_options={"command_env": safe_environment(os.environ),
+                                      **thinking_options})
 
     def stop(signum: int, frame: Any) -> None:
         watcher.stopping.set()

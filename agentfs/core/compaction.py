@@ -6,6 +6,17 @@ and the result of the call that finished it reads `CLEARED`. Message files
 are never touched: this works on the list about to be sent, and an assistant
 turn always goes or stays together with all its results, so the request stays
 valid.
+
+With extended thinking on, nothing in front of a thinking block that is sent
+back may change, or the API refuses (or drops) the block. It needs back the
+thinking blocks of the current tool-use loop (from the last user message
+that holds no tool results on, `loop_start`); those of earlier turns may be
+left out, and older models drop them themselves. So
+(`agentfs/core/request.py:RequestBuilder`): the loop is sent as it is; the
+turns before it go without their thinking blocks (`without_thinking`) and
+are compressed from themselves alone (`finished_within`), so every request
+of the loop sends them alike; and at the next user message, where no
+thinking block is sent at all, Level 1 may change what it likes.
 """
 
 from __future__ import annotations
@@ -60,13 +71,49 @@ def compress_completed_goals(
     tree: GoalTree,
     *,
     enough: Callable[[list[Message]], bool] | None = None,
+    finished_within: bool = False,
 ) -> list[Message]:
-    """Compress finished goals in tree order; with `enough`, stop once it is satisfied."""
+    """Compress finished goals in tree order; with `enough`, stop once it is satisfied.
+
+    With `finished_within`, only goals whose `done` or `abandon` call is among
+    `messages`: the result then depends on `messages` alone, not on goals
+    finished after them.
+    """
     result = list(messages)
     for goal in tree.walk():
         if goal.status == "open":
+            continue
+        if finished_within and _finishing_call(messages, goal.id) is None:
             continue
         result = compress_goal(result, goal.id)
         if enough is not None and enough(result):
             break
     return result
+
+
+def loop_start(messages: Sequence[Message]) -> int:
+    """Where the current tool-use loop starts: the index after the last user message
+    that holds no tool results (with the tool results and user messages around it,
+    which the request merges into one); `len(messages)` when the messages end with
+    such a user message, so there is no loop yet."""
+    start = 0
+    index = 0
+    while index < len(messages):
+        if messages[index].role == "assistant":
+            index += 1
+            continue
+        end = index
+        while end < len(messages) and messages[end].role != "assistant":
+            end += 1
+        if not any(m.role == "tool" for m in messages[index:end]):
+            start = end
+        index = end
+    return start
+
+
+def without_thinking(message: Message) -> Message:
+    """`message` as sent without its thinking blocks (the file is untouched)."""
+    if not message.thinking:
+        return message
+    layout = [e for e in message.blocks or [] if "thinking" not in e] or None
+    return message.model_copy(update={"thinking": None, "blocks": layout})

@@ -3,8 +3,9 @@
 Each item is `knowledge/<id>.md`: YAML frontmatter (`id`, `status`
 pending|accepted|rejected, `title`, `source_trace`, `source_sequence`,
 `reason`) and the item's text as the body. Reflection side branches create
-pending items, `knowledge_eval` side branches accept or reject them, and the
-`knowledge_search` tool finds accepted ones.
+pending items, `knowledge_eval` side branches accept or reject them
+(`agentfs/core/reflection.py`), and the `knowledge_search` tool finds
+accepted ones.
 """
 
 from __future__ import annotations
@@ -109,50 +110,5 @@ def knowledge_search_tool(folder: Path) -> Tool:
         "knowledge_search",
         "Search accepted knowledge items (lessons saved from earlier work) by keywords.",
         schema({"query": {"type": "string"}}, ["query"]),
-        run,
-    )
-
-
-def save_knowledge_tool(collected: list[KnowledgeItem], trace_id: str, source: int | None,
-                        taken: set[str]) -> Tool:
-    """For reflection branches: items are collected, and written by the branch's outcome."""
-
-    def run(arguments: dict[str, Any], context: ToolContext) -> str:
-        title, body = arguments.get("title"), arguments.get("content")
-        if not isinstance(title, str) or not title.strip() or not isinstance(body, str):
-            raise ToolFailure("give 'title' and 'content' as strings")
-        item = KnowledgeItem(id=slug(title, taken), title=title.strip(), body=body,
-                             source_trace=trace_id, source_sequence=source)
-        taken.add(item.id)
-        collected.append(item)
-        return f"saved knowledge item {item.id} (pending evaluation)"
-
-    return Tool(
-        "save_knowledge",
-        "Save a reusable lesson from this work as a knowledge item (pending until evaluated).",
-        schema({"title": {"type": "string"}, "content": {"type": "string"}}, ["title", "content"]),
-        run,
-    )
-
-
-def judge_knowledge_tool(pending: dict[str, KnowledgeItem]) -> Tool:
-    """For knowledge_eval branches: verdicts change the collected items in place."""
-
-    def run(arguments: dict[str, Any], context: ToolContext) -> str:
-        item = pending.get(str(arguments.get("id")))
-        verdict = arguments.get("verdict")
-        if item is None:
-            raise ToolFailure(f"no pending item {arguments.get('id')!r}; pending: {', '.join(pending)}")
-        if verdict not in ("accept", "reject"):
-            raise ToolFailure("'verdict' must be accept or reject")
-        item.status = "accepted" if verdict == "accept" else "rejected"
-        item.reason = str(arguments.get("reason") or "")
-        return f"{item.id}: {item.status}"
-
-    return Tool(
-        "judge_knowledge",
-        "Accept or reject a pending knowledge item, with a reason.",
-        schema({"id": {"type": "string"}, "verdict": {"type": "string", "enum": ["accept", "reject"]},
-                "reason": {"type": "string"}}, ["id", "verdict", "reason"]),
         run,
     )

@@ -2,7 +2,9 @@
 
 A request is built from the message files: the system message, the rest of
 the main path after Level 1 compression (`goal_compression`, see
-docs/context.md), the tool schemas, and the number of model turns so far.
+docs/context.md), the tool schemas, the number of model turns so far, and the
+thinking budget (`[thinking]`). With thinking on, nothing in front of a
+thinking block that is sent ever changes (`agentfs/core/compaction.py`).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agentfs.config import WorkspaceConfig
-from agentfs.core.compaction import compress_completed_goals
+from agentfs.core.compaction import compress_completed_goals, loop_start, without_thinking
 from agentfs.core.goals import GoalTree
 from agentfs.core.options import EventSink, RunnerOptions
 from agentfs.core.tokens import TokenCounter
@@ -76,6 +78,7 @@ class RequestBuilder:
             tools=tools,
             call_index=calls_made,
             max_tokens=self.config.max_tokens,
+            thinking_budget=self.config.thinking_budget,
         )
 
     def budget(self, messages: list[Message]) -> Budget:
@@ -103,13 +106,39 @@ class RequestBuilder:
     def _to_send(
         self, trace: Trace, system: str, messages: list[Message], tools: list[ToolSpec]
     ) -> list[Message]:
-        """The history to send after Level 1 compression (`goal_compression`)."""
+        """The history to send after Level 1 compression (`goal_compression`).
+
+        With thinking on, the current tool-use loop is sent as it is, and the turns
+        before it are compressed from themselves alone and sent without their
+        thinking blocks, so every request of the loop sends the same bytes in
+        front of the loop's thinking blocks (docs/context.md).
+        """
+        if self.config.thinking_budget is None:
+            sent = self._compressed(trace, system, messages, tools)
+        else:
+            start = loop_start(messages)
+            before = [without_thinking(m) for m in messages[:start]]
+            sent = self._compressed(trace, system, before, tools,
+                                    finished_within=True) + messages[start:]
+        compressing = self.config.goal_compression == "on_overflow" and sent is not messages
+        if compressing and self.on_event is not None:  # `messages` itself: it fits
+            budget = self.budget(messages)
+            if not budget.fits(system, sent, tools):
+                self.on_event("over_budget", {"trace": trace.id, "limit": budget.limit})
+        return sent
+
+    def _compressed(
+        self, trace: Trace, system: str, messages: list[Message], tools: list[ToolSpec],
+        *, finished_within: bool = False,
+    ) -> list[Message]:
+        """`messages` after Level 1 compression, decided from them alone;
+        `finished_within` as in `agentfs/core/compaction.py:compress_completed_goals`."""
         mode = self.config.goal_compression
-        if mode == "none":
+        if mode == "none" or not messages:
             return messages
         tree = GoalTree.load(trace.dir / GOALS_FILE)
         if mode == "on_complete":
-            return compress_completed_goals(messages, tree)
+            return compress_completed_goals(messages, tree, finished_within=finished_within)
         budget = self.budget(messages)
 
         def fits(candidate: list[Message]) -> bool:
@@ -117,10 +146,8 @@ class RequestBuilder:
 
         if fits(messages):
             return messages
-        compressed = compress_completed_goals(messages, tree, enough=fits)
-        if not fits(compressed) and self.on_event is not None:
-            self.on_event("over_budget", {"trace": trace.id, "limit": budget.limit})
-        return compressed
+        return compress_completed_goals(messages, tree, enough=fits,
+                                        finished_within=finished_within)
 
 
 def preview_request(project: Project, trace: Trace, model_name: str) -> ModelRequest:

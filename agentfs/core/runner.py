@@ -35,7 +35,7 @@ from agentfs.core.injection import (
 )
 from agentfs.core.options import RunnerOptions
 from agentfs.core.project import Project
-from agentfs.core.reflection import evaluate_knowledge, pending_items, reflect
+from agentfs.core.reflection import evaluate_knowledge, pending_items, reflect, reflect_on_answer
 from agentfs.core.request import RequestBuilder
 from agentfs.core.session import Session
 from agentfs.core.sidebranch import compress
@@ -251,10 +251,7 @@ class Runner:
             trace.reload()
             trace.recover()
             request = self._request(self._session(trace), trace.main_path())
-            outcome = compress(
-                trace, self.model, request.messages, system=request.system,
-                tools=request.tools, max_tokens=self.config.max_tokens,
-            )
+            outcome = compress(trace, self.model, request)
         return outcome.summary
 
     def preview(self, trace: str | Trace) -> ModelRequest:
@@ -388,15 +385,10 @@ class Runner:
         evaluation (if items are pending), then compression."""
         trace = session.trace
         if self.config.knowledge.enable_extraction:
-            reflect(trace, self.model, request.messages, system=request.system,
-                    max_tokens=self.config.max_tokens)
+            reflect(trace, self.model, request, session.tools)
         elif pending_items(trace):
-            evaluate_knowledge(trace, self.model, request.messages, system=request.system,
-                               max_tokens=self.config.max_tokens)
-        outcome = compress(
-            trace, self.model, request.messages, system=request.system,
-            tools=request.tools, max_tokens=self.config.max_tokens,
-        )
+            evaluate_knowledge(trace, self.model, request, session.tools)
+        outcome = compress(trace, self.model, request)
         self._emit("compressed", trace=trace.id, branch=outcome.branch,
                    sequence=outcome.summary.sequence)
         session.compressed_at = trace.meta.head
@@ -510,8 +502,7 @@ class Runner:
         is on and no user message waits."""
         trace = session.trace
         if self.config.knowledge.enable_completion_extraction and not trace.pending_inbox():
-            reflect(trace, self.model, [*request.messages, assistant],
-                    system=request.system, max_tokens=self.config.max_tokens)
+            reflect_on_answer(trace, self.model, request, assistant, session.tools)
             result.steps.append("outcome")
 
     # --- the inbox -------------------------------------------------------------

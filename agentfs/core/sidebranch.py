@@ -9,15 +9,23 @@ branch's head, so `git log --graph` shows where the summary came from.
 
 A branch left without its outcome (a crash) is never merged: the next
 compression starts a new branch, and the old one stays as a record.
+
+Every side branch continues the main path's request as it was sent: the
+same system prompt, the same messages, the same tool list and thinking
+budget, and its own instructions in a user message at the end. So what was
+already sent stays byte-identical (the prompt cache is read, and thinking
+blocks are sent back with the prefix they were made with). A branch that may
+not run some tools still offers them; calls to them get an error result.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
 from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError
-from agentfs.models.base import Model, ModelRequest, ToolSpec
+from agentfs.models.base import Model, ModelRequest
 from agentfs.store.messages import Message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
@@ -64,18 +72,21 @@ def run_branch(
     trace: Trace,
     model: Model,
     branch_type: str,
-    history: list[Message],
+    request: ModelRequest,
     prompt: str,
     *,
-    system: str,
-    specs: list[ToolSpec],
     tools: ToolRegistry | None = None,
-    max_tokens: int = 4096,
+    runnable: Collection[str] = (),
     max_turns: int = 8,
 ) -> tuple[str, bytes, str]:
-    """Run a side branch: `prompt` after `history`, then model turns (running `tools`
-    when given) until the model stops calling tools. Everything is committed on
+    """Run a side branch: `prompt` after the messages of `request` (the main path's
+    request, as sent), then model turns until the model stops calling tools. Each
+    request is `request` with the branch's messages appended: system prompt, tool
+    list and thinking budget unchanged. With `tools`, calls to the tools named in
+    `runnable` run; other calls get an error result. Without `tools`, the first
+    answer ends the branch and its calls are not kept. Everything is committed on
     the branch only. Returns (branch, its head, the model's last text)."""
+    history = request.messages
     branch = next_branch(trace, branch_type)
     start = trace.repo.head()
     assert start is not None
@@ -89,17 +100,18 @@ def run_branch(
     text = ""
     context = ToolContext(trace.workspace.root, trace.id, tmp_dir=trace.tmp_dir)
     for _ in range(max_turns):
-        response = model.complete(ModelRequest(
-            system=system, messages=sent, tools=specs, branch_type=branch_type,
-            call_index=calls, max_tokens=max_tokens,
+        response = model.complete(replace(
+            request, messages=list(sent), branch_type=branch_type, call_index=calls,
         ))
         calls += 1
         text = response.text
         wanted = response.tool_calls if tools is not None else []
+        kept_blocks = response.blocks if wanted or not response.tool_calls else None
         answer = trace.new_message(
             "assistant", response.text, tool_calls=wanted or None,
             model=response.model or model.name, usage=response.usage,
-            stop_reason=response.stop_reason, **fields,
+            stop_reason=response.stop_reason, thinking=response.thinking,
+            **({"blocks": kept_blocks} if kept_blocks else {}), **fields,
         )
         answer.parent_sequence = sent[-1].sequence
         head = trace.commit_to_branch(branch, [answer])
@@ -108,10 +120,14 @@ def run_branch(
             break
         results = []
         for call in wanted:
-            outcome = tools.call(call.name, call.input, context)
+            if call.name in runnable:
+                outcome = tools.call(call.name, call.input, context)
+                content, is_error = outcome.content, outcome.is_error
+            else:
+                content, is_error = _not_run(call.name, branch_type, runnable), True
             result = trace.new_message(
-                "tool", outcome.content, tool_call_id=call.id,
-                is_error=True if outcome.is_error else None, **fields,
+                "tool", content, tool_call_id=call.id,
+                is_error=True if is_error else None, **fields,
             )
             result.parent_sequence = sent[-1].sequence
             sent.append(result)
@@ -121,26 +137,23 @@ def run_branch(
     return branch, head, text
 
 
-def compress(
-    trace: Trace,
-    model: Model,
-    history: list[Message],
-    *,
-    system: str,
-    tools: list[ToolSpec],
-    max_tokens: int,
-) -> Compression:
-    """Run a compression side branch over `history` (what would be sent) and commit
+def _not_run(name: str, branch_type: str, runnable: Collection[str]) -> str:
+    allowed = ", ".join(sorted(runnable)) or "no tools"
+    return (f"not run: {name} does not run on a {branch_type} side branch (only {allowed} "
+            "do); answer with text as asked")
+
+
+def compress(trace: Trace, model: Model, request: ModelRequest) -> Compression:
+    """Run a compression side branch after `request` (what main would send) and commit
     the summary on main. The caller holds the trace's lock."""
     path = trace.main_path()
     first_user = next((m for m in path if m.role == "user"), None)
-    if first_user is None or not history:
+    if first_user is None or not request.messages:
         raise AgentfsError(f"trace {trace.id!r} has nothing to compress yet")
     tree = GoalTree.load(trace.dir / GOALS_FILE)
     branch, head, text = run_branch(
-        trace, model, COMPRESSION, history,
-        SUMMARY_REQUEST.format(goals=tree.to_prompt(include_summary=True)),
-        system=system, specs=tools, max_tokens=max_tokens, max_turns=1,
+        trace, model, COMPRESSION, request,
+        SUMMARY_REQUEST.format(goals=tree.to_prompt(include_summary=True)), max_turns=1,
     )
     text = text.strip() or "(the model gave no summary)"
     summary = trace.new_message(

@@ -9,6 +9,8 @@ text sink (`agentfs/models/base.py:report_retry`). A turn is returned only
 once its `message_stop` arrived: anything short of it is a failed attempt,
 so a cut stream is never taken for a complete answer (see docs/models.md).
 A 400 "prompt is too long" raises `PromptTooLong`, so the runner can compress.
+A request with a `thinking_budget` asks for extended thinking, unless the API
+would refuse it for these messages (`thinking_param`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from agentfs.models.base import (
 )
 from agentfs.store.messages import ToolCall, Usage
 
-__all__ = ["AnthropicModel", "IncompleteStream"]
+__all__ = ["AnthropicModel", "IncompleteStream", "thinking_param"]
 
 CACHE = {"type": "ephemeral"}
 
@@ -78,6 +80,9 @@ class AnthropicModel:
             "max_tokens": request.max_tokens,
             "messages": messages,
         }
+        thinking = thinking_param(request.thinking_budget, messages)
+        if thinking is not None:
+            params["thinking"] = thinking
         if request.system:
             params["system"] = [{"type": "text", "text": request.system, "cache_control": CACHE}]
         if request.tools:
@@ -158,6 +163,26 @@ class AnthropicModel:
             if _is_transport_error(exc):  # e.g. the connection cut after the headers
                 raise _Retry(exc) from None
             raise
+
+
+def thinking_param(budget: int | None, messages: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The request's `thinking` parameter: extended thinking with `budget` tokens, or None.
+
+    The API takes one thinking configuration per assistant turn, and a tool-use
+    loop is one turn: with thinking on, the assistant message before the final
+    tool results must start with a thinking block. A loop that began without
+    one (agentfs' synthetic `skill` turn at the start of a run, or a turn made
+    with thinking off) therefore goes on without thinking until the next user
+    message.
+    """
+    if budget is None:
+        return None
+    if len(messages) >= 2 and messages[-1]["role"] == "user" and messages[-2]["role"] == "assistant":
+        results = any(b.get("type") == "tool_result" for b in messages[-1]["content"])
+        first = messages[-2]["content"][0] if messages[-2]["content"] else {}
+        if results and first.get("type") not in ("thinking", "redacted_thinking"):
+            return None
+    return {"type": "enabled", "budget_tokens": budget}
 
 
 class IncompleteStream(Exception):

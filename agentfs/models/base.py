@@ -56,7 +56,8 @@ class ModelRequest:
     system message. `branch_type` is None on the main path, or the side
     branch's type. `call_index` counts the model calls this trace already made
     for that branch type, so scripted models know where they are after a
-    restart.
+    restart. `thinking_budget` asks for extended thinking with that many
+    tokens (`[thinking]` in agentfs.toml); None asks for none.
     """
 
     system: str
@@ -65,6 +66,7 @@ class ModelRequest:
     branch_type: str | None = None
     call_index: int = 0
     max_tokens: int = 4096
+    thinking_budget: int | None = None
 
 
 @dataclass

@@ -3,7 +3,12 @@ Anthropic server for the real SDK, and the Messages API's rules."""
 
 from agentfs.models.replay import ReplayModel
 from agentfs.testing.api_rules import assert_valid_request, check_request
-from agentfs.testing.fake_anthropic import FakeAnthropicServer, PromptCache, RecordedRequest
+from agentfs.testing.fake_anthropic import (
+    FakeAnthropicServer,
+    PromptCache,
+    RecordedRequest,
+    sign_thinking,
+)
 from agentfs.testing.models import FunctionModel, ScriptedModel
 
 __all__ = [
@@ -15,4 +20,5 @@ __all__ = [
     "ScriptedModel",
     "assert_valid_request",
     "check_request",
+    "sign_thinking",
 ]

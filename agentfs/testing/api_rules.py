@@ -11,7 +11,12 @@ is built. The rules follow the API's documentation and its error messages:
 - a request that holds `tool_use` or `tool_result` blocks defines `tools`;
 - at most 4 `cache_control` breakpoints (system + tools + messages);
 - no empty text blocks; thinking blocks only in assistant messages, each with
-  its signature (they must be sent back verbatim).
+  its signature (they must be sent back verbatim), and an assistant message
+  that holds thinking blocks starts with one;
+- with `thinking` enabled: `budget_tokens` is at least 1024 and less than
+  `max_tokens`, and when the request ends with tool results (a tool-use loop,
+  one assistant turn) the assistant message before them starts with a
+  thinking block: the thinking configuration cannot change within a turn.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import Any
 
 MAX_CACHE_BREAKPOINTS = 4
 THINKING_TYPES = ("thinking", "redacted_thinking")
+MIN_THINKING_BUDGET = 1024
 
 
 def check_request(body: dict[str, Any]) -> list[str]:
@@ -38,6 +44,7 @@ def check_request(body: dict[str, Any]) -> list[str]:
     problems += _check_tool_pairing(messages)
     problems += _check_tools(body, messages)
     problems += _check_system(body.get("system"))
+    problems += _check_thinking(body, messages)
     breakpoints = _count_cache_breakpoints(body, messages)
     if breakpoints > MAX_CACHE_BREAKPOINTS:
         problems.append(
@@ -139,6 +146,39 @@ def _check_block(where: str, role: Any, block: dict[str, Any]) -> list[str]:
     elif not isinstance(kind, str):
         return [f"{where}: block without a type"]
     return []
+
+
+def _check_thinking(body: dict[str, Any], messages: list[Any]) -> list[str]:
+    problems: list[str] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        blocks = content_blocks(message)
+        if any(b.get("type") in THINKING_TYPES for b in blocks) and (
+            blocks[0].get("type") not in THINKING_TYPES
+        ):
+            problems.append(f"messages[{i}].content[0]: an assistant message that holds "
+                            "thinking blocks must start with one")
+    thinking = body.get("thinking")
+    if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
+        return problems
+    budget, max_tokens = thinking.get("budget_tokens"), body.get("max_tokens")
+    if not isinstance(budget, int) or budget < MIN_THINKING_BUDGET:
+        problems.append(f"thinking.budget_tokens: must be an integer >= {MIN_THINKING_BUDGET}")
+    elif isinstance(max_tokens, int) and budget >= max_tokens:
+        problems.append("thinking.budget_tokens: must be less than max_tokens")
+    if len(messages) >= 2 and all(isinstance(m, dict) for m in messages[-2:]):
+        last, before = messages[-1], messages[-2]
+        results = any(b.get("type") == "tool_result" for b in content_blocks(last))
+        blocks = content_blocks(before)
+        if (last.get("role") == "user" and before.get("role") == "assistant" and results
+                and (not blocks or blocks[0].get("type") not in THINKING_TYPES)):
+            problems.append(
+                f"messages[{len(messages) - 2}].content[0]: with thinking enabled, the final "
+                "assistant message must start with a thinking block (before the last set of "
+                "tool_use and tool_result blocks); disable thinking for this turn instead"
+            )
+    return problems
 
 
 def _check_tool_pairing(messages: list[Any]) -> list[str]:

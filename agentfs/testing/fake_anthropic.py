@@ -30,12 +30,26 @@ of its own block boundaries within 20 blocks before one of its breakpoints
 (the real API's lookback window); the part after that, up to its last
 breakpoint, is reported as cache creation; the rest as `input_tokens`.
 There is no minimum cacheable length and no expiry.
+
+Extended thinking: a request with `"thinking": {"type": "enabled", ...}` gets a
+thinking block first in its answer, unless the scripted answer brings its
+own; a thinking block without a signature is signed with an HMAC of its text
+(`sign_thinking`). The server remembers every thinking block it issued and
+the request prefix it came after (tools, system, messages, and the blocks of
+the answer before it). Each later request is checked, as a model with
+preserved thinking checks it: every thinking block sent back must be one it
+issued, byte for byte, and the request in front of the last thinking block
+must be exactly the prefix that block was issued after. Violations are
+recorded in `thinking_violations`; with `strict_thinking=True` the request
+also gets a 400, as the real API may answer.
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
+import hmac
 import itertools
 import json
 import math
@@ -50,11 +64,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
-from agentfs.testing.api_rules import check_request, content_blocks
+from agentfs.testing.api_rules import THINKING_TYPES, check_request, content_blocks
 
 ScriptedResponse = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
 NO_SCRIPT_TEXT = "(fake server: no scripted response)"
+#: The key of the fake's thinking signatures (`sign_thinking`).
+THINKING_KEY = b"agentfs fake thinking"
 CACHE_LOOKBACK_BLOCKS = 20
 #: How long the fake tells clients to wait before retrying (seconds).
 DEFAULT_RETRY_AFTER = 0.01
@@ -127,11 +143,18 @@ class FakeAnthropicServer:
     Args:
         validate: answer requests that break the Messages API rules with a 400.
         api_key: when set, a request with any other key gets a 401.
+        strict_thinking: also answer a request that breaks the thinking checks (see
+            the module docstring) with a 400; they are recorded either way.
     """
 
-    def __init__(self, *, validate: bool = True, api_key: str | None = None) -> None:
+    def __init__(self, *, validate: bool = True, api_key: str | None = None,
+                 strict_thinking: bool = False) -> None:
         self.validate = validate
         self.api_key = api_key
+        self.strict_thinking = strict_thinking
+        #: canonical thinking block -> (where, canonical block) of the prefix it came after
+        self._issued: dict[bytes, list[tuple[str, bytes]]] = {}
+        self._thinking_violations: list[str] = []
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._faults: deque[_Fault] = deque()
@@ -262,6 +285,13 @@ class FakeAnthropicServer:
         with self._lock:
             return list(self._requests)
 
+    @property
+    def thinking_violations(self) -> list[str]:
+        """Every thinking check a request broke so far (see the module docstring), as
+        `request N: where: what`; empty when thinking blocks came back as issued."""
+        with self._lock:
+            return list(self._thinking_violations)
+
     def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
         """Block until at least `count` requests arrived; AssertionError after `timeout`."""
         with self._changed:
@@ -282,6 +312,7 @@ class FakeAnthropicServer:
         request = RecordedRequest(h.command, h.path, headers, raw, body)
         with self._changed:
             self._requests.append(request)
+            number = len(self._requests)
             self._changed.notify_all()
             fault = self._faults.popleft() if self._faults else None
         streaming = isinstance(body, dict) and body.get("stream") is True
@@ -310,6 +341,8 @@ class FakeAnthropicServer:
         if path.endswith("count_tokens"):
             return _send_json(h, 200, {"input_tokens": _tokens(self._cache.request_size(body))})
         if self.validate and (problems := check_request(body)):
+            return _send_error(h, 400, None, message="; ".join(problems))
+        if (problems := self._check_thinking(body, number)) and self.strict_thinking:
             return _send_error(h, 400, None, message="; ".join(problems))
 
         cut = fault is not None and fault.kind == "cut"
@@ -347,7 +380,11 @@ class FakeAnthropicServer:
         if callable(scripted):
             scripted = scripted(body)
         spec: dict[str, Any] = scripted if scripted is not None else {"text": NO_SCRIPT_TEXT}
+        if _thinking_on(body) and "thinking" not in spec and "content" not in spec:
+            spec = {**spec, "thinking": [{"thinking": f"Thinking about request {number}."}]}
         content, chunks = self._content(spec)
+        if not broken:
+            self._remember_thinking(body, content)
         with self._lock:
             usage = self._cache.usage(body, remember=not broken)
         usage["output_tokens"] = max(1, _tokens(len(json.dumps(content))))
@@ -385,11 +422,12 @@ class FakeAnthropicServer:
             if "data" in item:
                 content.append({"type": "redacted_thinking", "data": item["data"]})
             else:
+                thought = item.get("thinking", "")
                 content.append(
                     {
                         "type": "thinking",
-                        "thinking": item.get("thinking", ""),
-                        "signature": item.get("signature", ""),
+                        "thinking": thought,
+                        "signature": item.get("signature") or sign_thinking(thought),
                     }
                 )
         text = spec.get("text")
@@ -410,6 +448,82 @@ class FakeAnthropicServer:
                 }
             )
         return content, chunks
+
+
+    # --- thinking ----------------------------------------------------------------------
+
+    def _remember_thinking(self, body: dict[str, Any], content: list[dict[str, Any]]) -> None:
+        """Record the thinking blocks of an answer with the prefix each came after."""
+        prefix = [(where, data) for where, data, _ in _prefix_blocks(body)]
+        with self._lock:
+            for index, block in enumerate(content):
+                if block.get("type") in THINKING_TYPES:
+                    before = [(f"the answer's content[{k}]", _canonical({"role": "assistant", **b}))
+                              for k, b in enumerate(content[:index])]
+                    self._issued[_canonical(block)] = prefix + before
+
+    def _check_thinking(self, body: dict[str, Any], number: int) -> list[str]:
+        """The thinking checks `body` breaks (see the module docstring); recorded."""
+        blocks = _prefix_blocks(body)
+        thinking = [i for i, (_, _, block) in enumerate(blocks)
+                    if block.get("type") in THINKING_TYPES]
+        problems: list[str] = []
+        with self._lock:
+            for i in thinking:
+                if _canonical(blocks[i][2]) not in self._issued:
+                    problems.append(f"request {number}: {blocks[i][0]}: a thinking block this "
+                                    "server never issued (its text or signature changed)")
+            if thinking:
+                where, _, block = blocks[thinking[-1]]
+                issued_after = self._issued.get(_canonical(block))
+                sent = [data for _, data, _ in blocks[: thinking[-1]]]
+                if issued_after is not None and sent != [data for _, data in issued_after]:
+                    problems.append(f"request {number}: {where}: the request in front of this "
+                                    "thinking block is not the one it was issued after: "
+                                    + _difference(blocks[: thinking[-1]], issued_after))
+            self._thinking_violations += problems
+        return problems
+
+
+def sign_thinking(thought: str) -> str:
+    """The fake's signature of a thinking text: an HMAC, so a changed text is caught."""
+    digest = hmac.new(THINKING_KEY, thought.encode(), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+def _thinking_on(body: dict[str, Any]) -> bool:
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") == "enabled"
+
+
+def _prefix_blocks(body: dict[str, Any]) -> list[tuple[str, bytes, dict[str, Any]]]:
+    """(where, canonical JSON, block) of the request's tools, system blocks and message
+    blocks (tagged with their role), in the API's order; the model is left out."""
+    found = [(f"tools[{i}]", _canonical(tool), tool)
+             for i, tool in enumerate(body.get("tools") or []) if isinstance(tool, dict)]
+    system = body.get("system")
+    system_blocks = [{"type": "text", "text": system}] if isinstance(system, str) else system
+    found += [(f"system[{i}]", _canonical(block), block)
+              for i, block in enumerate(system_blocks or []) if isinstance(block, dict)]
+    for i, message in enumerate(body.get("messages") or []):
+        if isinstance(message, dict):
+            found += [(f"messages[{i}].content[{j}]",
+                       _canonical({"role": message.get("role"), **block}), block)
+                      for j, block in enumerate(content_blocks(message))]
+    return found
+
+
+def _difference(blocks: list[tuple[str, bytes, dict[str, Any]]],
+                issued_after: list[tuple[str, bytes]]) -> str:
+    """Where `blocks` (a request's, in front of a thinking block) first differ from the
+    prefix the block was issued after."""
+    for (where, data, _), (then, expected) in zip(blocks, issued_after):
+        if data != expected:
+            return f"{where} changed" if where == then else f"{where} is where {then} was"
+    if len(blocks) < len(issued_after):
+        missing = len(issued_after) - len(blocks)
+        return f"{missing} block(s) it came after were left out, from {issued_after[len(blocks)][0]} on"
+    return f"{blocks[len(issued_after)][0]} was added in front of it"
 
 
 class PromptCache:

@@ -4,6 +4,13 @@ Skills the caller declares (`inject_skills`) reach the model through the same
 tool, as a synthetic call, so both ways of loading look alike in the trace.
 Skills are files people write, so what the tool returns is cut to
 `SKILL_MAX_BYTES`.
+
+The tool's description is the same whatever skills exist: the tool list comes
+first in every request, so a description that listed the catalogue would
+change what was already sent each time a skill file is added (and with it
+the prompt cache and, with thinking on, every thinking block sent back). The
+system prompt lists the skills when a trace is created; a name that is not
+known gets an error listing the skills there are now.
 """
 
 from __future__ import annotations
@@ -25,8 +32,16 @@ from agentfs.tools.base import (
 SKILL_MAX_BYTES = TOOL_RESULT_MAX_BYTES // 4
 
 
+#: The `skill` tool's description; it never depends on the catalogue (see above).
+SKILL_TOOL_DESCRIPTION = (
+    "Load a skill by name: instructions for a kind of task. The skills you can load are "
+    "listed in the system prompt; load the matching skill before starting such a task and "
+    "follow it. A name that is not known gets the list of the skills available now."
+)
+
+
 def skill_tool(catalog: SkillCatalog) -> Tool:
-    """The `skill` tool over `catalog`; its description lists what can be loaded."""
+    """The `skill` tool over `catalog`, with a description that does not list it."""
 
     def run(arguments: dict[str, Any], context: ToolContext) -> str:
         name = arguments.get("name")
@@ -40,16 +55,11 @@ def skill_tool(catalog: SkillCatalog) -> Tool:
         text = f"{header}\n\n{skill.body}" if skill.body else header
         return cut_text(text, SKILL_MAX_BYTES, hint=_where(skill, context))
 
-    listing = catalog.to_prompt_list() or "(no skills are available)"
-    description = (
-        "Load a skill: instructions for a kind of task. Load the matching skill "
-        "before starting such a task and follow it.\n\nAvailable skills:\n" + listing
-    )
     return Tool(
         name="skill",
-        description=description,
+        description=SKILL_TOOL_DESCRIPTION,
         input_schema=schema(
-            {"name": {"type": "string", "description": "The skill's name, as listed."}},
+            {"name": {"type": "string", "description": "The skill's name."}},
             required=["name"],
         ),
         run=run,

@@ -161,3 +161,59 @@ def test_runner_compresses_what_it_sends_and_show_as_sent_agrees(workspace, writ
     full = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)
     assert len(full["messages"]) > len(as_sent["messages"])
     assert check_request(request_body(request.messages)) == []
+
+
+# --- with extended thinking ---------------------------------------------------------------
+
+
+def test_the_current_tool_loop_starts_after_the_last_user_message_without_results():
+    from agentfs.core.compaction import loop_start
+
+    b = Builder()
+    b.user("go")
+    assert loop_start(b.messages) == 1  # a user message last: no loop yet
+    b.turn(None, ("read_file", {"path": "a"}))
+    b.user("a message dropped into the inbox")  # merges with the results: still the loop
+    b.turn(None, ("grep", {"pattern": "x"}))
+    assert loop_start(b.messages) == 1
+    b.turn(None, text="done")
+    b.user("next")
+    b.user("and more")
+    start = len(b.messages)
+    b.turn(None, ("read_file", {"path": "b"}))
+    assert loop_start(b.messages) == start
+    assert loop_start([]) == 0
+
+
+def test_without_thinking_keeps_the_order_of_the_other_blocks():
+    from agentfs.core.compaction import without_thinking
+    from agentfs.models.anthropic_messages import assistant_blocks
+
+    call = ToolCall(id="c1", name="read_file", input={})
+    message = Message(id="m", sequence=3, role="assistant", content="afterwards",
+                      tool_calls=[call], thinking=[{"type": "thinking", "thinking": "t",
+                                                    "signature": "s"}],
+                      blocks=[{"thinking": 0}, {"tool_use": "c1"}, {"text": 10}])
+    bare = without_thinking(message)
+    assert [b["type"] for b in assistant_blocks(bare)] == ["tool_use", "text"]
+    assert message.thinking is not None  # the stored message is untouched
+    plain = Message(id="p", sequence=4, role="assistant", content="x")
+    assert without_thinking(plain) is plain
+
+
+def test_finished_within_compresses_only_goals_finished_in_the_messages():
+    b = Builder()
+    b.user("go")
+    b.turn(None, ("goal", {"add": "A"}), ("goal", {"add": "B"}))
+    b.turn("1", ("read_file", {"path": "a"}))
+    b.turn("1", ("goal", {"done": "1", "summary": "a"}))
+    b.turn("2", ("read_file", {"path": "b"}))
+    b.turn(None, text="a pause")
+    b.user("next")
+    head = list(b.messages)
+    b.turn("2", ("goal", {"done": "2", "summary": "b"}))  # finished after `head`
+    tree = GoalTree(goals=[Goal(id="1", title="A", status="done"),
+                           Goal(id="2", title="B", status="done")])
+    compressed = compress_completed_goals(head, tree, finished_within=True)
+    assert compressed == compress_goal(head, "1")  # goal 2 is left as it was
+    assert compress_completed_goals(head, tree) != compressed

@@ -22,15 +22,23 @@ def test_completion_reflection_saves_pending_items(workspace, write_script):
     script = write_script(
         [{"text": "done with the task"}],
         reflection=[
-            {"tool_calls": [{"name": "save_knowledge", "input": {
-                "title": "Use tmp_path fixtures", "content": "Tests write into tmp_path."}},
-                {"name": "save_knowledge", "input": {
-                    "title": "Guessing", "content": "Probably fine."}}]},
-            {"text": "saved two lessons"}],
+            {"text": "Let me check a file first.",
+             "tool_calls": [{"name": "list_files", "input": {}},
+                            {"name": "write_file", "input": {"path": "x.md", "content": "x"}}]},
+            {"text": "Two lessons.\n\n## Use tmp_path fixtures\nTests write into tmp_path.\n\n"
+                     "## Guessing\nProbably fine.\n"}],
     )
     run_cli("run", "t", "-m", "do it", "--model", f"replay:{script}", cwd=workspace)
     listing = run_cli("knowledge", cwd=workspace).stdout
     assert "pending   use-tmp-path-fixtures" in listing and "guessing" in listing
+    item = (workspace / "knowledge" / "use-tmp-path-fixtures.md").read_text()
+    assert item.endswith("\nTests write into tmp_path.\n")
+    assert not (workspace / "x.md").exists()  # only read-only tools run on a side branch
+    branch = "agentfs/t/reflection-1"
+    files = git(workspace, "ls-tree", "--name-only", branch, "traces/t/messages/").split()
+    results = [git(workspace, "show", f"{branch}:{f}") for f in files if f.endswith("-tool.md")]
+    assert ["is_error: true" in r for r in results] == [False, True]
+    assert "write_file does not run on a reflection side branch" in results[1]
     outcome = git(workspace, "log", "-1", "--format=%P %s", "--grep", "t: outcome").split()
     assert len(outcome) >= 3 and outcome[2] == "t:"  # two parents, then the subject
     assert "agentfs/t/reflection-1" in git(workspace, "branch", "--format=%(refname:short)")
@@ -51,9 +59,7 @@ def test_knowledge_eval_runs_in_the_queue_and_search_finds_accepted(workspace, w
               {"text": "finished"}]
     script = write_script(
         turns,
-        knowledge_eval=[{"tool_calls": [{"name": "judge_knowledge", "input": {
-            "id": "tmp-fixtures", "verdict": "accept", "reason": "concrete"}}]},
-            {"text": "judged"}],
+        knowledge_eval=[{"text": "accept tmp-fixtures: concrete\nreject nothing-here: no such item"}],
         compression=[{"text": "summary"}] * 5,
     )
     run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
@@ -106,3 +112,52 @@ def test_a_symlinked_knowledge_file_is_refused(tmp_path):
     (folder / "a.md").symlink_to(outside)
     with pytest.raises(AgentfsError, match="is a symlink"):
         load_items(folder)
+
+
+def test_every_side_branch_sends_the_main_paths_system_tools_and_messages(workspace):
+    """Reflection, knowledge evaluation and compression continue the main request as it
+    was sent: only their own user message is added (the prefix stays byte-identical)."""
+    from agentfs.core.project import Project
+    from agentfs.models.base import ModelResponse
+    from agentfs.store.messages import ToolCall
+    from agentfs.testing import FunctionModel
+    from tests.conftest import user
+
+    (workspace / "knowledge" / "old.md").write_text(
+        "---\nid: old\ntitle: An old lesson\nstatus: pending\nsource_trace: x\n---\nText.\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "a pending item")
+    configure(workspace, "context_window = 1500\ncompression_threshold = 1.0\n"
+                         "[knowledge]\nenable_completion_extraction = true\n")
+    steps = iter(range(8))
+
+    def respond(request):
+        if request.branch_type == "knowledge_eval":
+            return ModelResponse(text="reject old: too vague")
+        if request.branch_type is not None:
+            return ModelResponse(text="## A lesson\nKeep notes short.")
+        step = next(steps, None)
+        if step is None:
+            return ModelResponse(text="done")
+        call = ToolCall(id=f"w{step}", name="write_file",
+                        input={"path": f"notes/{step}.md", "content": "words " * 120})
+        return ModelResponse(text=f"step {step}", tool_calls=[call])
+
+    model = FunctionModel(respond)
+    project = Project.open(workspace)
+    project.new_trace("t", user("write the notes"))
+    project.runner(model).run("t")
+    kinds = {r.branch_type for r in model.requests}
+    assert kinds == {None, "knowledge_eval", "compression", "reflection"}
+    last_main = model.requests[0]
+    for request in model.requests:
+        if request.branch_type is None:
+            last_main = request
+            continue
+        assert request.tools == last_main.tools and request.system == last_main.system
+        assert request.messages[: len(last_main.messages)] == last_main.messages
+        added = request.messages[len(last_main.messages):]
+        own = [m for m in added if m.branch_type is not None]
+        assert own and all(m.branch_type == request.branch_type for m in own)
+        assert added[: len(added) - len(own)] == [m for m in added if m.branch_type is None]
+    assert "rejected" in run_cli("knowledge", cwd=workspace).stdout

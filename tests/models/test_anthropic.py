@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentfs.errors import ModelError
-from agentfs.models.anthropic import AnthropicModel
+from agentfs.models.anthropic import AnthropicModel, thinking_param
 from agentfs.models.anthropic_messages import assistant_blocks, block_layout, to_api_messages
 from agentfs.models.base import ModelRequest, ModelResponse, PromptTooLong, RetryNotice, ToolSpec
 from agentfs.store.messages import Message, ToolCall, parse_message, render_message
@@ -264,3 +264,26 @@ def test_any_turn_goes_back_exactly_as_received(received):
     assert assistant_blocks(message) == (expected or [{"type": "text", "text": "(empty)"}])
     conversation = [Message(id="u", sequence=2, role="user", content="go"), message]
     assert to_api_messages(conversation)[1]["content"] == assistant_blocks(message)
+
+
+# --- extended thinking --------------------------------------------------------------------
+
+
+def test_a_thinking_budget_asks_for_thinking(server):
+    thinking = ModelRequest(system="s", messages=request().messages, thinking_budget=2048)
+    params = model(server).build_params(thinking)
+    assert params["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert "thinking" not in model(server).build_params(request())
+
+
+def test_a_tool_loop_that_began_without_thinking_goes_on_without_it():
+    use = {"type": "tool_use", "id": "a", "name": "read", "input": {}}
+    results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a",
+                                            "content": "x"}]}
+    go = {"role": "user", "content": [{"type": "text", "text": "go"}]}
+    thought = {"type": "thinking", "thinking": "hm", "signature": "s"}
+    assert thinking_param(1024, [go]) == {"type": "enabled", "budget_tokens": 1024}
+    assert thinking_param(1024, [go, {"role": "assistant", "content": [use]}, results]) is None
+    assert thinking_param(1024, [go, {"role": "assistant", "content": [thought, use]},
+                                 results]) is not None
+    assert thinking_param(None, [go]) is None
