@@ -381,12 +381,13 @@ class Runner:
                 and session.compressed_at != session.trace.meta.head)
 
     def _compress(self, session: Session, request: ModelRequest, result: RunResult) -> None:
-        """The side-branch queue: reflection (if extraction is on) or knowledge
-        evaluation (if items are pending), then compression."""
+        """The side-branch queue, in order: reflection (if extraction is on), knowledge
+        evaluation (if items are pending, those reflection just saved included), then
+        compression."""
         trace = session.trace
         if self.config.knowledge.enable_extraction:
             reflect(trace, self.model, request, session.tools)
-        elif pending_items(trace):
+        if pending_items(trace):
             evaluate_knowledge(trace, self.model, request, session.tools)
         outcome = compress(trace, self.model, request)
         self._emit("compressed", trace=trace.id, branch=outcome.branch,

@@ -161,3 +161,26 @@ def test_every_side_branch_sends_the_main_paths_system_tools_and_messages(worksp
         assert own and all(m.branch_type == request.branch_type for m in own)
         assert added[: len(added) - len(own)] == [m for m in added if m.branch_type is None]
     assert "rejected" in run_cli("knowledge", cwd=workspace).stdout
+
+
+def test_the_queue_runs_reflection_then_knowledge_evaluation_then_compression(
+        workspace, write_script):
+    configure(workspace, "context_window = 1200\ncompression_threshold = 1.0\n"
+              "[knowledge]\nenable_extraction = true\n")
+    turns = [{"text": f"step {i}", "tool_calls": [{"name": "write_file", "input": {
+        "path": f"n{i}.md", "content": "words " * 150}}]} for i in range(6)]
+    turns += [{"text": "finished"}]
+    script = write_script(
+        turns,
+        reflection=[{"text": "## Write notes in parts\nLong notes go in several files."}] * 5,
+        knowledge_eval=[{"text": "accept write-notes-in-parts: useful"}] * 5,
+        compression=[{"text": "summary"}] * 5,
+    )
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
+    order = git(workspace, "log", "--first-parent", "--reverse", "--format=%s",
+                "main").splitlines()
+    first = {kind: next(i for i, s in enumerate(order) if f"agentfs/t/{kind}-1" in s)
+             for kind in ("reflection", "knowledge_eval", "compression")}
+    assert first["reflection"] < first["knowledge_eval"] < first["compression"]
+    assert "accepted" in run_cli("knowledge", cwd=workspace).stdout
+    assert_git_clean(workspace)
