@@ -67,6 +67,10 @@ from agentfs.store.trace import Trace
 from agentfs.store.workspace import Workspace
 from agentfs.tools import ToolRegistry
 
+#: `agentfs compress` refuses a trace with fewer messages than this after the
+#: system prompt and the first user message (a summary would be as long).
+MIN_COMPRESSIBLE = 4
+
 __all__ = ["INTERRUPTED", "PendingTools", "RunResult", "Runner", "RunnerOptions", "StopReason"]
 
 
@@ -250,7 +254,16 @@ class Runner:
         with trace.lock():
             trace.reload()
             trace.recover()
-            request = self._request(self._session(trace), trace.main_path())
+            path = trace.main_path()
+            kept = [m for m in path if m.role == "system"][:1] + [
+                m for m in path if m.role == "user"][:1]
+            if len(path) - len(kept) < MIN_COMPRESSIBLE:
+                raise AgentfsError(
+                    f"trace {trace.id!r} has {len(path) - len(kept)} message(s) after its first "
+                    "user message: a summary would not make it shorter",
+                    hint="compress once the trace has grown; `agentfs show` lists its path",
+                )
+            request = self._request(self._session(trace), path)
             outcome = compress(trace, self.model, request)
         return outcome.summary
 

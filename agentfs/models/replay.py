@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentfs.errors import ConfigError, validation_problems
+from agentfs.errors import ConfigError, ModelError, validation_problems
 from agentfs.models.base import ModelRequest, ModelResponse, TextSink
 from agentfs.store.messages import ToolCall, Usage
 
@@ -83,6 +83,12 @@ class ReplayModel:
     def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelResponse:
         turns = self.script.for_branch(request.branch_type)
         list_name = request.branch_type or "turns"
+        if request.call_index >= len(turns) and request.branch_type:
+            raise ModelError(
+                f"replay script {self.script_path.name} has no more '{list_name}' entries "
+                f"(all {len(turns)} used): a side branch needs one for each of its calls",
+                hint=f"add entries to '{list_name}' in {self.script_path}",
+            )
         if request.call_index >= len(turns):
             text = (
                 f"[replay script {self.script_path.name} has no more '{list_name}' entries "

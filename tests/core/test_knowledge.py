@@ -59,8 +59,8 @@ def test_knowledge_eval_runs_in_the_queue_and_search_finds_accepted(workspace, w
               {"text": "finished"}]
     script = write_script(
         turns,
-        knowledge_eval=[{"text": "accept tmp-fixtures: concrete\nreject nothing-here: no such item"}],
-        compression=[{"text": "summary"}] * 5,
+        knowledge_eval=[{"text": "accept tmp-fixtures: concrete\nreject nothing-here: no such item"}] * 10,
+        compression=[{"text": "summary"}] * 10,
     )
     run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
     listing = run_cli("knowledge", "--status", "accepted", cwd=workspace).stdout
@@ -172,9 +172,9 @@ def test_the_queue_runs_reflection_then_knowledge_evaluation_then_compression(
     turns += [{"text": "finished"}]
     script = write_script(
         turns,
-        reflection=[{"text": "## Write notes in parts\nLong notes go in several files."}] * 5,
-        knowledge_eval=[{"text": "accept write-notes-in-parts: useful"}] * 5,
-        compression=[{"text": "summary"}] * 5,
+        reflection=[{"text": "## Write notes in parts\nLong notes go in several files."}] * 10,
+        knowledge_eval=[{"text": "accept write-notes-in-parts: useful"}] * 10,
+        compression=[{"text": "summary"}] * 10,
     )
     run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
     order = git(workspace, "log", "--first-parent", "--reverse", "--format=%s",

@@ -129,7 +129,9 @@ def test_a_side_branch_cut_short_is_never_merged(project, write_script):
     from agentfs.store.trace import Trace
 
     project.new_trace("t", user("go"))
-    script = write_script([{"text": "a"}], compression=[{"text": "S1"}, {"text": "S2"}])
+    looks = [{"tool_calls": [{"name": "list_files", "input": {}}]}] * 2
+    script = write_script([*looks, {"text": "a"}],
+                          compression=[{"text": "S1"}, {"text": "S2"}])
     runner = Runner(project.workspace, project.repo, ReplayModel(script), config=project.config)
     runner.run("t")
     trace = Trace(project.workspace, project.repo, "t")
@@ -187,3 +189,13 @@ def test_run_result_counts_the_tokens_of_side_branch_calls_too(workspace):
     assert result.input_tokens == reported["input"]
     assert result.output_tokens == reported["output"]
     assert_git_clean(workspace)
+
+
+def test_compress_refuses_a_trace_too_small_to_shrink(workspace, write_script):
+
+    script = write_script([{"text": "hi"}], compression=[{"text": "S"}])
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
+    before = git(workspace, "rev-parse", "HEAD")
+    refused = run_cli("compress", "t", "--model", f"replay:{script}", cwd=workspace, check=False)
+    assert refused.returncode == 1 and "would not make it shorter" in refused.stderr
+    assert git(workspace, "rev-parse", "HEAD") == before

@@ -32,7 +32,8 @@ def test_yaml_script_and_branch_lists(tmp_path):
     exhausted = model.complete(request(2))
     assert "no more 'turns' entries (all 2 used)" in exhausted.text
     assert exhausted.tool_calls == [] and exhausted.stop_reason == "end_turn"
-    assert "no more 'reflection'" in model.complete(request(0, "reflection")).text
+    with pytest.raises(ModelError, match="no more 'reflection' entries"):
+        model.complete(request(0, "reflection"))  # a side branch's answer is never a note
 
 
 @pytest.mark.parametrize(
