@@ -21,11 +21,18 @@ events (`ingested`, emitted once the message is committed).
   test in tests/watch/test_watch.py); the time runs from the first write to
   the `run_finished` after the last ingest. Verified: each file became exactly
   one committed user message, the inbox is empty, `git status` is clean.
+- *idle CPU*: a watcher on a workspace of 1 and of 1,000 answered traces, with
+  nothing dropped: the process's CPU time (`time.process_time()`, every
+  thread: the loop, the observer, this one asleep) over the wall time, from
+  just after the watcher's look at every inbox on start to just after a later
+  one, so the window holds whole rescan intervals (one of the default 30 s;
+  with `--quick`, two of 5 s: six times as many rescans, an upper bound).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import warnings
 from collections import Counter
@@ -40,7 +47,7 @@ from agentfs.models.replay import ReplayModel
 from agentfs.store.messages import load_message, parse_dropped
 from agentfs.watch.background import run_in_background
 from agentfs.watch.watcher import Watcher
-from bench.fixtures import git
+from bench.fixtures import TRACE, _commit_with_fast_import, git, long_trace
 from bench.report import Results, median, p95
 
 LANES = 2  # workspaces taking latency drops into an existing trace, side by side
@@ -81,6 +88,8 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
             timings = [timing for lane in lanes for timing in lane.result()]
             new_started = [start for start, _ in new.result()]
         burst_seconds, rejected = _burst(scratch / "burst", script, files)
+    rescan, periods = (5.0, 2) if quick else (Watcher.rescan, 1)
+    idle = {n: _idle_cpu(scratch / f"idle-{n}", script, n, rescan, periods) for n in (1, 1_000)}
     started = [start for start, _ in timings]
     settle_ms = WorkspaceConfig().settle * 1000  # the default, as `agentfs watch` has it
     results.add("watcher", "settle window (default)", settle_ms, "ms")
@@ -98,6 +107,9 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
     results.add("watcher", f"burst of {files:,} files, rate", files / burst_seconds, "files/s")
     results.add("watcher", f"burst of {files:,} files, put aside", rejected, "files",
                 "whole files rejected while still being written: must be 0")
+    window = f"{periods * rescan:.0f} s idle, a rescan of every inbox each {rescan:.0f} s"
+    results.add("watcher", "idle CPU, 1 trace", idle[1], "%", window)
+    results.add("watcher", "idle CPU, 1,000 traces", idle[1_000], "%", f"budget <= 1; {window}")
 
 
 def _drops(root: Path, script: Path, count: int, new: bool,
@@ -143,7 +155,40 @@ def _burst(root: Path, script: Path, files: int) -> tuple[float, int]:
     return ended - began, events.count("rejected")
 
 
+def _idle_cpu(root: Path, script: Path, traces: int, rescan: float, periods: int) -> float:
+    """Percent of one CPU the process spends while its watcher of `traces` traces has
+    nothing to do, over `periods` of its rescan intervals."""
+    _many_traces(root, traces)
+    with _live(root, script, rescan=rescan) as (watcher, events):
+        began = _until(lambda: watcher.last_rescan, 600, "the look at every inbox on start",
+                       every=0.1)
+        cpu, wall = time.process_time(), time.monotonic()
+        _until(lambda: watcher.last_rescan if watcher.last_rescan >= began + periods * rescan
+               else None, periods * rescan + 60, f"{periods} rescans", every=0.2)
+        cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    if events.items:
+        raise RuntimeError(f"the idle watcher logged {events.items[:3]}")
+    return 100 * cpu / wall
+
+
 # --- helpers ---------------------------------------------------------------------
+
+
+def _many_traces(root: Path, count: int) -> None:
+    """A workspace of `count` answered traces (nothing to resume), built in seconds:
+    trace `long` of 5 messages (system, user, tool call, result, answer), and copies of
+    it under other ids, all committed in one pack."""
+    long_trace(root, 5)
+    template = root / "traces" / TRACE
+    files: dict[Path, bytes] = {}
+    for n in range(1, count):
+        folder = root / "traces" / f"t{n:04d}"
+        shutil.copytree(template, folder)
+        meta = json.loads((folder / "trace.json").read_text())
+        (folder / "trace.json").write_text(json.dumps({**meta, "id": folder.name}, indent=2))
+        files.update((p, p.read_bytes()) for p in folder.rglob("*") if p.is_file())
+    if files:
+        _commit_with_fast_import(root, files, f"bench: {count} traces")
 
 
 def _workspace(root: Path, trace_ids: tuple[str, ...]) -> None:
@@ -171,12 +216,12 @@ def _drop(events: Events, path: Path, trace_id: str,
 
 
 @contextmanager
-def _live(root: Path, script: Path) -> Iterator[tuple[Watcher, Events]]:
+def _live(root: Path, script: Path, **options: float) -> Iterator[tuple[Watcher, Events]]:
     """A watcher on `root` with the default settle window, looping on a thread and woken
     by the watchdog observer, as `agentfs watch` runs it; stopped on exit."""
     events = Events()
     watcher = Watcher(Project.open(root), lambda model, preset: ReplayModel(script), events,
-                      runner_options={"on_event": events})
+                      runner_options={"on_event": events}, **options)
     with run_in_background(watcher, root):
         yield watcher, events
     if errors := [d for _, e, d in events.items if e in ("error", "busy")]:

@@ -150,7 +150,7 @@ def _committed_files(trace: Trace, head_commit: bytes | None) -> dict[str, tuple
         directory, _, name = path[len(prefix) + 1 :].rpartition("/")
         if directory not in ignored_dirs:
             ignored_dirs[directory] = any(is_ignored_name(p) for p in directory.split("/") if p)
-        if not ignored_dirs[directory] and not is_ignored_name(name):
+        if not ignored_dirs[directory] and not _ignored(name):
             files[path] = entry
     return files
 
@@ -174,7 +174,7 @@ def _worktree_files(trace: Trace) -> dict[str, bytes]:
             listing = {}
         with os.scandir(directory) as entries:
             for entry in entries:
-                if is_ignored_name(entry.name):
+                if _ignored(entry.name):
                     continue
                 rel = f"{rel_dir}/{entry.name}"
                 if entry.is_dir(follow_symlinks=False):
@@ -199,3 +199,8 @@ def _worktree_files(trace: Trace) -> dict[str, bytes]:
     if listing is not None and trace.message_dir.key() == messages_key:
         trace.message_dir.hint(messages_key, listing)
     return files
+
+
+def _ignored(name: str) -> bool:
+    """Editor temp files are never edits; `.gitkeep` (agentfs' own) is a file like any."""
+    return name != KEEP and is_ignored_name(name)

@@ -23,8 +23,9 @@ from agentfs.watch.watcher import Watcher
 def run_in_background(
     watcher: Watcher, root: Path, *, observed: bool = True, join_timeout: float = 60.0
 ) -> Iterator[Watcher]:
-    """Loop `watcher` on a daemon thread, woken by a watchdog observer of `root` (unless
-    not `observed`: then it only ticks); on exit, stop it after the steps in progress."""
+    """Loop `watcher` on a daemon thread, told by a watchdog observer of `root` where
+    files changed (unless not `observed`: then it finds them only when it looks at every
+    inbox, every `watcher.rescan` seconds); on exit, stop it after the steps in progress."""
     observer = observe(root, watcher.wake)[0] if observed else None
     thread = threading.Thread(target=watcher.run_forever, name="agentfs-watch", daemon=True)
     thread.start()

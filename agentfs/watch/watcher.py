@@ -5,26 +5,31 @@ workspace's `inbox/` starts a new trace named after it. A file is taken only
 once it is ready (`agentfs/store/inbox.py:SettleClock`: not empty, size and
 mtime unchanged for the settle window), so an editor saving twice in quick
 succession yields one message; a file that cannot be used is put aside in
-`.rejected/` once. watchdog events only wake the loop early: the loop rescans the
-inboxes on every tick, since inotify can drop events silently.
+`.rejected/` once.
+
+Idle, the loop costs nothing per trace: it looks only at the inboxes that
+watchdog events named since the last tick and those that held waiting files
+the last time it looked, and at every inbox on start and every `rescan`
+seconds, because inotify can drop events (see docs/watch.md, "Events and
+rescans").
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentfs.core.project import Project
-from agentfs.errors import AgentfsError, TraceLocked
+from agentfs.errors import AgentfsError, TraceLocked, TraceNotFound
 from agentfs.models.base import Model
 from agentfs.store.inbox import SettleClock, waiting
 from agentfs.store.ingest import Rejected, pending_new
-from agentfs.store.workspace import INBOX_DIR
+from agentfs.store.workspace import INBOX_DIR, TRACE_ID, TRACES_DIR
 
 Log = Callable[[str, dict], None]
 
@@ -44,6 +49,7 @@ class Watcher:
     settle: float | None = None  # default: `settle` in agentfs.toml
     max_parallel: int = 2
     runner_options: dict = field(default_factory=dict)
+    rescan: float = 30.0  # seconds between looks at every inbox (inotify can drop events)
 
     def __post_init__(self) -> None:
         window = self.project.config.settle if self.settle is None else self.settle
@@ -56,26 +62,90 @@ class Watcher:
         self._lock = threading.Lock()
         self._held_logged: set[str] = set()  # traces another process holds, already logged
         self._failed: dict[str, tuple] = {}  # traces whose run failed: what they looked like
+        self._changed: set[Path] = set()  # inboxes that events named since the last tick
+        self._everywhere = True  # look at every inbox at the next tick (the first one does)
+        self._waiting_in: set[Path] = set()  # inboxes holding waiting files at the last look
+        self._next_rescan = 0.0
+        #: `time.monotonic()` when the last look at every inbox began (None before the
+        #: first): every file dropped before then has been seen.
+        self.last_rescan: float | None = None
 
     # --- scanning ---------------------------------------------------------------
 
-    def drops(self) -> list[tuple[str | None, Path]]:
-        """(trace id or None for a new trace, file) of every waiting file, in name order."""
+    def drops(self, inboxes: Iterable[Path] | None = None) -> list[tuple[str | None, Path]]:
+        """(trace id or None for a new trace, file) of every file waiting in `inboxes`
+        (inbox folders; None: every inbox), in name order."""
         ws = self.project.workspace
-        found: list[tuple[str | None, Path]] = [(None, p) for p in waiting(ws.inbox_dir)]
-        for trace_id in ws.trace_ids():
-            found += [(trace_id, p) for p in waiting(ws.trace_dir(trace_id) / INBOX_DIR)]
+        if inboxes is None:
+            look_in = [ws.inbox_dir] + [ws.trace_dir(t) / INBOX_DIR for t in ws.trace_ids()]
+        else:  # the workspace's inbox first, then the traces' by id, as for every inbox
+            look_in = sorted(inboxes, key=lambda folder: (folder != ws.inbox_dir, folder))
+        found: list[tuple[str | None, Path]] = []
+        for folder in look_in:
+            trace_id = None if folder == ws.inbox_dir else folder.parent.name
+            if inboxes is not None and trace_id is not None and not self._is_trace(trace_id):
+                continue  # a folder on its way to being a trace, or no longer one
+            found += [(trace_id, p) for p in waiting(folder)]
         return found
+
+    def _is_trace(self, trace_id: str) -> bool:
+        try:
+            self.project.workspace.resolve_trace(trace_id)
+        except TraceNotFound:
+            return False
+        return True
+
+    def wake(self, changed: str | Path | None = None) -> None:
+        """Wake the loop. `changed`: where a watchdog event says something changed; the
+        next tick looks at the inbox it concerns (if any). None: at every inbox."""
+        inbox = None if changed is None else self._inbox_of(Path(changed))
+        with self._lock:
+            if changed is None:
+                self._everywhere = True
+            elif inbox is not None:
+                self._changed.add(inbox)
+        if changed is None or inbox is not None:
+            self._wake.set()
+
+    def _inbox_of(self, path: Path) -> Path | None:
+        """The inbox a change at `path` concerns: anything under `traces/<id>/` concerns
+        that trace's inbox (its `trace.json` or the folder itself may appear after the
+        files dropped into it)."""
+        ws = self.project.workspace
+        try:
+            parts = path.relative_to(ws.root).parts
+        except ValueError:
+            return None
+        if parts[:1] == (INBOX_DIR,):
+            return ws.inbox_dir
+        if len(parts) >= 2 and parts[0] == TRACES_DIR and TRACE_ID.fullmatch(parts[1]):
+            return ws.traces_dir / parts[1] / INBOX_DIR
+        return None
 
     # --- acting -----------------------------------------------------------------
 
-    def tick(self) -> None:
-        """One scan: start runs for ready drops whose trace is not running."""
+    def tick(self, everywhere: bool = False) -> None:
+        """One pass: start runs for ready drops whose trace is not running.
+
+        Looks at the inboxes that events named since the last tick and those that
+        held waiting files at the last pass (so settling files, and files whose trace
+        was busy, are looked at again); at every inbox when `everywhere`, at the first
+        tick and once `rescan` seconds have passed since the last look at all.
+        """
+        self._wake.clear()  # before taking the changes: a later wake ends the next wait
         now = time.monotonic()
-        self.clock.next_due = None
         with self._lock:
+            changed, self._changed = self._changed, set()
+            everywhere = everywhere or self._everywhere or now >= self._next_rescan
+            self._everywhere = False
             self._running = {t: f for t, f in self._running.items() if not f.done()}
-        for trace_id, path in self.drops():
+        self.clock.next_due = None
+        found = self.drops(None if everywhere else changed | self._waiting_in)
+        if everywhere:
+            self._next_rescan = now + self.rescan
+            self.last_rescan = now
+        self._waiting_in = {path.parent for _, path in found}
+        for trace_id, path in found:
             if self.stopping.is_set() or not self.clock.ready(path, now):
                 continue
             if trace_id is None:
@@ -204,39 +274,40 @@ class Watcher:
             stamps.append((str(path), st.st_mtime_ns, st.st_size, st.st_ino))
         return tuple(stamps)
 
-    def wake(self) -> None:
-        self._wake.set()
-
     def run_once(self, tick: float = 0.1) -> None:
         """Take everything pending (waiting for it to settle), wait for the runs, return.
-        Empty files are left waiting (an editor may be about to write them)."""
+        Empty files are left waiting (an editor may be about to write them). There is no
+        observer: every tick looks at every inbox."""
         self.resume()
         assert self.settle is not None
         deadline = time.monotonic() + self.settle * 10 + 5
         while time.monotonic() < deadline and not self.stopping.is_set():
-            self.tick()
+            self.tick(everywhere=True)
             if not self._busy() and not any(_has_content(p) for _, p in self.drops()):
                 break
             self._wake.wait(tick)
-            self._wake.clear()
         self.close()
 
-    def run_forever(self, tick: float = 0.2, rescan: float = 5.0) -> None:
-        """Until `stopping` is set; ticks on events, when a waiting file has settled, and
-        at least every `rescan` seconds."""
+    def run_forever(self, tick: float = 0.2) -> None:
+        """Until `stopping` is set; ticks on events, when a waiting file has settled,
+        every `tick` seconds while files wait, and at the next rescan."""
         self.resume()
         while not self.stopping.is_set():
             self.tick()
-            self._wake.wait(self._wait_time(tick, rescan))
-            self._wake.clear()
+            if not self.stopping.is_set():  # the tick cleared any wake that came before
+                self._wake.wait(self._wait_time(tick))
         self.close()
 
-    def _wait_time(self, tick: float, rescan: float) -> float:
-        """Until the next tick, or sooner if a waiting file settles before it."""
-        wait = min(tick, rescan)
+    def _wait_time(self, tick: float) -> float:
+        """Until the next rescan; until the next tick while files wait (to see them
+        settle, or their trace become free); sooner if a waiting file settles first."""
+        now = time.monotonic()
+        wait = self._next_rescan - now
+        if self._waiting_in:
+            wait = min(wait, tick)
         if self.clock.next_due is not None:
-            wait = max(0.0, min(wait, self.clock.next_due - time.monotonic()))
-        return wait
+            wait = min(wait, self.clock.next_due - now)
+        return max(0.0, wait)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)

@@ -219,3 +219,24 @@ def test_a_crash_while_starting_a_trace_is_finished_exactly_once(project, point,
     assert pending_new(project.workspace) == []
     assert not os.path.exists(project.workspace.inbox_dir / "job.md")
     assert_git_clean(root)
+
+
+def test_a_crash_before_a_new_traces_first_commit_leaves_nothing_untracked(project, monkeypatch):
+    from agentfs.store.trace import Trace as TraceClass
+
+    real = TraceClass.commit_step
+
+    def crash_after_writing(self, kind, *args, **kwargs):
+        if kind == "create":
+            self.save_meta()  # trace.json, messages/ and inbox/.gitkeep are on disk
+            raise SystemExit("killed")
+        return real(self, kind, *args, **kwargs)
+
+    monkeypatch.setattr(TraceClass, "commit_step", crash_after_writing)
+    with pytest.raises(SystemExit):
+        project.new_trace("n", user("first"))
+    monkeypatch.undo()
+    trace = project.trace("n")
+    with trace.lock():
+        trace.recover()
+    assert_git_clean(project.workspace.root)  # .gitkeep committed, not left untracked

@@ -44,13 +44,14 @@ def ws(tmp_path: Path) -> Path:
 
 
 @contextmanager
-def live_watcher(ws: Path, model_for=None, *, settle: float, observed: bool = True):
+def live_watcher(ws: Path, model_for=None, *, settle: float, observed: bool = True,
+                 **options):
     """A watcher looping on a thread (woken by the real observer) as `agentfs watch`
     runs it; yields it with the list of its events, and stops it on exit."""
     events: list[tuple[str, dict]] = []
     watcher = Watcher(Project.open(ws),
                       model_for or (lambda model, preset: ReplayModel(ws / "script.json")),
-                      lambda e, d: events.append((e, d)), settle=settle)
+                      lambda e, d: events.append((e, d)), settle=settle, **options)
     with run_in_background(watcher, ws, observed=observed):
         yield watcher, events
 
@@ -244,14 +245,14 @@ def test_reading_a_file_never_wakes_the_loop(tmp_path):
 
     from agentfs.watch.observe import _Wake
 
-    woken: list[str] = []
-    handler = _Wake(lambda: woken.append("wake"))
+    woken: list[Path] = []
+    handler = _Wake(tmp_path, woken.append)
     handler.on_any_event(FileOpenedEvent(str(tmp_path / "inbox/x.md")))
     handler.on_any_event(FileClosedNoWriteEvent(str(tmp_path / "inbox/x.md")))
     handler.on_any_event(FileCreatedEvent(str(tmp_path / ".git/agentfs/ingest/t/1")))
     assert woken == []
     handler.on_any_event(FileClosedEvent(str(tmp_path / "inbox/x.md")))  # a write ended
-    assert woken == ["wake"]
+    assert woken == [tmp_path / "inbox/x.md"]
 
 
 def test_a_trace_held_by_another_process_is_logged_busy_once_then_run(ws):
@@ -310,7 +311,7 @@ def test_an_empty_file_waits_without_making_the_loop_wake_early(ws):
     for _ in range(3):
         watcher.tick()
         assert watcher.clock.next_due is None  # nothing will settle: no early wake-up
-        assert watcher._wait_time(tick=0.2, rescan=5.0) == 0.2
+        assert watcher._wait_time(tick=0.2) == 0.2  # looked at each tick, no sooner
     assert not watcher._busy()
     watcher.close()
     assert (inbox / "empty.md").exists()  # never taken
@@ -340,4 +341,143 @@ def test_a_trace_that_cannot_run_is_reported_once_and_retried_only_after_a_chang
     watcher.close()
     assert [e for e, _ in events][-1] == "run_finished"
     assert texts(ws)[-2:] == ["more", "answer 0"]
+    assert_git_clean(ws)
+
+
+# --- where the loop looks: events, waiting files, rescans ---------------------------
+
+NEVER = 3600.0  # a rescan interval no test outlives: only events can lead to a file
+
+
+def copies_of_t(ws: Path, count: int) -> list[str]:
+    """`count` more traces, copies of `t` once answered, committed in one commit (in a
+    second, where making each with `agentfs new` would take minutes)."""
+    Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
+            lambda e, d: None, settle=0).run_once()  # answers t: nothing left to resume
+    ids = [f"c{n:03d}" for n in range(count)]
+    for trace_id in ids:
+        for name in git(ws, "ls-files", "traces/t").split():
+            target = ws / "traces" / trace_id / Path(name).relative_to("traces/t")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes((ws / name).read_bytes())
+        meta = ws / "traces" / trace_id / "trace.json"
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "id": trace_id}, indent=2))
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", f"{count} copies of t")
+    return ids
+
+
+def run_finished(events: list[tuple[str, dict]], trace: str) -> bool:
+    return any(e == "run_finished" and d["trace"] == trace for e, d in events)
+
+
+def test_a_file_dropped_into_one_of_300_traces_is_taken_through_its_event(ws):
+    copies_of_t(ws, 299)
+    with live_watcher(ws, settle=0.1, rescan=NEVER) as (watcher, events):
+        wait_for(lambda: watcher.last_rescan is not None, what="the look at every inbox")
+        started = watcher.last_rescan
+        (ws / "traces/c150/inbox/go.md").write_text("go\n")
+        wait_for(lambda: run_finished(events, "c150"), what="the run the drop starts")
+        assert watcher.last_rescan == started  # its event led to it, not a rescan
+    assert texts(ws, "c150")[-2] == "go"
+    assert [e for e, _ in events].count("run_started") == 1
+    assert_git_clean(ws)
+
+
+def test_an_idle_tick_looks_in_no_inbox_and_an_event_in_one(ws, monkeypatch):
+    import agentfs.watch.watcher as watcher_module
+    from agentfs.store.inbox import waiting
+    from agentfs.store.workspace import Workspace
+
+    watcher = Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
+                      lambda e, d: None, settle=0.2, rescan=NEVER)
+    watcher.tick()  # the first tick looks at every inbox
+    looked: list[Path] = []
+
+    def looking(folder: Path) -> list[Path]:
+        looked.append(folder)
+        return waiting(folder)
+
+    def listing(self) -> list[str]:
+        raise AssertionError("an idle tick listed every trace")
+
+    monkeypatch.setattr(watcher_module, "waiting", looking)
+    monkeypatch.setattr(Workspace, "trace_ids", listing)
+    watcher.tick()
+    watcher.tick()
+    assert looked == []
+    inbox = watcher.project.workspace.trace_dir("t") / "inbox"
+    (inbox / "x.md").write_text("x\n")
+    watcher.wake(inbox / "x.md")  # as the observer does
+    watcher.wake(watcher.project.workspace.root / "notes.md")  # no inbox's business
+    watcher.tick()
+    assert looked == [inbox]
+    watcher.tick()  # x.md waits to settle: its inbox is looked at again, no other
+    assert looked == [inbox, inbox]
+    watcher.close()
+    (inbox / "x.md").unlink()
+
+
+def test_a_file_whose_event_is_lost_is_taken_by_the_next_rescan(ws):
+    with live_watcher(ws, settle=0.1, observed=False, rescan=0.3) as (watcher, events):
+        wait_for(lambda: run_finished(events, "t"), what="the run resumed on start")
+        rescanned = watcher.last_rescan
+        assert rescanned is not None
+        (ws / "traces/t/inbox/lost.md").write_text("no event told of this one\n")
+        wait_for(lambda: "no event told of this one" in message_texts_on_disk(ws),
+                 what="a rescan to find it")
+        assert watcher.last_rescan > rescanned
+    assert_git_clean(ws)
+
+
+def test_a_trace_made_while_watching_is_watched(ws):
+    with live_watcher(ws, settle=0.1, rescan=NEVER) as (watcher, events):
+        wait_for(lambda: run_finished(events, "t"), what="the run resumed on start")
+        rescanned = watcher.last_rescan
+        run_cli("new", "late", "-m", "hello", cwd=ws)  # its folder appears: an event
+        (ws / "traces/late/inbox/go.md").write_text("go\n")
+        wait_for(lambda: run_finished(events, "late"), what="the run the drop starts")
+        assert watcher.last_rescan == rescanned
+    assert texts(ws, "late")[1:3] == ["hello", "go"]
+    assert_git_clean(ws)
+
+
+def test_an_inbox_made_again_is_watched_again(ws):
+    inbox = ws / "inbox"
+    with live_watcher(ws, settle=0.1, rescan=NEVER) as (watcher, events):
+        wait_for(lambda: run_finished(events, "t"), what="the run resumed on start")
+        rescanned = watcher.last_rescan
+        (inbox / ".gitkeep").unlink()
+        inbox.rmdir()
+        inbox.mkdir()
+        (inbox / ".gitkeep").write_text("")
+        wait_for(lambda: watcher.last_rescan != rescanned,  # it looked: the folder is new
+                 what="a look at every inbox once inbox/ is back")
+        (inbox / "again.md").write_text("into the new folder\n")
+        wait_for(lambda: run_finished(events, "again"), what="the run the drop starts")
+    assert texts(ws, "again")[1] == "into the new folder"
+    assert_git_clean(ws)
+
+
+def test_without_inotify_watches_a_change_the_poller_sees_makes_the_loop_look_everywhere(
+        ws, monkeypatch):
+    import errno
+
+    import agentfs.watch.observe as observe_module
+
+    refused: list[bool] = []
+
+    class OutOfWatches(observe_module.Observer):  # type: ignore[misc, valid-type]
+        def start(self) -> None:
+            refused.append(True)
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+    monkeypatch.setattr(observe_module, "Observer", OutOfWatches)
+    with live_watcher(ws, settle=0.1, rescan=NEVER) as (watcher, events):
+        wait_for(lambda: run_finished(events, "t"), what="the run resumed on start")
+        rescanned = watcher.last_rescan
+        (ws / "traces/t/inbox/polled.md").write_text("seen by polling\n")
+        wait_for(lambda: "seen by polling" in message_texts_on_disk(ws), what="the poller")
+        assert watcher.last_rescan != rescanned
+    assert refused == [True]
     assert_git_clean(ws)
