@@ -42,6 +42,24 @@ def git(root: Path, *args: str) -> str:
     return done.stdout
 
 
+def tree_bytes(path: Path) -> int:
+    """The bytes of all files below `path` (their sizes, not the blocks they use)."""
+    return sum(os.lstat(os.path.join(folder, name)).st_size
+               for folder, _, names in os.walk(path) for name in names)
+
+
+def objects_after_gc(root: Path, scratch: Path) -> int:
+    """What `git gc` makes of `root`'s objects: the bytes of `.git/objects` in a copy
+    after it ran (the rest of `.git`, such as the index, it leaves as it is)."""
+    copy = scratch / f"gc-{root.name}"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(root / ".git", copy / ".git", symlinks=True)
+    git(copy, "gc", "-q")
+    size = tree_bytes(copy / ".git" / "objects")
+    shutil.rmtree(copy)
+    return size
+
+
 def message(sequence: int) -> Message:
     """The message at `sequence` (2 and up) of a synthetic long trace."""
     parent = sequence - 1

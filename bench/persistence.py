@@ -11,6 +11,12 @@ with the filesystem and with what else the disk is doing. So a fourth
 series does only that, with no Git or agentfs logic: 12 small files created
 and renamed into place, 2 of them fsynced. The four series run round-robin,
 one step of each in turn, so they all see the same disk weather.
+
+The disk agentfs' series leaves behind is measured too: how much the objects
+in `.git` grew per step, how many are left loose (they are packed once about
+`LOOSE_LIMIT` pile up), and the objects beside what `git gc` makes of a copy.
+Only `.git/objects` is counted: `git gc` changes nothing else, and the rest
+(the index, agentfs' parse cache) does not grow with every step.
 """
 
 from __future__ import annotations
@@ -22,8 +28,17 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from agentfs.store.git.packing import LOOSE_LIMIT, loose_objects
 from agentfs.store.messages import render_message
-from bench.fixtures import TRACE, clone_workspace, git, long_trace, message
+from bench.fixtures import (
+    TRACE,
+    clone_workspace,
+    git,
+    long_trace,
+    message,
+    objects_after_gc,
+    tree_bytes,
+)
 from bench.report import Results, median, p95
 
 SIZES = (100, 1_000, 10_000)
@@ -36,14 +51,18 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
     for size in SIZES:
         template = scratch / f"template-{size}"
         long_trace(template, size)
+        agentfs_root = clone_workspace(template, scratch / f"agentfs-{size}")
         series = {
-            "agentfs": _agentfs_steps(clone_workspace(template, scratch / f"agentfs-{size}"), size),
+            "agentfs": _agentfs_steps(agentfs_root, size),
             "jsonl": _jsonl_steps(scratch / f"floor-{size}.jsonl", size),
             "git": _git_cli_steps(clone_workspace(template, scratch / f"git-{size}"), size),
             "files": _file_steps(scratch / f"files-{size}"),
         }
+        objects = agentfs_root / ".git" / "objects"
+        before = tree_bytes(objects)
         timings = _round_robin(series, steps)
         agentfs, jsonl, git_cli, files = (timings[k] for k in ("agentfs", "jsonl", "git", "files"))
+        after = tree_bytes(objects)
         medians[size] = median(agentfs)
         label = f"{size:,} msgs"
         add = results.add
@@ -61,6 +80,12 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
             median(agentfs) / median(files), "x", "what agentfs adds to the filesystem's cost")
         add("persistence", f"git CLI / agentfs ({label})",
             median(git_cli) / median(agentfs), "x", "budget >= 4")
+        add("persistence", f".git/objects bytes per step ({label})", (after - before) / steps,
+            "bytes", f"growth over the {steps} steps, from a packed start")
+        add("persistence", f"loose objects at the end ({label})", len(loose_objects(objects)[0]),
+            "objects", f"packed once about {LOOSE_LIMIT} pile up")
+        add("persistence", f".git/objects / the same after git gc, at the end ({label})",
+            after / objects_after_gc(agentfs_root, scratch), "x", "budget <= 3")
         shutil.rmtree(template)
     results.add("persistence", "growth of the median, 100 -> 10,000 msgs",
                 medians[10_000] / medians[100], "x", "budget <= 2")

@@ -5,6 +5,11 @@ that instant leaves the lock and later writes of the same object fail.
 Objects are named by their content, so no lock is needed at all: write a
 unique temp file and rename it into place, as Git itself does. Like Git's
 default `core.looseCompression`, loose objects are compressed for speed.
+
+Loose objects do not stay loose: `packing.py` moves them into packs. So a
+read can miss an object that dulwich looked for in the packs just before its
+pack appeared and then among the loose objects just after they were
+deleted; reads look again, as Git does.
 """
 
 from __future__ import annotations
@@ -12,15 +17,27 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import threading
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from dulwich.objects import ShaFile, object_class
+from dulwich.objects import ObjectID, ShaFile, object_class
 
 from agentfs.store.atomic import fsync_dir, open_creating
+from agentfs.store.git.trees import TREE, cached_tree
 
 LOOSE_COMPRESSION = 1
+
+#: Objects written recently are kept in memory up to this many bytes in all, so
+#: that packing them need not read them back (trees are kept by `trees.py`).
+RECENT_BYTES = 8 * 1024 * 1024
+#: ... and only objects up to this size.
+RECENT_OBJECT = 256 * 1024
+
+#: Reads of an object that is being packed meanwhile (see the module docstring).
+READ_ATTEMPTS = 3
 
 
 class ObjectWriter:
@@ -31,17 +48,73 @@ class ObjectWriter:
         self.store = store
         self.objects_dir = objects_dir
         self.durable = durable  # fsync each object and its rename
+        #: Loose objects this writer has created (not counting ones that existed),
+        #: and their bytes on disk.
+        self.written = 0
+        self.written_bytes = 0
+        self._recent: OrderedDict[bytes, tuple[int, bytes]] = OrderedDict()
+        self._recent_bytes = 0
+        self._lock = threading.Lock()  # the watcher commits from several threads
+        # dulwich's list of open packs is not safe for threads: two that both find
+        # a pack gone (merged) both try to drop it, and one gets a KeyError
+        self._store_lock = threading.Lock()
 
     def __getitem__(self, sha: bytes) -> ShaFile:
-        return self.store[sha]
+        got = self.cached(sha)
+        if got is not None:
+            return ShaFile.from_raw_string(got[0], got[1], ObjectID(sha))
+        type_num, data = self._read_stored(sha)
+        return ShaFile.from_raw_string(type_num, data, verify_sha=ObjectID(sha))
 
     def __contains__(self, sha: bytes) -> bool:
-        return sha in self.store
+        with self._store_lock:
+            return any(sha in self.store for _ in range(READ_ATTEMPTS))
 
     def read_raw(self, sha: bytes) -> tuple[int, bytes]:
-        """(type number, content) of object `sha` (hex id)."""
-        type_num, data = self.store.get_raw(sha)
-        return type_num, data
+        """(type number, content) of object `sha` (hex id).
+
+        Raises:
+            KeyError: the repository does not have it.
+        """
+        return self.cached(sha) or self._read_stored(sha)
+
+    def _read_stored(self, sha: bytes) -> tuple[int, bytes]:
+        with self._store_lock:
+            for attempt in range(READ_ATTEMPTS):
+                try:
+                    type_num, data = self.store.get_raw(sha)
+                    return type_num, data
+                except KeyError:
+                    if attempt == READ_ATTEMPTS - 1:
+                        raise
+        raise AssertionError("unreachable")
+
+    def forget_removed_packs(self) -> None:
+        """Have dulwich close the packs it has open that were deleted (merged), so
+        that their disk space is freed."""
+        with self._store_lock:
+            _ = self.store.packs
+
+    def cached(self, sha: bytes) -> tuple[int, bytes] | None:
+        """(type, content) of an object (hex id) still in memory, else None."""
+        with self._lock:
+            got = self._recent.get(sha)
+        if got is not None:
+            return got
+        tree = cached_tree(sha)
+        return None if tree is None else (TREE, tree)
+
+    def _remember(self, sha: bytes, type_num: int, data: bytes) -> None:
+        if len(data) > RECENT_OBJECT or type_num == TREE:
+            return
+        with self._lock:
+            if sha in self._recent:
+                return
+            self._recent[sha] = (type_num, data)
+            self._recent_bytes += len(data)
+            while self._recent_bytes > RECENT_BYTES:
+                _, (_, dropped) = self._recent.popitem(last=False)
+                self._recent_bytes -= len(dropped)
 
     def add_object(self, obj: ShaFile) -> None:
         self.add_raw(obj.type_num, obj.as_raw_string())
@@ -51,14 +124,17 @@ class ObjectWriter:
         type_name = object_class(type_num).type_name  # type: ignore[union-attr]
         full = b"%s %d\0" % (type_name, len(data)) + data
         hex_id = hashlib.sha1(full).hexdigest()
+        sha = hex_id.encode()
+        self._remember(sha, type_num, data)
         folder = self.objects_dir / hex_id[:2]
         target = folder / hex_id[2:]
         if target.exists():
-            return hex_id.encode()
+            return sha
         tmp = folder / f"tmp_obj_{os.getpid()}_{secrets.token_hex(4)}"
         fd = open_creating(tmp, os.O_WRONLY | os.O_EXCL, 0o444)
         try:
             view = memoryview(zlib.compress(full, LOOSE_COMPRESSION))
+            size = len(view)
             while view:
                 view = view[os.write(fd, view) :]
             if self.durable:
@@ -68,4 +144,6 @@ class ObjectWriter:
         os.replace(tmp, target)  # same name means same content: replacing is harmless
         if self.durable:
             fsync_dir(folder)
-        return hex_id.encode()
+        self.written += 1
+        self.written_bytes += size
+        return sha

@@ -4,7 +4,8 @@ Each step becomes one commit built directly in the object store: blobs for
 the changed files, the new tree derived from the branch head's tree, the
 commit, then a compare-and-swap of the branch ref. Porcelain add+commit is
 avoided on purpose: it rescans the whole index and runs dulwich's foreground
-auto-gc on every commit (see docs/decisions.md).
+auto-gc on every commit (see docs/decisions.md). Instead, once enough loose
+objects have piled up, a commit packs them (`packing.py`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import random
 import stat
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -30,6 +32,7 @@ from agentfs.store.git.index import IndexUpdate, StatCache, stat_cache
 from agentfs.store.git.intents import DeadIntents, index_intent
 from agentfs.store.git.lockfiles import GitLockFile
 from agentfs.store.git.objects import ObjectWriter
+from agentfs.store.git.packing import Packer, PackReport
 from agentfs.store.git.trees import change_tree
 
 MAIN = b"refs/heads/main"
@@ -120,11 +123,20 @@ class GitRepo:
         self.git_dir = Path(self.repo.controldir())
         self.state_dir = self.git_dir / "agentfs"
         self.objects = ObjectWriter(self.store, self.git_dir / "objects", durable=durable)
+        self.packer = Packer(self.git_dir, self.objects)
         self.index_path = Path(self.repo.index_path())
         self._identity: bytes | None = None
+        # dulwich keeps the packs it has read open until it is closed
+        weakref.finalize(self, self.repo.close)
 
     def close(self) -> None:
         self.repo.close()
+
+    def pack(self) -> PackReport | None:
+        """Move the loose objects into a pack and merge the small packs that are due
+        (`agentfs/store/git/packing.py`); commits do this on their own once about
+        `LOOSE_LIMIT` objects are loose. None if another process is packing."""
+        return self.packer.pack()
 
     # --- reading -----------------------------------------------------------
 
@@ -162,7 +174,7 @@ class GitRepo:
         )
 
     def commit(self, sha: bytes) -> Commit:
-        obj = self.store[sha]
+        obj = self.objects[sha]
         assert isinstance(obj, Commit)
         return obj
 
@@ -172,7 +184,7 @@ class GitRepo:
             return None
         tree_sha = self.commit(commit_sha).tree
         try:
-            mode, sha = _lookup(self.store, tree_sha, path.encode())
+            mode, sha = _lookup(self.objects, tree_sha, path.encode())
         except KeyError:
             return None
         return mode, sha
@@ -182,7 +194,7 @@ class GitRepo:
         found = self.tree_lookup(commit_sha, path)
         if found is None or stat.S_ISDIR(found[0]):
             return None
-        blob = self.store[found[1]]
+        blob = self.objects[found[1]]
         assert isinstance(blob, Blob)
         return blob.as_raw_string()
 
@@ -195,7 +207,7 @@ class GitRepo:
         pending = [(prefix, found[1])]
         while pending:
             directory, tree_sha = pending.pop()
-            tree = self.store[tree_sha]
+            tree = self.objects[tree_sha]
             assert isinstance(tree, Tree)
             for entry in tree.iteritems():
                 path = f"{directory}/{entry.path.decode()}"
@@ -293,6 +305,7 @@ class GitRepo:
         ):
             sha = self._commit(MAIN, changes, message, extra_parents=extra_parents)
             index.apply({**self._entries_at(sha, dead.paths), **index_changes})
+        self.packer.after_commit()  # outside the locks: others go on meanwhile
         return sha
 
     def repair_index(self) -> None:
@@ -360,7 +373,9 @@ class GitRepo:
         """
         if ref in (MAIN, b"HEAD"):
             raise ValueError("main is committed to with commit_worktree, which keeps the index")
-        return self._commit(ref, changes, message, extra_parents=extra_parents, start=start)
+        sha = self._commit(ref, changes, message, extra_parents=extra_parents, start=start)
+        self.packer.after_commit()
+        return sha
 
     def _commit(
         self,

@@ -106,6 +106,13 @@ def load_tree(objects: RawObjects, sha: bytes) -> RawTree:
     return tree
 
 
+def cached_tree(sha: bytes) -> bytes | None:
+    """The content of tree `sha` (hex id) if it is parsed in memory, else None."""
+    with _cache_lock:
+        cached = _cache.get(sha)
+    return None if cached is None else cached.encode()
+
+
 def _remember(sha: bytes, tree: RawTree) -> None:
     with _cache_lock:
         _cache[sha] = tree

@@ -1,0 +1,359 @@
+"""Keeping the repository packed while traces run.
+
+Every step writes its objects loose, one file each, and a trace's directory
+tree is rewritten whole at every step, so loose objects grew quadratically
+(219 MB for a 3,400-message trace, 4.4 MB after `git gc`). Here, after a
+commit, once about `LOOSE_LIMIT` loose objects exist, the committing process
+moves them into one pack, storing each new version of a tree or file as a
+delta against an earlier version of the same path (`lineage.py`), and then
+deletes the loose copies. Packs made that way are merged a few at a time
+so that their sizes grow geometrically (`packmerge.py`): there are only
+ever a handful, and a merge rewrites a bounded number of objects, so no
+step waits long for it.
+
+Safety does not rest on the lock that keeps two processes from packing at
+the same moment (it only saves duplicate work, and `git gc` does not take
+it): a pack is complete and renamed into place, `.idx` last, before any loose
+object or older pack it replaces is deleted, and only objects that the new
+pack holds are deleted. So whoever is about to use an object finds it loose
+or packed, never neither; dulwich readers that looked in the packs just
+before the new one appeared look again (`ObjectWriter.read_raw`).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agentfs.store.git.lineage import ReadRaw, predecessors, skip_delta_bases
+from agentfs.store.git.objects import ObjectWriter
+from agentfs.store.git.packfile import (
+    TEMP_PREFIXES,
+    TYPE_NUMBERS,
+    PackFormatError,
+    PackWriter,
+    make_delta,
+)
+from agentfs.store.git.packmerge import (
+    DELTA_MIN,
+    DELTA_WORTH,
+    HINT_TEMP,
+    bases_dir,
+    merge_packs,
+    packs_to_merge,
+    write_bases,
+)
+
+#: Loose objects that start a packing run (about what 35 steps of a trace write).
+LOOSE_LIMIT = 256
+#: Bytes of loose objects (compressed) that make a process pack, however few they are.
+LOOSE_BYTES = 8 * 1024 * 1024
+#: Objects a process writes between two looks at how many are loose.
+CHECK_EVERY = 32
+#: Loose objects put into one pack at most, and their bytes (uncompressed): a bigger
+#: backlog takes several steps.
+BATCH_LIMIT, BATCH_BYTES = 4096, 64 * 1024 * 1024
+#: Seconds after which a `.pack` without its `.idx` is taken for a killed packer's.
+ORPHAN_AGE = 3600
+
+_SAMPLED = [f"{n:02x}" for n in range(0, 256, 16)]
+_LOOSE_TEMP = "tmp_obj_"  # `agentfs/store/git/objects.py:ObjectWriter`'s temp files
+_HEX = frozenset("0123456789abcdef")
+
+#: (type number, content) of an object this process still has in memory, or None.
+Cached = Callable[[bytes], tuple[int, bytes] | None]
+
+
+@dataclass
+class PackReport:
+    """What one packing run did."""
+
+    packed: int = 0  # loose objects moved into the new pack
+    pack: str | None = None  # the new pack's name
+    merged: list[str] = field(default_factory=list)  # packs merged into `merge`
+    merge: str | None = None
+
+
+class Packer:
+    """Packs the repository's loose objects after a commit, when enough have piled up.
+
+    One per `GitRepo`; `after_commit` is cheap except in the step that packs.
+    """
+
+    def __init__(self, git_dir: Path, objects: ObjectWriter) -> None:
+        self.git_dir = git_dir
+        self.objects_dir = git_dir / "objects"
+        self.state_dir = git_dir / "agentfs"
+        self.objects = objects
+        self._next_check = 0  # `objects.written` at which to count the loose objects again
+        self._packed_at = (0, 0)  # `objects.written` and `written_bytes` when it last packed
+        #: The last error a packing run met (it never fails the commit that ran it).
+        self.last_error: Exception | None = None
+
+    def after_commit(self) -> PackReport | None:
+        """Pack if about `LOOSE_LIMIT` objects are loose.
+
+        This process packs once it has written `LOOSE_LIMIT` objects or
+        `LOOSE_BYTES` bytes since it last did. Other processes' loose objects
+        are counted (by sampling) at its first commit and then every
+        `CHECK_EVERY` objects it writes.
+        """
+        written, written_bytes = self.objects.written, self.objects.written_bytes
+        if (written - self._packed_at[0] < LOOSE_LIMIT
+                and written_bytes - self._packed_at[1] < LOOSE_BYTES):
+            if written < self._next_check:
+                return None
+            self._next_check = written + CHECK_EVERY
+            if estimate_loose(self.objects_dir) < LOOSE_LIMIT:
+                return None
+        self._packed_at, self._next_check = (written, written_bytes), written + CHECK_EVERY
+        try:
+            return self.pack()
+        except (OSError, PackFormatError, zlib.error) as exc:
+            self.last_error = exc  # the commit is made; packing is tried again later
+            return None
+
+    def pack(self, *, limit: int = BATCH_LIMIT) -> PackReport | None:
+        """Pack up to `limit` loose objects and merge the packs that are due.
+
+        Returns None if another process is packing this repository.
+        """
+        with _pack_lock(self.state_dir) as held:
+            if not held:
+                return None
+            report = PackReport()
+            report.pack, report.packed = pack_loose_objects(
+                self.git_dir, read=self.objects.read_raw, cached=self.objects.cached, limit=limit
+            )
+            report.merged = packs_to_merge(self.objects_dir / "pack")
+            if report.merged:
+                report.merge = merge_packs(self.git_dir, report.merged)
+                self.objects.forget_removed_packs()
+            remove_stale_files(self.git_dir)
+            return report
+
+
+# --- loose objects -----------------------------------------------------------
+
+
+def estimate_loose(objects_dir: Path) -> int:
+    """About how many loose objects there are, from 16 of the 256 folders (as
+    `git gc --auto` counts one)."""
+    count = 0
+    for folder in _SAMPLED:
+        try:
+            count += sum(1 for name in os.listdir(objects_dir / folder) if len(name) == 38)
+        except FileNotFoundError:
+            pass
+    return count * (256 // len(_SAMPLED))
+
+
+def loose_objects(objects_dir: Path) -> tuple[dict[bytes, str], list[str]]:
+    """Every loose object (hex id → file), and the temp files beside them."""
+    found = {}
+    temps = []
+    base = os.fspath(objects_dir)
+    for n in range(256):
+        folder = f"{base}/{n:02x}"
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            continue
+        prefix = f"{n:02x}"
+        for name in names:
+            if len(name) == 38 and _HEX.issuperset(name):
+                found[(prefix + name).encode()] = f"{folder}/{name}"
+            elif name.startswith(_LOOSE_TEMP):
+                temps.append(f"{folder}/{name}")
+    return found, temps
+
+
+def read_loose(path: str, sha: bytes) -> tuple[int, bytes] | None:
+    """(type, content) of a loose object; None if it is gone, or damaged (then it is
+    left where it is, for `git fsck` to report)."""
+    try:
+        with open(path, "rb") as f:
+            raw = zlib.decompress(f.read())
+    except FileNotFoundError:
+        return None
+    except zlib.error:
+        return None
+    nul = raw.find(b"\0")
+    type_name, _, size = raw[:nul].partition(b" ")
+    type_num = TYPE_NUMBERS.get(type_name)
+    if type_num is None or not size.isdigit() or int(size) != len(raw) - nul - 1:
+        return None
+    if hashlib.sha1(raw).hexdigest().encode() != sha:
+        return None
+    return type_num, raw[nul + 1 :]
+
+
+def pack_loose_objects(
+    git_dir: Path, *, read: ReadRaw, cached: Cached | None = None, limit: int = BATCH_LIMIT
+) -> tuple[str | None, int]:
+    """Move up to `limit` loose objects (the oldest, if there are more) into a new pack.
+
+    Returns the pack's name (None if nothing was packed) and how many objects
+    it holds. The loose copies are deleted only once the pack is in place.
+    """
+    objects_dir = git_dir / "objects"
+    loose, temps = loose_objects(objects_dir)
+    _remove_dead_temps(temps)
+    batch = _batch(loose, cached, limit)
+    if not batch:
+        return None, 0
+    previous = predecessors(batch, read)
+    bases, position = skip_delta_bases(previous, batch)
+    writer = PackWriter(objects_dir / "pack", len(batch))
+    whole = []
+    try:
+        for sha in sorted(batch, key=position.__getitem__):  # bases first
+            type_num, data = batch[sha]
+            base = bases.get(sha)
+            if base is not None and len(data) >= DELTA_MIN:
+                delta = make_delta(batch[base][1], data)
+                if len(delta) < DELTA_WORTH * len(data):
+                    writer.add_delta(bytes.fromhex(sha.decode()), bytes.fromhex(base.decode()),
+                                     delta)
+                    continue
+            writer.add_object(bytes.fromhex(sha.decode()), type_num, data)
+            whole.append(sha)
+        name = writer.install()
+    except BaseException:
+        writer.abort()
+        raise
+    write_bases(git_dir, name, {
+        sha: previous[sha] for sha in whole if sha in previous and previous[sha] not in batch
+    })
+    for sha in batch:
+        try:
+            os.unlink(loose[sha])
+        except FileNotFoundError:
+            pass  # packed and deleted by another process meanwhile
+    return name, len(batch)
+
+
+def _batch(
+    loose: dict[bytes, str], cached: Cached | None, limit: int
+) -> dict[bytes, tuple[int, bytes]]:
+    """The loose objects to pack, read: all of them if they are at most `limit` and
+    `BATCH_BYTES`, else the oldest ones, so that a commit and its trees and files
+    (written just before it) mostly land in the same pack."""
+
+    def read(order: list[bytes], *, all_or_none: bool) -> dict[bytes, tuple[int, bytes]] | None:
+        batch, size = {}, 0
+        for sha in order:
+            got = read_already.get(sha)
+            if got is None:
+                got = cached(sha) if cached is not None else None
+                got = got or read_loose(loose[sha], sha)
+            if got is not None:
+                read_already[sha] = batch[sha] = got
+                size += len(got[1])
+                if size >= BATCH_BYTES:
+                    return None if all_or_none else batch
+        return batch
+
+    read_already: dict[bytes, tuple[int, bytes]] = {}
+    if len(loose) <= limit:
+        whole = read(list(loose), all_or_none=True)
+        if whole is not None:
+            return whole
+    oldest = sorted(loose, key=lambda sha: _mtime(loose[sha]))[:limit]
+    return read(oldest, all_or_none=False) or {}
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return 0
+
+
+# --- leftovers ------------------------------------------------------------------
+
+
+def remove_stale_files(git_dir: Path) -> None:
+    """Delete what killed packers left: temp files of processes that are gone, a
+    `.pack` whose `.idx` never came (killed between the two renames; unseen by Git
+    and dulwich, and left an hour in case a `git` command is installing it), and
+    the `.bases` hints of packs that are gone. (Temp files of loose objects go
+    when loose objects are packed.)"""
+    pack_dir = git_dir / "objects" / "pack"
+    files = set(_names(pack_dir))
+    _remove_dead_temps(
+        [os.path.join(pack_dir, name) for name in files if name.startswith(TEMP_PREFIXES)]
+    )
+    for name in files:
+        if name.endswith(".pack") and f"{name[:-5]}.idx" not in files:
+            path = pack_dir / name
+            try:
+                if time.time() - path.stat().st_mtime > ORPHAN_AGE:
+                    path.unlink()
+            except FileNotFoundError:
+                pass
+    hints_dir = bases_dir(git_dir)
+    hints = _names(hints_dir)
+    _remove_dead_temps(
+        [os.path.join(hints_dir, name) for name in hints if name.startswith(HINT_TEMP)]
+    )
+    for name in hints:
+        if name.endswith(".bases") and f"{name[:-6]}.idx" not in files:
+            (hints_dir / name).unlink(missing_ok=True)
+
+
+def _remove_dead_temps(paths: list[str]) -> None:
+    """Delete temp files (`<prefix><pid>_<random>`) whose writing process is gone."""
+    for path in paths:
+        name = os.path.basename(path)
+        prefix = next(p for p in (*TEMP_PREFIXES, HINT_TEMP, _LOOSE_TEMP) if name.startswith(p))
+        pid = name[len(prefix) :].split("_", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def _names(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except FileNotFoundError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextmanager
+def _pack_lock(state_dir: Path) -> Iterator[bool]:
+    """Whether this process got the repository's packing lock (never waits)."""
+    path = state_dir / "locks" / "pack.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)

@@ -1,0 +1,670 @@
+"""The repository stays packed: loose objects move into packs as commits go on, small
+packs are merged, and nothing is ever lost, whoever packs and whenever a packer dies.
+
+Checked with the real `git`: `git fsck --strict`, every object reachable from the
+branches readable with `git cat-file`, and `.git` compared with a copy after `git gc`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import zlib
+from pathlib import Path
+
+import pytest
+from dulwich.pack import apply_delta
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentfs.store.git import packing, packmerge
+from agentfs.store.git.lineage import changed_entries, predecessors, skip_delta_bases, tree_entries
+from agentfs.store.git.packfile import PackReader, make_delta
+from agentfs.store.git.repo import GitRepo, init_repo
+from tests.conftest import git
+
+TEXT = "The notes mention three follow-ups: migrate the build, own the checklist. " * 6
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    init_repo(root)
+    return root
+
+
+def commit_message(repo: GitRepo, n: int, trace: str = "t") -> bytes:
+    """One step of a trace: a new message file and the trace's state file, committed."""
+    folder = repo.root / "traces" / trace
+    (folder / "messages").mkdir(parents=True, exist_ok=True)
+    name = f"traces/{trace}/messages/{n:06d}-user.md"
+    (repo.root / name).write_text(f"---\nsequence: {n}\n---\n{TEXT}{n}\n")
+    (folder / "trace.json").write_text(f'{{"id": "{trace}", "head": {n}, "next": {n + 1}}}\n')
+    return repo.commit_worktree([name, f"traces/{trace}/trace.json"], f"{trace}: #{n}\n".encode())
+
+
+def loose_count(root: Path) -> int:
+    return len(packing.loose_objects(root / ".git" / "objects")[0])
+
+
+def packs(root: Path) -> list[str]:
+    return sorted(p.stem for p in (root / ".git" / "objects" / "pack").glob("*.idx"))
+
+
+def tree_size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def size_after_gc(root: Path, scratch: Path) -> int:
+    """`.git`'s size once `git gc` has packed a copy of it."""
+    copy = scratch / "gc-copy"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(root / ".git", copy / ".git", symlinks=True)
+    git(copy, "gc", "-q")
+    size = tree_size(copy / ".git")
+    shutil.rmtree(copy)
+    return size
+
+
+def assert_everything_readable(root: Path) -> None:
+    """fsck clean, and every object reachable from a branch read back by `git cat-file`."""
+    git(root, "fsck", "--strict", "--no-dangling")
+    listed = git(root, "rev-list", "--objects", "--all")
+    ids = "".join(line.split(" ", 1)[0] + "\n" for line in listed.splitlines())
+    done = subprocess.run(["git", "cat-file", "--batch-check"], cwd=root, input=ids,
+                          capture_output=True, text=True, check=True)
+    assert "missing" not in done.stdout
+    assert len(done.stdout.splitlines()) == len(ids.splitlines())
+
+
+def assert_messages_committed(root: Path, count: int, trace: str = "t") -> None:
+    """Message files 1..count of `trace` are in HEAD with the content they were given."""
+    wanted = [f"HEAD:traces/{trace}/messages/{n:06d}-user.md" for n in range(1, count + 1)]
+    done = subprocess.run(["git", "cat-file", "--batch"], cwd=root, capture_output=True,
+                          input="\n".join(wanted).encode() + b"\n", check=True)
+    out, n = done.stdout, 0
+    at = 0
+    while at < len(out):
+        header_end = out.index(b"\n", at)
+        header = out[at:header_end].split()
+        assert header[-1] != b"missing", header
+        size = int(header[2])
+        n += 1
+        expected = f"---\nsequence: {n}\n---\n{TEXT}{n}\n".encode()
+        assert out[header_end + 1 : header_end + 1 + size] == expected
+        at = header_end + 1 + size + 1
+    assert n == count
+
+
+# --- deltas and chains --------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(base=st.binary(max_size=3000), edits=st.lists(
+    st.tuples(st.integers(0, 3000), st.integers(0, 40), st.binary(max_size=60)), max_size=4))
+def test_a_delta_rebuilds_its_target_from_its_base(base: bytes, edits) -> None:
+    target = bytearray(base)
+    for at, cut, insert in edits:
+        at = min(at, len(target))
+        target[at : at + cut] = insert
+    delta = make_delta(base, bytes(target))
+    rebuilt = apply_delta(base, delta)
+    assert (b"".join(rebuilt) if isinstance(rebuilt, list) else rebuilt) == bytes(target)
+
+
+def test_a_directory_that_gains_an_entry_costs_a_delta_of_about_that_entry() -> None:
+    entries = [b"100644 %06d-user.md\0" % n + os.urandom(20) for n in range(5000)]
+    old, new = b"".join(entries), b"".join(entries) + b"100644 005000-user.md\0" + b"x" * 20
+    assert len(make_delta(old, new)) < 80
+
+
+def _tree(entries: dict[bytes, tuple[bytes, bytes]]) -> bytes:
+    key = {name: name + b"/" if mode == b"40000" else name for name, (mode, _) in entries.items()}
+    return b"".join(mode + b" " + name + b"\0" + sha
+                    for name, (mode, sha) in sorted(entries.items(), key=lambda e: key[e[0]]))
+
+
+ENTRIES = st.dictionaries(
+    st.binary(min_size=1, max_size=6).filter(lambda n: b"\0" not in n and b"/" not in n),
+    st.tuples(st.sampled_from([b"100644", b"40000", b"120000"]), st.binary(min_size=20, max_size=20)),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(old=ENTRIES, changes=ENTRIES, removed=st.sets(st.binary(max_size=6), max_size=5))
+def test_changed_entries_are_those_whose_id_changed(old, changes, removed) -> None:
+    new = {name: entry for name, entry in {**old, **changes}.items() if name not in removed}
+    before, after = _tree(old), _tree(new)
+    found = sorted(changed_entries(after, before))
+    parsed_old, parsed_new = tree_entries(before), tree_entries(after)
+    assert found == sorted(
+        (mode, sha, *parsed_old[name]) for name, (mode, sha) in parsed_new.items()
+        if name in parsed_old and parsed_old[name][1] != sha
+    )
+
+
+def test_the_kth_version_is_based_on_the_one_k_and_minus_k_back() -> None:
+    chain = [f"{n:040x}".encode() for n in range(9)]  # chain[n] continues chain[n - 1]
+    previous = {chain[n]: chain[n - 1] for n in range(1, 9)}
+    bases, position = skip_delta_bases(previous, chain)
+    assert [position[sha] for sha in chain] == list(range(9))
+    assert chain[0] not in bases
+    assert {chain.index(sha): chain.index(base) for sha, base in bases.items()} == {
+        1: 0, 2: 0, 3: 2, 4: 0, 5: 4, 6: 4, 7: 6, 8: 0,
+    }
+
+
+def test_a_path_that_goes_back_to_older_content_does_not_loop() -> None:
+    a, b = b"a" * 40, b"b" * 40
+    bases, position = skip_delta_bases({a: b, b: a}, [a, b])
+    assert sorted(position.values()) == [0, 1]
+    assert len(bases) == 1
+
+
+def test_versions_outside_the_batch_start_a_chain() -> None:
+    a, b, c = b"a" * 40, b"b" * 40, b"c" * 40
+    bases, position = skip_delta_bases({b: a, c: b}, [b, c])  # a is in an older pack
+    assert position == {b: 0, c: 1} and bases == {c: b}
+
+
+def test_new_trees_and_files_are_matched_with_the_same_path_in_the_parent(root: Path) -> None:
+    repo = GitRepo(root)
+    commit_message(repo, 1)
+    first = repo.head()
+    commit_message(repo, 2)
+    second = repo.head()
+    assert first is not None and second is not None
+    loose = packing.loose_objects(root / ".git" / "objects")[0]
+    batch = {sha: found for sha in loose if (found := packing.read_loose(loose[sha], sha))}
+    found = predecessors(batch, repo.objects.read_raw)
+    before, after = repo.commit(first), repo.commit(second)
+    assert found[after.tree] == before.tree
+    old_state = repo.tree_lookup(first, "traces/t/trace.json")
+    new_state = repo.tree_lookup(second, "traces/t/trace.json")
+    assert old_state and new_state and found[new_state[1]] == old_state[1]
+    new_message = repo.tree_lookup(second, "traces/t/messages/000002-user.md")
+    assert new_message and new_message[1] not in found  # new at its path: nothing to continue
+    repo.close()
+
+
+# --- a run stays packed -------------------------------------------------------------
+
+
+def run_stays_packed(root: Path, scratch: Path, commits: int, check_every: int) -> None:
+    repo = GitRepo(root)
+    bound = packing.LOOSE_LIMIT + 8  # what one more commit adds
+    for n in range(1, commits + 1):
+        commit_message(repo, n)
+        assert loose_count(root) <= bound
+        if n % check_every == 0:
+            packed = size_after_gc(root, scratch)
+            assert tree_size(root / ".git") <= 3 * packed, (n, tree_size(root / ".git"), packed)
+    assert repo.packer.last_error is None
+    assert len(packs(root)) <= packmerge.MIN_PACKS + 6
+    assert_everything_readable(root)
+    assert_messages_committed(root, commits)
+    old = repo.head()
+    for _ in range(commits // 2):  # dulwich reads old commits back too
+        assert old is not None
+        old = repo.commit(old).parents[0] if repo.commit(old).parents else None
+    assert old is not None and repo.read_file(old, "traces/t/messages/000001-user.md")
+    repo.close()
+
+
+def test_a_run_of_commits_keeps_loose_objects_bounded_and_git_near_its_gc_size(
+    root: Path, tmp_path: Path
+) -> None:
+    run_stays_packed(root, tmp_path, commits=700, check_every=175)
+
+
+@pytest.mark.slow
+def test_three_thousand_commits_stay_within_three_times_the_gc_size(
+    root: Path, tmp_path: Path
+) -> None:
+    run_stays_packed(root, tmp_path, commits=3000, check_every=300)
+
+
+def test_trees_in_packs_are_stored_as_deltas_against_their_previous_version(root: Path) -> None:
+    repo = GitRepo(root)
+    for n in range(1, 120):
+        commit_message(repo, n)
+    repo.pack()
+    deltas = 0
+    for name in packs(root):
+        reader = PackReader(root / ".git" / "objects" / "pack" / name)
+        deltas += sum(entry.is_delta for entry in reader.entries)
+        reader.close()
+    # `messages/` is a new version at every commit; small objects are not worth a delta
+    assert deltas >= 90
+    repo.close()
+
+
+def test_a_backlog_of_loose_objects_is_packed_a_batch_at_a_time(root: Path) -> None:
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]  # old agentfs
+    for n in range(1, 60):
+        commit_message(repo, n)
+    backlog = loose_count(root)
+    report = repo.packer.pack(limit=100)
+    assert report is not None and report.packed == 100
+    assert loose_count(root) == backlog - 100
+    while loose_count(root):
+        repo.packer.pack(limit=100)
+    assert_everything_readable(root)
+    assert_messages_committed(root, 59)
+    repo.close()
+
+
+def test_a_batch_cut_by_its_size_takes_the_oldest_objects(root: Path, monkeypatch) -> None:
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    for n in range(1, 40):
+        commit_message(repo, n)
+    loose = packing.loose_objects(root / ".git" / "objects")[0]
+    mtimes = {sha: os.stat(path).st_mtime_ns for sha, path in loose.items()}
+    monkeypatch.setattr(packing, "BATCH_BYTES", 20_000)
+    name, count = packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
+    assert name is not None and 0 < count < len(loose)
+    left = packing.loose_objects(root / ".git" / "objects")[0]
+    packed = set(loose) - set(left)
+    assert max(mtimes[sha] for sha in packed) <= min(mtimes[sha] for sha in left)
+    repo.close()
+
+
+def test_another_process_packing_meanwhile_makes_packing_skip(root: Path) -> None:
+    repo = GitRepo(root)
+    commit_message(repo, 1)
+    with packing._pack_lock(root / ".git" / "agentfs") as held:
+        assert held
+        assert repo.pack() is None
+    assert repo.pack() is not None
+    repo.close()
+
+
+# --- merging packs -----------------------------------------------------------------
+
+
+def fake_pack(pack_dir: Path, name: str, count: int) -> None:
+    """An index that says it lists `count` objects, beside an empty pack."""
+    pack_dir.mkdir(parents=True, exist_ok=True)
+    header = b"\377tOc" + struct.pack(">L", 2) + struct.pack(">256L", *([0] * 255 + [count]))
+    (pack_dir / f"{name}.idx").write_bytes(header)
+    (pack_dir / f"{name}.pack").write_bytes(b"")
+
+
+def test_small_packs_are_merged_geometrically_and_kept_packs_never(tmp_path: Path) -> None:
+    pack_dir = tmp_path / "pack"
+    counts = {"pack-a": 260, "pack-b": 250, "pack-c": 255, "pack-d": 270, "pack-e": 255,
+              "pack-f": 258, "pack-g": 262, "pack-h": 4000, "pack-big": 100_000}
+    for name, count in counts.items():
+        fake_pack(pack_dir, name, count)
+    (pack_dir / "pack-k.keep").write_text("")
+    fake_pack(pack_dir, "pack-k", 10)
+    chosen = packmerge.packs_to_merge(pack_dir)
+    assert set(chosen) == {"pack-a", "pack-b", "pack-c", "pack-d", "pack-e", "pack-f", "pack-g"}
+    for name in chosen[2:]:
+        for ext in (".idx", ".pack"):
+            (pack_dir / f"{name}{ext}").unlink()
+    assert packmerge.packs_to_merge(pack_dir) == []  # too few packs to bother
+
+
+def test_merged_packs_hold_every_object_and_chain_their_first_versions(
+    root: Path, monkeypatch
+) -> None:
+    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    made, done = [], 0
+    for size in (120, 20, 20, 20):
+        for n in range(done + 1, done + size + 1):
+            commit_message(repo, n)
+        done += size
+        made.append(packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)[0])
+    # the first version of each path in a later pack is whole there, and hinted
+    hinted = [packmerge.read_bases(root / ".git", name) for name in made[1:]]
+    assert all(hinted)
+    firsts = {bytes.fromhex(sha.decode()) for hints in hinted[1:] for sha in hints}
+    merged = packmerge.merge_packs(root / ".git", made)
+    assert merged is not None and packs(root) == [merged]
+    reader = PackReader(root / ".git/objects/pack" / merged)
+    # `messages/` of the 3rd and 4th packs: deltas now (the 2nd one's is whole: the
+    # only earlier version, the first one, is too small to be worth a delta)
+    big = [entry for entry in reader.entries if entry.sha in firsts
+           and len(repo.objects.read_raw(entry.sha.hex().encode())[1]) > 1000]
+    reader.close()
+    assert len(big) == 2 and all(entry.is_delta for entry in big)
+    assert not list((root / ".git/agentfs/packs").glob("*.bases"))  # nothing left to link
+    assert_everything_readable(root)
+    assert_messages_committed(root, 180)
+    repo.close()
+
+
+def test_a_reader_that_has_a_merged_pack_open_goes_on_reading(root: Path, monkeypatch) -> None:
+    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+    writer = GitRepo(root)
+    for n in range(1, 30):
+        commit_message(writer, n)
+    writer.pack()
+    reader = GitRepo(root)
+    first = writer.head()
+    assert first is not None and reader.read_file(first, "traces/t/messages/000001-user.md")
+    for n in range(30, 60):
+        commit_message(writer, n)
+    writer.pack()
+    for n in range(60, 90):
+        commit_message(writer, n)
+    report = writer.pack()
+    assert report is not None and report.merge is not None
+    head = writer.head()
+    assert head is not None
+    for n in (1, 45, 89):  # in a pack the reader had open, one it never saw, the newest
+        assert reader.read_file(head, f"traces/t/messages/{n:06d}-user.md")
+    reader.close()
+    writer.close()
+
+
+# --- races ---------------------------------------------------------------------------
+
+
+def test_an_object_found_loose_and_then_packed_stays_readable(root: Path) -> None:
+    """A writer that finds an object loose does not write it again; a packer deletes
+    the loose file right after: the commit that uses the object is still whole."""
+    packer, writer = GitRepo(root), GitRepo(root)
+    (root / "a.md").write_text("shared\n")
+    packer.commit_worktree(["a.md"], b"a\n")
+    real = writer.objects.add_raw
+    skipped = []
+
+    def add_raw(type_num: int, data: bytes) -> bytes:
+        written = writer.objects.written
+        sha = real(type_num, data)
+        if data == b"shared\n":
+            skipped.append(writer.objects.written == written)  # it was found loose
+            packer.pack()
+        return sha
+
+    writer.objects.add_raw = add_raw  # type: ignore[method-assign]
+    (root / "b.md").write_text("shared\n")  # the same blob
+    writer.commit_worktree(["b.md"], b"b\n")
+    assert skipped == [True]
+    assert not (root / ".git/objects/ba").exists() or loose_count(root) < 5
+    assert_everything_readable(root)
+    packer.close()
+    writer.close()
+
+
+def test_a_read_that_misses_both_pack_and_loose_object_looks_again(root: Path) -> None:
+    """dulwich looks in the packs, then among the loose objects; if a packer moves
+    the object in between, the first look finds nothing."""
+    packer, reader = GitRepo(root), GitRepo(root)
+    commit_message(packer, 1)
+    head = packer.head()
+    assert head is not None
+    store = reader.store
+    real = store._get_loose_object
+    moved = []
+
+    def pack_first(sha):
+        if not moved:
+            moved.append(packer.pack())  # between dulwich's two looks
+        return real(sha)
+
+    store._get_loose_object = pack_first
+    assert reader.read_file(head, "traces/t/trace.json")
+    assert moved and loose_count(root) == 0
+    packer.close()
+    reader.close()
+
+
+def test_threads_sharing_a_repository_commit_while_its_packs_are_merged(
+    root: Path, monkeypatch
+) -> None:
+    """dulwich's list of open packs is shared by the threads of a `GitRepo` (the
+    watcher's); merged packs disappear from under it while they read."""
+    monkeypatch.setattr(packing, "LOOSE_LIMIT", 16)
+    monkeypatch.setattr(packing, "CHECK_EVERY", 4)
+    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+    repo = GitRepo(root)
+    errors: list[BaseException] = []
+
+    def commits(t: int) -> None:
+        try:
+            for n in range(1, 60):
+                commit_message(repo, n, trace=f"t{t}")
+                # a lookup that misses has dulwich look for new and gone packs
+                assert b"0" * 40 not in repo.objects
+        except BaseException as exc:  # noqa: BLE001 — reported by the test
+            errors.append(exc)
+
+    workers = [threading.Thread(target=commits, args=(t,)) for t in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    assert repo.packer.last_error is None
+    for t in range(4):
+        assert_messages_committed(root, 59, trace=f"t{t}")
+    assert_everything_readable(root)
+    repo.close()
+
+
+# A process that commits (or only packs), printing what it committed. With `die_at`
+# `<operation>:<k>` it SIGKILLs itself at the k-th time its packing calls that file
+# operation (`_write` is a chunk of the pack being written).
+CHILD = r"""
+import os, signal, sys
+from pathlib import Path
+from agentfs.store.git import packfile, packing, packmerge
+from agentfs.store.git.repo import GitRepo
+
+root, role, die_at = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+packing.LOOSE_LIMIT, packing.CHECK_EVERY, packmerge.MIN_PACKS = 24, 4, 2
+kind, _, k = die_at.partition(":")
+seen, packing_now = [0], [False]
+
+def counted(fn):
+    def run(*args, **kwargs):
+        if packing_now[0] and fn.__name__ == kind:
+            seen[0] += 1
+            if seen[0] == int(k):
+                os.kill(os.getpid(), signal.SIGKILL)
+        return fn(*args, **kwargs)
+    return run
+
+for name in ("replace", "unlink", "fsync", "chmod"):
+    setattr(os, name, counted(getattr(os, name)))
+packfile.PackWriter._write = counted(packfile.PackWriter._write)
+real_pack = packing.Packer.pack
+def pack(self, **kwargs):
+    packing_now[0] = True
+    try:
+        return real_pack(self, **kwargs)
+    finally:
+        packing_now[0] = False
+packing.Packer.pack = pack
+
+repo = GitRepo(root)
+print("ready", flush=True)
+sys.stdin.readline()
+if role == "packer":  # packs without the lock, as `git gc` would
+    for _ in range(int(sys.argv[4])):
+        packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
+        chosen = packmerge.packs_to_merge(root / ".git" / "objects" / "pack")
+        if chosen:
+            packmerge.merge_packs(root / ".git", chosen)
+    print("done", flush=True)
+    sys.exit(0)
+n = int(sys.argv[4])
+folder = root / "traces" / role
+(folder / "messages").mkdir(parents=True, exist_ok=True)
+while True:
+    name = f"traces/{role}/messages/{n:06d}-user.md"
+    (root / name).write_text(f"---\nsequence: {n}\n---\n" + "x" * 300 + f"{n}\n")
+    (folder / "trace.json").write_text(f'{{"head": {n}}}\n')
+    sha = repo.commit_worktree([name, f"traces/{role}/trace.json"], f"{role} #{n}\n".encode())
+    print(n, sha.decode(), flush=True)
+    n += 1
+"""
+
+
+def start(root: Path, role: str, die_at: str, arg: int) -> subprocess.Popen:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(root), role, str(die_at), str(arg)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    assert child.stdout is not None and child.stdout.readline() == "ready\n", child.stderr
+    assert child.stdin is not None
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    return child
+
+
+def finish(child: subprocess.Popen) -> tuple[str, str]:
+    out, err = child.communicate(timeout=120)
+    return out, err
+
+
+#: The file operations of packing, and how many of each one run can make.
+OPERATIONS = {"_write": 300, "fsync": 9, "chmod": 6, "replace": 9, "unlink": 60}
+
+
+def kill_while_packing(root: Path, trials: int, seed: int) -> None:
+    """Each trial a committer packs every few commits and SIGKILLs itself at a random
+    file operation of its packing: writing the pack or its index, fsyncing, renaming
+    them into place, writing the hints, deleting loose objects or merged packs."""
+    rng = random.Random(seed)
+    committed: dict[str, int] = {}
+    next_n = 1
+    for trial in range(trials):
+        kind = sorted(OPERATIONS)[trial % len(OPERATIONS)]
+        die_at = f"{kind}:{rng.randrange(1, OPERATIONS[kind] + 1)}"
+        child = start(root, "t", die_at=die_at, arg=next_n)
+        out, err = finish(child)
+        assert child.returncode == -signal.SIGKILL, f"{die_at}: {err}"
+        lines = [line.split() for line in out.splitlines()]
+        for n, sha in lines:
+            committed[sha] = int(n)
+        main = set(git(root, "rev-list", "main").split())
+        assert set(committed) <= main, f"trial {trial}: a commit was lost"
+        assert_everything_readable(root)
+        next_n = max(committed.values()) + 1 if committed else 1
+        # what the dead process wrote but did not commit is adopted, as a run would
+        repo = GitRepo(root)
+        repo.commit_worktree(["traces/t/trace.json", f"traces/t/messages/{next_n:06d}-user.md"],
+                             b"adopt\n")
+        next_n += 1
+        repo.pack()
+        repo.close()
+        assert_everything_readable(root)
+        assert not list((root / ".git/objects/pack").glob("tmp_*")), "a dead temp was kept"
+
+
+def test_a_committer_killed_while_packing_leaves_the_repository_whole(root: Path) -> None:
+    kill_while_packing(root, trials=5, seed=11)
+
+
+@pytest.mark.slow
+def test_forty_kills_while_packing_leave_the_repository_whole(root: Path) -> None:
+    kill_while_packing(root, trials=40, seed=2026)
+
+
+def test_processes_packing_at_once_lose_nothing(root: Path) -> None:
+    """Two processes pack and merge without the lock, as `git gc` would, while two
+    others commit and pack under it."""
+    committers = [start(root, f"c{i}", "", 1) for i in range(2)]
+    seen = [0, 0]
+    try:
+        for i, committer in enumerate(committers):  # both are committing
+            assert committer.stdout is not None
+            while seen[i] < 30:
+                assert committer.stdout.readline(), committer.stderr
+                seen[i] += 1
+        packers = [start(root, "packer", "", 40) for _ in range(2)]
+        for packer in packers:
+            out, err = finish(packer)
+            assert packer.returncode == 0 and out == "done\n", err
+        for i, committer in enumerate(committers):  # still committing after them
+            assert committer.stdout is not None
+            for _ in range(10):
+                assert committer.stdout.readline(), committer.stderr
+                seen[i] += 1
+    finally:
+        for committer in committers:
+            committer.kill()
+    counts = []
+    for i, committer in enumerate(committers):
+        out, err = finish(committer)
+        assert committer.returncode == -signal.SIGKILL, err
+        counts.append(seen[i] + len(out.splitlines()))
+    repo = GitRepo(root)
+    for i in range(2):  # what a killed committer wrote but did not commit
+        folder = f"traces/c{i}"
+        leftovers = [p.relative_to(root).as_posix() for p in (root / folder).rglob("*")
+                     if p.is_file()]
+        repo.commit_worktree(leftovers, b"adopt\n")
+    repo.close()
+    assert_everything_readable(root)
+    files = set(git(root, "ls-tree", "-r", "--name-only", "HEAD").splitlines())
+    for i, count in enumerate(counts):
+        assert {f"traces/c{i}/messages/{n:06d}-user.md" for n in range(1, count + 1)} <= files
+
+
+# --- leftovers -------------------------------------------------------------------------
+
+
+def test_what_killed_packers_left_is_removed(root: Path) -> None:
+    repo = GitRepo(root)
+    commit_message(repo, 1)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    pack_dir = root / ".git/objects/pack"
+    pack_dir.mkdir(parents=True, exist_ok=True)
+    stale = [pack_dir / f"tmp_pack_{dead}_00ff00ff", pack_dir / f"tmp_idx_{dead}_00ff00ff",
+             root / f".git/objects/ab/tmp_obj_{dead}_1"]
+    live = [pack_dir / f"tmp_pack_{os.getpid()}_00ff00ff"]
+    hints = root / ".git/agentfs/packs/pack-0000000000000000000000000000000000000000.bases"
+    orphan = pack_dir / f"pack-{'1' * 40}.pack"  # killed between the .pack and .idx renames
+    installing = pack_dir / f"pack-{'2' * 40}.pack"  # maybe a `git` command, right now
+    for path in [*stale, *live, hints, orphan, installing]:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    two_hours_ago = os.stat(orphan).st_mtime - 7200
+    os.utime(orphan, (two_hours_ago, two_hours_ago))
+    repo.pack()
+    assert not any(path.exists() for path in [*stale, hints, orphan])
+    assert all(path.exists() for path in [*live, installing])
+    repo.close()
+
+
+def test_a_damaged_loose_object_is_left_for_fsck_to_report(root: Path) -> None:
+    repo = GitRepo(root)
+    commit_message(repo, 1)
+    bad = root / ".git/objects/ee" / ("e" * 38)
+    bad.parent.mkdir(exist_ok=True)
+    bad.write_bytes(zlib.compress(b"blob 3\0abc"))  # content that does not hash to its name
+    repo.pack()
+    assert bad.exists() and loose_count(root) == 1
+    repo.close()
+
+
+def test_git_gc_after_agentfs_packs_keeps_everything(root: Path) -> None:
+    repo = GitRepo(root)
+    for n in range(1, 80):
+        commit_message(repo, n)
+    repo.pack()
+    git(root, "gc", "-q")
+    for n in range(80, 120):
+        commit_message(repo, n)
+    repo.pack()
+    assert_everything_readable(root)
+    assert_messages_committed(root, 119)
+    repo.close()
