@@ -99,11 +99,12 @@ def purge_stale_temps(tmp_dir: Path) -> None:
         return
     for name in names:
         pid_text = name.split("-", 1)[0]
-        if pid_text.isdigit() and not _alive(int(pid_text)):
+        if pid_text.isdigit() and not alive(int(pid_text)):
             (tmp_dir / name).unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -33,6 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentfs.store.atomic import alive
 from agentfs.store.git.lineage import ReadRaw, predecessors, skip_delta_bases
 from agentfs.store.git.objects import ObjectWriter
 from agentfs.store.git.packfile import (
@@ -316,7 +317,7 @@ def _remove_dead_temps(paths: list[str]) -> None:
         name = os.path.basename(path)
         prefix = next(p for p in (*TEMP_PREFIXES, HINT_TEMP, _LOOSE_TEMP) if name.startswith(p))
         pid = name[len(prefix) :].split("_", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -328,16 +329,6 @@ def _names(folder: Path) -> list[str]:
         return os.listdir(folder)
     except FileNotFoundError:
         return []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextmanager
