@@ -18,7 +18,6 @@ import os
 import secrets
 import struct
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -405,14 +404,3 @@ def _index(offsets: dict[bytes, int], crcs: dict[bytes, int], checksum: bytes) -
     ]
     body = b"".join(parts)
     return body + hashlib.sha1(body).digest()
-
-
-def pack_names(pack_dir: Path) -> Iterator[str]:
-    """Base names (`pack-<hex>`) of the installed packs: a `.pack` with its `.idx`."""
-    try:
-        names = set(os.listdir(pack_dir))
-    except FileNotFoundError:
-        return
-    for name in sorted(names):
-        if name.endswith(".idx") and name[:-4] + ".pack" in names:
-            yield name[:-4]
