@@ -17,8 +17,15 @@ from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.git.repo import GitRepo, init_repo
-from agentfs.store.inbox import Staged, reject, unstage
-from agentfs.store.ingest import Rejected, claim_new, dropped_fields, finish_staged, read_staged
+from agentfs.store.inbox import Staged
+from agentfs.store.ingest import (
+    Rejected,
+    claim_new,
+    dropped_fields,
+    finish_staged,
+    read_staged,
+    reject_claim,
+)
 from agentfs.store.messages import Message
 from agentfs.store.trace import Trace, TraceMeta
 from agentfs.store.workspace import (
@@ -153,13 +160,9 @@ class Project:
         except AgentfsError as exc:
             if self.workspace.trace_dir(trace_id).joinpath("trace.json").exists():
                 raise  # created: the claim stays staged and the trace's next run takes it
-            reason = exc.message.removeprefix(f"{origin}: ")
-            if exc.hint:
-                reason += f" ({exc.hint})"
-            moved = reject(staged.file, origin, reason)
-            unstage(staged)
-            shutil.rmtree(staged.dir.parent, ignore_errors=True)
-            return Rejected(origin, moved, reason)
+            rejected = reject_claim(staged, origin, exc)
+            shutil.rmtree(staged.dir.parent, ignore_errors=True)  # the id's reservation
+            return rejected
         return trace_id
 
 

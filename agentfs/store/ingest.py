@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentfs.errors import MessageFileError
+from agentfs.errors import AgentfsError, MessageFileError
 from agentfs.store.inbox import (
     SettleClock,
     Staged,
@@ -46,6 +46,7 @@ __all__ = [
     "finish_staged",
     "pending_new",
     "read_staged",
+    "reject_claim",
     "take_waiting",
 ]
 
@@ -76,9 +77,6 @@ class IngestReport:
     rejected: list[Rejected] = field(default_factory=list)
     unsettled: list[Path] = field(default_factory=list)
 
-    def __iter__(self) -> Iterator[tuple[str, Message]]:
-        return iter(self.taken)
-
 
 def read_staged(staged: Staged, origin: Path) -> Message:
     """Parse a claimed file as a dropped user message; errors name where it was dropped."""
@@ -97,6 +95,17 @@ def dropped_fields(message: Message) -> dict[str, Any]:
     return fields
 
 
+def reject_claim(staged: Staged, origin: Path, error: AgentfsError) -> Rejected:
+    """Put a claimed file aside in its origin's `.rejected/`, saying why (`error`, less
+    the file name it starts with), and drop the claim."""
+    reason = error.message.removeprefix(f"{origin}: ")
+    if error.hint:
+        reason += f" ({error.hint})"
+    moved = reject(staged.file, origin, reason)
+    unstage(staged)
+    return Rejected(origin, moved, reason)
+
+
 def commit_staged(trace: Trace, staged: Staged, *, goal_id: str | None = None) -> Message | Rejected:
     """Commit a claimed file as user message `staged.sequence` (or put it aside),
     then drop the claim. The caller holds the trace's lock."""
@@ -104,10 +113,7 @@ def commit_staged(trace: Trace, staged: Staged, *, goal_id: str | None = None) -
     try:
         probe = read_staged(staged, origin)
     except MessageFileError as exc:
-        reason = exc.message.removeprefix(f"{origin}: ")
-        moved = reject(staged.file, origin, reason + (f" ({exc.hint})" if exc.hint else ""))
-        unstage(staged)
-        return Rejected(origin, moved, reason)
+        return reject_claim(staged, origin, exc)
     message = Message(
         id=f"msg-{staged.sequence:06d}",
         sequence=staged.sequence,
@@ -152,12 +158,6 @@ def finish_staged(trace: Trace) -> IngestReport:
         else:
             _note(report, Path(staged.origin).name, commit_staged(trace, staged))
     return report
-
-
-def staged_origins(trace: Trace) -> dict[int, str]:
-    """Sequence → origin path of the trace's claims (their origins are gone from the
-    inbox on purpose: recovery does not report them as edits)."""
-    return {s.sequence: s.origin for s in staged_in(_folder(trace)) if s.origin}
 
 
 def claim_new(workspace: Workspace, path: Path) -> tuple[str, Staged] | None:

@@ -235,6 +235,12 @@ class Trace:
 
     # --- state of the work ---------------------------------------------------
 
+    def meta_uncommitted(self) -> bool:
+        """True if trace.json on disk differs from its last commit (an edit, or a step
+        a crash cut short). Raises FileNotFoundError without a trace.json."""
+        return self.meta_path.read_bytes() != self.repo.read_file(
+            self.repo.head(), self.rel(self.meta_path))
+
     def unfinished(self) -> bool:
         """True if a run has work here without any new file: the head is a user
         message, a claimed file waits in staging, a tool step was in flight, or
@@ -242,8 +248,7 @@ class Trace:
         if self._in_flight.exists() or staged_in(self.workspace.ingest_dir / self.id):
             return True
         try:  # killed between writing trace.json and committing it: recovery has work
-            if self.meta_path.read_bytes() != self.repo.read_file(
-                    self.repo.head(), self.rel(self.meta_path)):
+            if self.meta_uncommitted():
                 return True
         except FileNotFoundError:
             return False

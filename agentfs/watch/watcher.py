@@ -254,8 +254,7 @@ class Watcher:
         trace = self.project.trace(trace_id)
         try:
             with trace.lock():
-                if trace.meta_path.read_bytes() != self.project.repo.read_file(
-                        self.project.repo.head(), trace.rel(trace.meta_path)):
+                if trace.meta_uncommitted():
                     return
                 trace.record_error(error)
         except (AgentfsError, OSError) as exc:
