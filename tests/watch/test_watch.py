@@ -28,19 +28,26 @@ def wait_for(condition, timeout: float = 20.0, what: str = "condition") -> None:
         time.sleep(0.05)
 
 
-@pytest.fixture
-def ws(tmp_path: Path) -> Path:
+def replay_workspace(tmp_path: Path, answers: int, traces: tuple[str, ...] = ("t",)) -> Path:
+    """A workspace whose model is a replay script of `answers` answers ("answer N"),
+    holding `traces`, each with the user message "hello"."""
     root = tmp_path / "ws"
     run_cli("init", str(root), cwd=tmp_path)
     (root / "script.json").write_text(json.dumps({"turns": [{"text": f"answer {i}"}
-                                                            for i in range(20)]}))
+                                                            for i in range(answers)]}))
     config = root / "agentfs.toml"
     config.write_text(config.read_text().replace(
         'model = "anthropic:claude-sonnet-4-5"', 'model = "replay:script.json"'))
     git(root, "add", "-A")
     git(root, "commit", "-qm", "setup")
-    run_cli("new", "t", "-m", "hello", cwd=root)
+    for trace in traces:
+        run_cli("new", trace, "-m", "hello", cwd=root)
     return root
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    return replay_workspace(tmp_path, 20)
 
 
 @contextmanager

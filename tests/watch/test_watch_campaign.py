@@ -3,7 +3,6 @@ restarted: every dropped file ends as exactly one user message, none stuck."""
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -18,23 +17,13 @@ import pytest
 from agentfs.core.project import Project
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.messages import load_message
-from tests.conftest import assert_git_clean, git, run_cli
+from tests.conftest import assert_git_clean, run_cli
+from tests.watch.test_watch import replay_workspace
 
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    run_cli("init", str(root), cwd=tmp_path)
-    (root / "script.json").write_text(json.dumps({"turns": [{"text": f"answer {i}"}
-                                                            for i in range(500)]}))
-    config = root / "agentfs.toml"
-    config.write_text(config.read_text().replace(
-        'model = "anthropic:claude-sonnet-4-5"', 'model = "replay:script.json"'))
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "setup")
-    run_cli("new", "t", "-m", "hello", cwd=root)
-    run_cli("new", "u", "-m", "hello", cwd=root)
-    return root
+    return replay_workspace(tmp_path, 500, ("t", "u"))
 
 
 def drop_burst(root: Path, trial: int, rng: random.Random) -> list[str]:
