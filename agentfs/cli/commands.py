@@ -646,3 +646,6 @@ def demo(directory: Path | None) -> None:
         f"  agentfs show {trace.id}\n  agentfs log {trace.id}",
         err=True,
     )
+
+
+# Commands defined in their own modules register here, one line each.
