@@ -42,8 +42,12 @@ BIG_OBJECT, BIG_OBJECT_COMPRESSION = 64 * 1024, 1
 TEMP_PREFIXES = ("tmp_pack_", "tmp_idx_")
 
 _IDX_MAGIC = b"\377tOc"
+#: Pack offsets from here on go in the index's table of 64-bit offsets (packs over 2 GiB).
+_LARGE_OFFSET = 0x80000000
 _MAX_COPY = 0xFFFF
 _MAX_INSERT = 0x7F
+#: Git reads no shorter delta (`DELTA_SIZE_MIN`); only one to an empty object is.
+_MIN_DELTA = 4
 _BLOCK = 4096
 
 
@@ -307,6 +311,8 @@ class PackWriter:
         """
         if sha in self.offsets:
             raise PackFormatError(f"object {sha.hex()} is already in this pack")
+        if type_num in (OFS_DELTA, REF_DELTA) and size < _MIN_DELTA:
+            raise PackFormatError(f"object {sha.hex()}: Git reads no delta under 4 bytes")
         header = bytearray()
         byte, size = (type_num << 4) | (size & 15), size >> 4
         while size:
@@ -391,7 +397,7 @@ def _index(offsets: dict[bytes, int], crcs: dict[bytes, int], checksum: bytes) -
     small: list[int] = []
     for name in names:
         offset = offsets[name]
-        if offset < 0x80000000:
+        if offset < _LARGE_OFFSET:
             small.append(offset)
         else:
             small.append(0x80000000 | len(large))
