@@ -7,6 +7,7 @@ branches readable with `git cat-file`, and `.git` compared with a copy after `gi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -192,6 +193,61 @@ def test_new_trees_and_files_are_matched_with_the_same_path_in_the_parent(root: 
     assert old_state and new_state and found[new_state[1]] == old_state[1]
     new_message = repo.tree_lookup(second, "traces/t/messages/000002-user.md")
     assert new_message and new_message[1] not in found  # new at its path: nothing to continue
+    repo.close()
+
+
+
+def test_a_file_paired_with_a_folder_is_not_stored_as_a_delta_of_it(root: Path) -> None:
+    """A delta takes its base's type, so one across types rebuilds the wrong object.
+    Odd names can pair a file with a folder: `changed_entries` parses a tree from
+    where an id byte 0 is followed, 20 bytes on, by a name holding "100644 "."""
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    odd = root / "w" / "b100644 rest"  # its entry: "40000 b100644 rest\0<id>"
+    odd.mkdir(parents=True)
+    names = [f"w/b100644 rest/f{i:02d}" for i in range(30)]
+    for name in names:
+        (root / name).write_text(f"{name}\n")
+    n = 0  # "w/a", the entry before it, gets an id whose 7th byte is 0
+    while hashlib.sha1(b"blob %d\0%d\n" % (len(b"%d\n" % n), n)).digest()[6]:
+        n += 1
+    (root / "w/a").write_text(f"{n}\n")
+    repo.commit_worktree(["w/a", *names], b"one\n")
+    folder = git(root, "rev-parse", "HEAD:w/b100644 rest").strip()
+    raw = subprocess.run(["git", "cat-file", "tree", folder], cwd=root, capture_output=True,
+                         check=True).stdout
+    (root / names[0]).write_text("changed\n")
+    (root / "w/rest").write_bytes(raw[:-1] + b"!")  # a file much like that folder's tree
+    repo.commit_worktree([names[0], "w/rest"], b"two\n")
+    repo.pack()
+    assert loose_count(root) == 0
+    assert_everything_readable(root)
+    assert (root / "w/rest").read_bytes() == subprocess.run(
+        ["git", "cat-file", "blob", "HEAD:w/rest"], cwd=root, capture_output=True,
+        check=True).stdout
+    repo.close()
+
+
+def test_a_hint_naming_an_object_of_another_type_makes_no_delta(root: Path, monkeypatch) -> None:
+    """`.bases` files are hints: one that pairs a file with a tree (damaged, or
+    made as above) must not have a merge store the file as a delta of the tree."""
+    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    for n in range(1, 20):
+        commit_message(repo, n)
+    first = packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)[0]
+    tree = git(root, "rev-parse", "HEAD:traces/t/messages").strip()
+    raw = subprocess.run(["git", "cat-file", "tree", tree], cwd=root, capture_output=True,
+                         check=True).stdout
+    (root / "copy").write_bytes(raw + b"!")
+    repo.commit_worktree(["copy"], b"a file much like a tree\n")
+    second = packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)[0]
+    assert first and second
+    blob = git(root, "rev-parse", "HEAD:copy").strip()
+    packmerge.write_bases(root / ".git", second, {blob.encode(): tree.encode()})
+    assert packmerge.merge_packs(root / ".git", [first, second])
+    assert_everything_readable(root)
     repo.close()
 
 

@@ -219,7 +219,8 @@ def pack_loose_objects(
         for sha in sorted(batch, key=position.__getitem__):  # bases first
             type_num, data = batch[sha]
             base = bases.get(sha)
-            if base is not None and len(data) >= DELTA_MIN:
+            # a delta takes its base's type: `bases` are only guesses from paths
+            if base is not None and len(data) >= DELTA_MIN and batch[base][0] == type_num:
                 delta = make_delta(batch[base][1], data)
                 if len(delta) < DELTA_WORTH * len(data):
                     writer.add_delta(bytes.fromhex(sha.decode()), bytes.fromhex(base.decode()),

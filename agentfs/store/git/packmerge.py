@@ -181,17 +181,20 @@ def _add_as_delta(
     whole: dict[bytes, tuple[PackReader, int]], depth: dict[bytes, int], height: int,
 ) -> bool:
     """Write a whole object as a delta against the first candidate base that is in
-    the new pack already, keeps chains within `MAX_DEPTH`, and makes a delta worth it
-    (the skip-delta base first, then the version it continues)."""
+    the new pack already, of its type (a delta takes its base's; the hints are only
+    hints), keeps chains within `MAX_DEPTH`, and makes a delta worth it (the
+    skip-delta base first, then the version it continues)."""
     if entry.size < DELTA_MIN:
         return False
     data = None
     for base in dict.fromkeys(candidates):
         if base is None or base not in writer or depth.get(base, 0) + 1 + height > MAX_DEPTH:
             continue
+        base_reader, at = whole[base]
+        if base_reader.entries[at].type_num != entry.type_num:
+            continue
         if data is None:
             data = reader.inflate(entry)
-        base_reader, at = whole[base]
         delta = make_delta(base_reader.inflate(base_reader.entries[at]), data)
         if len(delta) < DELTA_WORTH * len(data):
             writer.add_delta(entry.sha, base, delta)
