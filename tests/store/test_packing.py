@@ -24,7 +24,7 @@ from dulwich.pack import apply_delta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentfs.store.git import packing, packmerge
+from agentfs.store.git import packfile, packing, packmerge
 from agentfs.store.git.lineage import changed_entries, predecessors, skip_delta_bases, tree_entries
 from agentfs.store.git.packfile import PackReader, make_delta
 from agentfs.store.git.repo import GitRepo, init_repo
@@ -698,6 +698,48 @@ def test_what_killed_packers_left_is_removed(root: Path) -> None:
     repo.pack()
     assert not any(path.exists() for path in [*stale, hints, orphan])
     assert all(path.exists() for path in [*live, installing])
+    repo.close()
+
+
+def test_temp_files_of_git_itself_are_never_taken_for_a_dead_process(root: Path) -> None:
+    """Git names its temp files `tmp_obj_XXXXXX` with 6 random letters and digits;
+    all digits is a number that is rarely a live pid, but it is Git's file, being
+    written: only `<prefix><pid>_<random>` names are ours to sweep."""
+    from agentfs.store.atomic import alive
+
+    repo = GitRepo(root)
+    commit_message(repo, 1)
+    number = next(n for n in range(999_999, 100_000, -1) if not alive(n))
+    theirs = [root / f".git/objects/ab/tmp_obj_{number}",
+              root / f".git/objects/pack/tmp_pack_{number}",
+              root / f".git/objects/pack/tmp_idx_{number}"]
+    for path in theirs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    repo.pack()
+    assert all(path.exists() for path in theirs)
+    repo.close()
+
+
+def test_a_damaged_pack_fails_packing_but_never_the_commit(root: Path, monkeypatch) -> None:
+    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    for n in range(1, 4):
+        commit_message(repo, n)
+        packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
+    del repo.packer.after_commit
+    pack_dir = root / ".git/objects/pack"
+    for damage in ("idx", "pack"):
+        victim = min(pack_dir.glob(f"*.{damage}"))
+        kept = victim.read_bytes()
+        victim.chmod(0o644)
+        victim.write_bytes(kept[: 8 + 256 * 4 + 10] if damage == "idx" else b"")
+        monkeypatch.setattr(packing, "LOOSE_LIMIT", 0)
+        repo.packer.last_error = None
+        commit_message(repo, 10 if damage == "idx" else 11)  # packs, and tries to merge
+        assert isinstance(repo.packer.last_error, packfile.PackFormatError), damage
+        victim.write_bytes(kept)
     repo.close()
 
 

@@ -182,6 +182,14 @@ class PackReader:
 
     def __init__(self, base: Path) -> None:
         self.base = base
+        try:
+            self._open(base)
+        except (struct.error, ValueError, IndexError) as exc:  # cut short, or empty
+            if hasattr(self, "_data"):
+                self.close()
+            raise PackFormatError(f"{base}.pack or .idx is damaged: {exc}") from exc
+
+    def _open(self, base: Path) -> None:
         idx = Path(f"{base}.idx").read_bytes()
         if idx[:8] != _IDX_MAGIC + struct.pack(">L", 2):
             raise PackFormatError(f"{base}.idx: not a version 2 pack index")

@@ -313,12 +313,16 @@ def remove_stale_files(git_dir: Path) -> None:
 
 
 def _remove_dead_temps(paths: list[str]) -> None:
-    """Delete temp files (`<prefix><pid>_<random>`) whose writing process is gone."""
+    """Delete temp files (`<prefix><pid>_<random>`) whose writing process is gone.
+
+    Git's own (`tmp_obj_XXXXXX`, 6 random letters and digits, no `_`) are left
+    alone: one that is all digits would read as the pid of a dead process.
+    """
     for path in paths:
         name = os.path.basename(path)
         prefix = next(p for p in (*TEMP_PREFIXES, HINT_TEMP, _LOOSE_TEMP) if name.startswith(p))
-        pid = name[len(prefix) :].split("_", 1)[0]
-        if pid.isdigit() and not alive(int(pid)):
+        pid, ours, _ = name[len(prefix) :].partition("_")
+        if ours and pid.isdigit() and not alive(int(pid)):
             try:
                 os.unlink(path)
             except FileNotFoundError:
