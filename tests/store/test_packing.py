@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from agentfs.store.git import packfile, packing, packmerge
 from agentfs.store.git.lineage import changed_entries, predecessors, skip_delta_bases, tree_entries
-from agentfs.store.git.packfile import PackReader, make_delta
+from agentfs.store.git.packfile import PackReader, PackWriter, make_delta
 from agentfs.store.git.repo import GitRepo, init_repo
 from tests.conftest import git
 
@@ -740,6 +740,37 @@ def test_a_damaged_pack_fails_packing_but_never_the_commit(root: Path, monkeypat
         commit_message(repo, 10 if damage == "idx" else 11)  # packs, and tries to merge
         assert isinstance(repo.packer.last_error, packfile.PackFormatError), damage
         victim.write_bytes(kept)
+    repo.close()
+
+
+def test_a_damaged_entry_is_never_merged_over_a_good_copy(root: Path, monkeypatch) -> None:
+    """An object in two packs, damaged in one: Git reads the good copy. A merge
+    that copied the damaged one and deleted the other pack would lose it; it
+    checks each entry's CRC32 and merges nothing."""
+    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    commit_message(repo, 1)
+    first = packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)[0]
+    assert first is not None
+    blob = git(root, "rev-parse", "HEAD:traces/t/messages/000001-user.md").strip()
+    pack_dir = root / ".git/objects/pack"
+    writer = PackWriter(pack_dir, 1)  # a second copy, as `git gc` racing us may make
+    writer.add_object(bytes.fromhex(blob), packfile.BLOB,
+                      git(root, "cat-file", "blob", blob).encode())
+    second = writer.install()
+    reader = PackReader(pack_dir / first)
+    entry = reader.by_sha[bytes.fromhex(blob)]
+    reader.close()
+    damaged = bytearray((pack_dir / f"{first}.pack").read_bytes())
+    damaged[entry.data_start + 5] ^= 0xFF
+    (pack_dir / f"{first}.pack").chmod(0o644)
+    (pack_dir / f"{first}.pack").write_bytes(damaged)
+    assert git(root, "cat-file", "blob", blob).startswith("---")  # from the good copy
+    with pytest.raises(packfile.PackFormatError):
+        packmerge.merge_packs(root / ".git", [first, second])
+    assert packs(root) == sorted([first, second])
+    assert git(root, "cat-file", "blob", blob).startswith("---")
     repo.close()
 
 

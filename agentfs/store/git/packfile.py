@@ -195,8 +195,10 @@ class PackReader:
             raise PackFormatError(f"{base}.idx: not a version 2 pack index")
         count = struct.unpack(">L", idx[8 + 255 * 4 : 8 + 256 * 4])[0]
         names_at = 8 + 256 * 4
-        offsets_at = names_at + 24 * count  # names (20 each), then CRC32s (4 each)
+        crcs_at = names_at + 20 * count
+        offsets_at = crcs_at + 4 * count
         large_at = offsets_at + 4 * count
+        crcs = struct.unpack(f">{count}L", idx[crcs_at:offsets_at])
         offsets = struct.unpack(f">{count}L", idx[offsets_at:large_at])
         self.checksum = idx[-40:-20]
         with open(f"{base}.pack", "rb") as f:
@@ -205,11 +207,13 @@ class PackReader:
             self.close()
             raise PackFormatError(f"{base}.pack does not match its index")
         located = []
+        self._crcs: dict[int, int] = {}  # by offset
         for i, offset in enumerate(offsets):
             if offset & 0x80000000:
                 at = large_at + 8 * (offset & 0x7FFFFFFF)
                 offset = struct.unpack(">Q", idx[at : at + 8])[0]
             located.append((offset, idx[names_at + 20 * i : names_at + 20 * i + 20]))
+            self._crcs[offset] = crcs[i]
         located.sort()
         ends = [offset for offset, _ in located[1:]] + [len(self._data) - 20]
         self.entries = [
@@ -242,6 +246,14 @@ class PackReader:
         return Entry(sha, offset, end, type_num, size, at)
 
     def compressed(self, entry: Entry) -> bytes:
+        """An entry's zlib data, checked against the CRC32 its index holds (so that a
+        damaged entry is never copied into another pack, as if it were whole).
+
+        Raises:
+            PackFormatError: the entry is damaged.
+        """
+        if zlib.crc32(self._data[entry.offset : entry.end]) != self._crcs[entry.offset]:
+            raise PackFormatError(f"{self.base}.pack: object {entry.sha.hex()} is damaged")
         return self._data[entry.data_start : entry.end]
 
     def inflate(self, entry: Entry) -> bytes:
