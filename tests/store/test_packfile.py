@@ -3,7 +3,7 @@ entry headers, OFS_DELTA and REF_DELTA bases, the `.idx` (fanout, names, CRC32s,
 the 64-bit offset table) and the trailer.
 
 Each pack written here is read back by `git index-pack` (whose `.idx` must be
-byte for byte ours), `git verify-pack` and `git cat-file`, so a mistake in the
+byte for byte ours), `git verify-pack`, `git cat-file` and dulwich, so a mistake in the
 format shows as Git refusing it, not as our reader agreeing with our writer.
 Deltas are also decoded by a strict decoder written from the format's text.
 """
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from dulwich.pack import apply_delta
+from dulwich.repo import Repo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,9 +46,10 @@ BOUNDARY_SIZES = [0, 1, 15, 16, 127, 128, 2047, 2048, 4095, 4096, 4097,
                   0xFFFF, 0x10000, 0x10001, 0x1FFFF, 0x20000]
 
 
-def strict_apply(base: bytes, delta: bytes) -> bytes:
+def strict_apply(base: bytes, delta: bytes, copies: list[int] | None = None) -> bytes:
     """A delta applied as `gitformat-pack` describes it, refusing anything Git would:
-    wrong sizes, the reserved opcode 0, a copy outside the base, a short insert."""
+    wrong sizes, the reserved opcode 0, a copy outside the base, a short insert.
+    The offsets copies start at are added to `copies`."""
     at = 0
 
     def varint() -> int:
@@ -78,6 +80,8 @@ def strict_apply(base: bytes, delta: bytes) -> bytes:
                     length |= delta[at] << (8 * i)
                     at += 1
             length = length or 0x10000
+            if copies is not None:
+                copies.append(offset)
             assert offset + length <= len(base), "copy outside the base"
             out += base[offset : offset + length]
         else:
@@ -131,6 +135,18 @@ def test_copies_around_the_64k_boundary_round_trip(at: int) -> None:
                    base[:at] + b"inserted" + base[at:], base[:at], base[at:]):
         delta = check_delta(base, target)
         assert len(delta) < 200  # copies, not the base inserted again
+
+
+def test_no_copy_starts_past_what_its_32_bit_offset_holds(monkeypatch) -> None:
+    """A copy's offset has 4 bytes: in a base over 4 GiB (here, over the limit
+    lowered to 5,000 bytes) what lies past them is inserted, never copied from an
+    offset cut to 32 bits."""
+    monkeypatch.setattr(packfile, "_MAX_OFFSET", 5000)
+    base = random.Random(3).randbytes(0x12000)
+    for target in (base[:100] + b"x" + base[101:], base[:7000] + b"x" + base[7001:], base + b"x"):
+        copies: list[int] = []
+        assert strict_apply(base, make_delta(base, target), copies) == target
+        assert copies and max(copies) < 5000
 
 
 def test_inserts_are_cut_at_127_bytes() -> None:
@@ -224,6 +240,14 @@ def check_with_git(built: Built, base: Path, *, index_version: str = "2") -> Non
         assert (name, kind, int(size)) == (sha.hex().encode(), TYPE_NAMES[type_num], len(data))
         assert out[end + 1 : end + 1 + len(data)] == data
         at = end + 1 + len(data) + 1
+    store = Repo(str(built.repo)).object_store  # dulwich, agentfs's own reader
+    try:
+        for pack in store.packs:
+            pack.check()
+        for sha in ids:
+            assert store.get_raw(sha.hex().encode()) == built.objects[sha]
+    finally:
+        store.close()
     reader = PackReader(base)
     try:
         assert {entry.sha for entry in reader.entries} == set(ids)

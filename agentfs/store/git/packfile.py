@@ -45,6 +45,8 @@ _IDX_MAGIC = b"\377tOc"
 #: Pack offsets from here on go in the index's table of 64-bit offsets (packs over 2 GiB).
 _LARGE_OFFSET = 0x80000000
 _MAX_COPY = 0xFFFF
+#: A copy's offset has 4 bytes: what a base holds past 4 GiB can only be inserted.
+_MAX_OFFSET = 1 << 32
 _MAX_INSERT = 0x7F
 #: Git reads no shorter delta (`DELTA_SIZE_MIN`); only one to an empty object is.
 _MIN_DELTA = 4
@@ -68,9 +70,9 @@ def make_delta(base: bytes, target: bytes) -> bytes:
     worst case of a general matcher (dulwich's took seconds on 500 KB of
     unrelated bytes).
     """
-    prefix = common_prefix(base, target)
+    prefix = min(common_prefix(base, target), _MAX_OFFSET)
     limit = min(len(base), len(target)) - prefix
-    suffix = _common_suffix(base, target, limit)
+    suffix = _common_suffix(base, target, limit) if len(base) <= _MAX_OFFSET else 0
     out = bytearray(_varint(len(base)) + _varint(len(target)))
     _copy(out, 0, prefix)
     middle = memoryview(target)[prefix : len(target) - suffix]
