@@ -80,8 +80,10 @@ def _entry_start(data: bytes, limit: int) -> int:
 
     An entry is `<mode> <name>\0<20-byte id>`, and ids can hold any byte, so
     this looks back for a NUL that is followed, 20 bytes later, by a mode. An
-    id that happens to look like that only makes `changed_entries` miss a pair
-    (a hint for a delta), never write anything wrong.
+    id that happens to look like that (before a name holding "100644 ") makes
+    `changed_entries` miss a pair or pair the wrong objects, even a file with
+    a folder: a hint for a delta only, which `packing.py` makes only between
+    objects of one type.
     """
     at = limit + 1
     while True:
