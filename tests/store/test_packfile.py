@@ -278,7 +278,8 @@ def test_objects_of_boundary_sizes_and_deltas_between_them_are_read_by_git(
         data = built.objects[blob][1]
         for at in {0, size // 2, max(size - 1, 0), 0xFFFF, 0x10000} if size < 2**20 else {size // 2}:
             blobs.append(built.delta(blob, data[:at] + b"changed" + data[at + 1 :]))
-        blobs.append(built.delta(blobs[-1], built.objects[blobs[-1]][1] + b"chained"))
+        if size < 2**20:
+            blobs.append(built.delta(blobs[-1], built.objects[blobs[-1]][1] + b"chained"))
     a_tree_commit_and_tag(built, blobs)
     check_with_git(built, built.write())
 
