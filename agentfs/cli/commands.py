@@ -163,20 +163,11 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
     project = _project(trace_ref)
     thinking_options = _thinking_options(project, thinking, no_thinking)
     trace_id = _trace_id(project, trace_ref, creating=bool(messages))
-    meta_model = preset_name = None
-    declared = list(inject_skills)
-    if trace_id in project.workspace.trace_ids():
-        trace = project.trace(trace_id)
-        meta_model, preset_name = trace.meta.model, trace.meta.preset
-        if preset and preset != preset_name:
-            had = f"preset {preset_name!r}" if preset_name else "no preset"
-            raise click.UsageError(
-                f"trace {trace_id} exists ({had}); presets apply when a trace is created"
-            )
-        declared += [s for s in trace.meta.context.get("inject_skills", []) if s not in declared]
-        if not messages and not declared and _waits_for_user(trace):
-            _say_waiting(project, trace_id)  # no model needed, so no credentials either
-            return
+    trace = project.trace(trace_id) if trace_id in project.workspace.trace_ids() else None
+    meta_model, preset_name, declared = _trace_settings(trace, preset, inject_skills)
+    if trace is not None and not messages and not declared and _waits_for_user(trace):
+        _say_waiting(project, trace_id)  # no model needed, so no credentials either
+        return
     chosen = _choose_model(project, meta_model, preset or preset_name, model)
     _say_if_bash_is_not_sandboxed(project)
     terminal = _Terminal(quiet)
@@ -199,6 +190,23 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
         f"{result.input_tokens:,} input tokens ({result.cached_tokens:,} from the cache), "
         f"{result.output_tokens:,} output tokens", err=True,
     )
+
+
+def _trace_settings(trace: Trace | None, preset: str | None, inject_skills: tuple[str, ...],
+                    ) -> tuple[str | None, str | None, list[str]]:
+    """(model, preset, declared skills) of a run of `trace` (None: a trace the run
+    creates): --preset must be the existing trace's, and the skills the trace declared
+    when it was created are declared beside --inject-skill."""
+    declared = list(inject_skills)
+    if trace is None:
+        return None, None, declared
+    if preset and preset != trace.meta.preset:
+        had = f"preset {trace.meta.preset!r}" if trace.meta.preset else "no preset"
+        raise click.UsageError(
+            f"trace {trace.id} exists ({had}); presets apply when a trace is created"
+        )
+    declared += [s for s in trace.meta.context.get("inject_skills", []) if s not in declared]
+    return trace.meta.model, trace.meta.preset, declared
 
 
 def _thinking_options(project: Project, budget: int | None, off: bool) -> dict[str, Any]:
@@ -649,3 +657,6 @@ def demo(directory: Path | None) -> None:
 
 
 # Commands defined in their own modules register here, one line each.
+from agentfs.cli.chat import chat
+
+cli.add_command(chat)

@@ -585,4 +585,13 @@ def _split_messages(messages: Sequence[str | dict[str, str]]) -> tuple[str | Non
             texts.append(content)
         else:
             raise AgentfsError(f"run() takes system and user messages, not {role!r}")
+    for text in [*texts, system or ""]:
+        try:
+            text.encode()
+        except UnicodeEncodeError as exc:  # bytes a terminal or argv could not decode
+            raise AgentfsError(
+                f"a message to append is not valid UTF-8 text (at character {exc.start}); "
+                "nothing was written",
+                hint="check the terminal's or the file's encoding",
+            ) from None
     return system, texts

@@ -59,3 +59,7 @@ def run_command(
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
         return Completed(output, None)
+    except BaseException:  # Ctrl-C (KeyboardInterrupt): the command must not outlive its step
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise

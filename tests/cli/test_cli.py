@@ -77,6 +77,17 @@ def test_run_by_path_from_a_subdirectory(ws):
     assert "--max-iterations" in done.stderr
 
 
+def test_a_message_that_is_not_utf8_is_refused_before_anything_is_written(ws):
+    run_cli("new", "t", "-m", "hi", cwd=ws)
+    before = git(ws, "rev-parse", "HEAD")
+    for trace in ("t", "fresh"):  # appended, or the first message of a new trace
+        done = run_cli("run", trace, "-m", "caf\udcff", cwd=ws, check=False)  # argv byte 0xff
+        assert done.returncode == 1
+        assert "is not valid UTF-8 text (at character 3); nothing was written" in done.stderr
+    assert git(ws, "rev-parse", "HEAD") == before
+    assert_git_clean(ws)
+
+
 def test_edit_then_run_records_edit_and_model_sees_it(ws):
     run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
     run_cli("run", "t", cwd=ws)

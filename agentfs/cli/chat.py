@@ -1,0 +1,452 @@
+"""`agentfs chat TRACE`: talk with a trace in the terminal.
+
+Each line typed is a user message, committed and answered exactly as
+`agentfs run TRACE -m LINE` does it (`agentfs/core/runner.py:Runner.run`); the
+slash commands run `agentfs show`, `goals` and `rewind` themselves and
+`/compress` calls what `agentfs compress` calls. Ctrl-C while the trace runs
+stops it (`_Interrupt`) and keeps the session; the typed lines are kept in a
+readline history file inside `.git/agentfs/`.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from agentfs.core.project import Project
+    from agentfs.core.runner import Runner
+    from agentfs.models.base import Model, ModelRequest, ModelResponse, TextSink
+    from agentfs.store.trace import Trace
+
+#: The history file, in the workspace's private state (`.git/agentfs/`).
+HISTORY_FILE = "chat_history"
+HISTORY_LENGTH = 1000
+
+COMMANDS = {
+    "show": "[--all] [--full] [--as-sent]  the trace's messages, as `agentfs show`",
+    "goals": "[--summaries]  the goal tree, as `agentfs goals`",
+    "rewind": "N  move the head back to message N, as `agentfs rewind`",
+    "compress": "summarize the trace on a side branch and go on from the summary, "
+                "as `agentfs compress`",
+    "resume": "continue the trace without a new message, as `agentfs run TRACE`",
+    "help": "list these commands",
+    "quit": "end the session (so do Ctrl-D, and Ctrl-C at an empty prompt)",
+}
+
+
+@click.command()
+@click.argument("trace_ref", metavar="TRACE")
+@click.option("--model", help="Model for this session: replay:PATH or anthropic:MODEL-ID.")
+@click.option("--preset", help="Preset from agentfs.toml, for a trace this session creates.")
+@click.option("--max-iterations", type=click.IntRange(min=1),
+              help="Stop each answer after this many model calls (default: max_iterations "
+              "in agentfs.toml); /resume continues.")
+@click.option("--inject-skill", "inject_skills", multiple=True, metavar="NAME",
+              help="Keep this skill in the model's context (repeatable).")
+@click.option("--skill-recency", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Re-inject a declared skill once it is not among this many latest messages.")
+@click.option("--pending-tools", type=click.Choice(["refuse", "run", "skip"]), default="refuse",
+              show_default=True,
+              help="Tool calls at the head that agentfs did not itself just receive from the "
+              "model: refuse to go on, run them, or answer them as not run.")
+@click.option("--thinking", "thinking", type=int, metavar="BUDGET",
+              help="Extended thinking on for this session, with this many tokens per model "
+              "call (default: [thinking] in agentfs.toml).")
+@click.option("--no-thinking", is_flag=True, help="Extended thinking off for this session.")
+@click.option("-q", "--quiet", is_flag=True, help="Do not print tool calls.")
+def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: int | None,
+         inject_skills: tuple[str, ...], skill_recency: int, pending_tools: str,
+         thinking: int | None, no_thinking: bool, quiet: bool) -> None:
+    """Talk with TRACE in the terminal: each line you type is a user message.
+
+    Each line is committed and answered as `agentfs run TRACE -m LINE` would
+    do it, the answer streamed as it arrives; a new TRACE id is created by the
+    first line. /help lists the slash commands (/show, /goals, /rewind N,
+    /compress, /resume, /quit). Ctrl-C while the trace runs stops it and keeps
+    the session: an answer still arriving is dropped, a tool step is finished
+    and committed first (Ctrl-C twice stops at once). Ctrl-C at an empty
+    prompt, or Ctrl-D, ends the session. Typed lines are kept in
+    .git/agentfs/chat_history; the up arrow recalls them.
+    """
+    from agentfs.cli.commands import (
+        _choose_model,
+        _project,
+        _say_if_bash_is_not_sandboxed,
+        _thinking_options,
+        _trace_id,
+        _trace_settings,
+    )
+
+    project = _project(trace_ref)
+    thinking_options = _thinking_options(project, thinking, no_thinking)
+    trace_id = _trace_id(project, trace_ref, creating=True)
+    existing = project.trace(trace_id) if trace_id in project.workspace.trace_ids() else None
+    trace_model, trace_preset, declared = _trace_settings(existing, preset, inject_skills)
+    chosen = _choose_model(project, trace_model, preset or trace_preset, model)
+    _say_if_bash_is_not_sandboxed(project)
+    session = _Chat(project, trace_id, chosen, quiet, thinking_options, {
+        "max_iterations": max_iterations, "inject_skills": declared,
+        "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
+        "preset": preset,
+    })
+    reader = _LineReader(project.workspace.state_dir / HISTORY_FILE)
+    try:
+        session.loop(reader, resume=session.greet(reader))
+    finally:
+        reader.close()
+
+
+class _Interrupt:
+    """Ctrl-C while the trace runs.
+
+    The first one abandons the model call in progress (a turn is saved only once
+    it is complete, so nothing of it is written); between model calls it lets the
+    step under way (tools, a commit) finish and ends the run before the next call
+    (`RunnerOptions.stop`). A second one stops at once, as Ctrl-C stops `agentfs
+    run`: what is committed stays and the next run finishes what was cut short.
+    """
+
+    def __init__(self) -> None:
+        self.calls = 0  # model calls in progress
+        self.requested = False
+        self.dropped_call = False  # the last interruption dropped a model call
+
+    @contextmanager
+    def armed(self) -> Iterator[None]:
+        self.requested = self.dropped_call = False
+        previous = signal.signal(signal.SIGINT, self._on_sigint)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    @contextmanager
+    def calling(self) -> Iterator[None]:
+        self.calls += 1
+        try:
+            yield
+        finally:
+            self.calls -= 1
+
+    def stop_requested(self) -> bool:
+        return self.requested
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.calls or self.requested:
+            self.dropped_call = bool(self.calls)
+            raise KeyboardInterrupt
+        self.requested = True
+        click.echo("\n  [Ctrl-C: stopping once this step is committed; Ctrl-C again stops "
+                   "at once]", err=True)
+
+
+class _Abandonable:
+    """The session's model, its calls marked so a first Ctrl-C abandons one in progress."""
+
+    def __init__(self, model: Model, interrupt: _Interrupt) -> None:
+        self.model = model
+        self.name = model.name
+        self.interrupt = interrupt
+
+    def complete(self, request: ModelRequest, on_text: TextSink | None = None) -> ModelResponse:
+        with self.interrupt.calling():
+            return self.model.complete(request, on_text)
+
+
+class _LineReader:
+    """The lines typed at the prompt: edited with readline and kept in a history file
+    when standard input is a terminal, read plainly when it is not."""
+
+    def __init__(self, history: Path) -> None:
+        self.history = history
+        self.readline: Any = None
+        if sys.stdin.isatty():
+            try:
+                import readline
+            except ImportError:  # a Python built without it: plain input()
+                return
+            self.readline = readline
+            readline.set_history_length(HISTORY_LENGTH)
+            try:
+                readline.read_history_file(history)
+            except OSError:
+                pass  # no history yet, or unreadable: start a new one
+
+    @property
+    def interactive(self) -> bool:
+        return sys.stdin.isatty()
+
+    def read(self, prompt: str) -> str:
+        """One line; EOFError at Ctrl-D or end of input, KeyboardInterrupt at Ctrl-C."""
+        line = input(prompt if self.interactive else "")
+        if self.readline is not None and line.strip():
+            try:
+                self.history.parent.mkdir(parents=True, exist_ok=True)
+                self.readline.append_history_file(1, self.history)
+            except OSError:
+                pass  # history is a convenience: never stop the session for it
+        return line
+
+    def typed(self) -> str:
+        """What the prompt held when Ctrl-C came (empty without readline)."""
+        return self.readline.get_line_buffer() if self.readline is not None else ""
+
+    def forget_last(self) -> None:
+        """Keep an answer to a question out of the history."""
+        if self.readline is not None and self.readline.get_current_history_length():
+            self.readline.remove_history_item(self.readline.get_current_history_length() - 1)
+
+    def close(self) -> None:
+        if self.readline is not None:
+            try:
+                self.readline.write_history_file(self.history)  # trimmed to HISTORY_LENGTH
+            except OSError:
+                pass
+
+
+class _Chat:
+    """One session: the trace, the runner that answers it, and the slash commands."""
+
+    def __init__(self, project: Project, trace_id: str, model: Model, quiet: bool,
+                 thinking_options: dict[str, Any], run_options: dict[str, Any]) -> None:
+        self.project = project
+        self.trace_id = trace_id
+        self.model = model
+        self.quiet = quiet
+        self.thinking_options = thinking_options
+        self.run_options = run_options
+        self.interrupt = _Interrupt()
+        self.terminal: Any = None
+        self.runner = self._runner()
+
+    def _runner(self) -> Runner:
+        from agentfs.cli.commands import _Terminal
+        from agentfs.tools.subprocesses import safe_environment
+
+        self.terminal = _Terminal(self.quiet)
+        return self.project.runner(
+            _Abandonable(self.model, self.interrupt), on_text=self.terminal.text,
+            on_event=self.terminal.event, stop=self.interrupt.stop_requested,
+            command_env=safe_environment(os.environ), **self.thinking_options)
+
+    def _reopen(self) -> None:
+        """After a Ctrl-C that may have cut a step short: a fresh workspace and runner,
+        so nothing the cut step held in memory is trusted."""
+        from agentfs.core.project import Project
+
+        self.terminal.end_line()
+        self.project = Project.open(self.project.workspace.root)
+        self.runner = self._runner()
+
+    @property
+    def exists(self) -> bool:
+        return self.trace_id in self.project.workspace.trace_ids()
+
+    @property
+    def trace_path(self) -> str:
+        """What the trace commands get as TRACE: its directory, wherever chat runs."""
+        return str(self.project.workspace.trace_dir(self.trace_id))
+
+    def greet(self, reader: _LineReader) -> bool:
+        """Say what the session talks to; True if the person wants a trace left with work
+        to do resumed now."""
+        click.echo(f"agentfs chat: trace {self.trace_id}, model {self.model.name}. "
+                   "Type a message; /help lists the commands; Ctrl-D ends.", err=True)
+        if not self.exists:
+            click.echo(f"trace {self.trace_id} is new: your first message creates it.", err=True)
+            return False
+        waiting = _what_waits(self.project.trace(self.trace_id))
+        if waiting is None:
+            return False
+        what, resumable = waiting
+        click.echo(f"trace {self.trace_id} has work left: {what}.", err=True)
+        if not resumable:
+            return False
+        if not reader.interactive:
+            click.echo("/resume continues it.", err=True)
+            return False
+        try:
+            answer = reader.read("Resume it now? [Y/n] ").strip().lower()
+        except (EOFError, KeyboardInterrupt):
+            answer = "n"
+            click.echo("", err=True)
+        else:
+            reader.forget_last()
+        if answer in ("", "y", "yes"):
+            return True
+        click.echo("/resume continues it when you want.", err=True)
+        return False
+
+    def loop(self, reader: _LineReader, *, resume: bool = False) -> None:
+        """(Resume first, if asked, then) read lines until /quit, Ctrl-D, or Ctrl-C at an
+        empty prompt."""
+        if resume:
+            self._guarded("/resume")
+        while True:
+            try:
+                line = reader.read(f"{self.trace_id}> ")
+            except EOFError:
+                click.echo("", err=True)
+                return
+            except KeyboardInterrupt:
+                click.echo("", err=True)
+                if reader.typed().strip():
+                    continue  # Ctrl-C drops what was typed, like a shell
+                return
+            if not self._guarded(line):
+                return
+
+    def _guarded(self, line: str) -> bool:
+        """`handle(line)`, printing what goes wrong as `agentfs` prints it; the session
+        goes on. False ends the session."""
+        from agentfs.errors import AgentfsError
+
+        try:
+            return self.handle(line)
+        except KeyboardInterrupt:  # during a slash command, or between steps
+            self._reopen()
+            click.echo("  [stopped]", err=True)
+        except click.exceptions.Abort:
+            click.echo("  [stopped]", err=True)
+        except click.ClickException as exc:
+            exc.show()
+        except (AgentfsError, OSError) as exc:
+            self.terminal.end_line()
+            click.echo(f"agentfs: error: {exc}", err=True)
+        return True
+
+    def handle(self, line: str) -> bool:
+        """One typed line: a slash command, or a user message. False ends the session."""
+        text = line.strip()
+        if not text:
+            return True
+        if text.startswith("//"):  # a message that begins with a slash
+            return self.turn([line.lstrip()[1:]])
+        if not text.startswith("/"):
+            return self.turn([line])
+        name, _, rest = text[1:].partition(" ")
+        try:
+            args = shlex.split(rest)
+        except ValueError as exc:
+            click.echo(f"/{name}: {exc}", err=True)
+            return True
+        if name == "quit":
+            return False
+        if name == "help":
+            for word, what in COMMANDS.items():
+                click.echo(f"  /{word} {what}")
+            click.echo("  //TEXT  send a message that begins with /TEXT")
+            return True
+        if name not in COMMANDS:
+            click.echo(f"unknown command /{name}: /help lists the commands "
+                       "(start a message that begins with a slash with //)", err=True)
+            return True
+        if name == "resume":
+            return self.resume(args)
+        if not self.exists:
+            click.echo(f"trace {self.trace_id} does not exist yet: your first message "
+                       "creates it", err=True)
+            return True
+        if name == "rewind":
+            return self.rewind(args)
+        if name == "compress":
+            return self.compress(args)
+        from agentfs.cli import commands
+
+        command = {"show": commands.show, "goals": commands.goals}[name]
+        command.main([self.trace_path, *args], prog_name=f"/{name}", standalone_mode=False)
+        return True
+
+    def turn(self, messages: list[str]) -> bool:
+        """Run the trace with these user messages first, as `agentfs run -m` does."""
+        from agentfs.core.runner import StopReason
+
+        with self.interrupt.armed():
+            try:
+                result = self.runner.run(self.trace_id, messages, **self.run_options)
+            except KeyboardInterrupt:
+                self._reopen()
+                what = ("stopped: an answer still arriving was dropped"
+                        if self.interrupt.dropped_call else "stopped at once")
+                click.echo(f"  [{what}; everything committed stays. /resume continues]",
+                           err=True)
+                return True
+        self.terminal.end_line()
+        if result.stop is StopReason.NOTHING_TO_DO:
+            click.echo("  [nothing to resume: the trace ends with an answer]", err=True)
+        elif result.stop is StopReason.STOPPED:
+            click.echo("  [stopped after that step; /resume continues]", err=True)
+        elif result.stop is StopReason.MAX_ITERATIONS:
+            click.echo(f"  [stopped after {result.iterations} model calls "
+                       "(--max-iterations); /resume continues]", err=True)
+        return True
+
+    def resume(self, args: list[str]) -> bool:
+        if args:
+            click.echo("/resume takes no arguments", err=True)
+        elif not self.exists:
+            click.echo(f"nothing to resume: trace {self.trace_id} does not exist yet; "
+                       "your first message creates it", err=True)
+        else:
+            self.turn([])
+        return True
+
+    def rewind(self, args: list[str]) -> bool:
+        if len(args) != 1 or not args[0].isdigit():
+            click.echo("usage: /rewind N, N a message number (/show lists them)", err=True)
+            return True
+        from agentfs.cli.commands import rewind
+
+        rewind.main([self.trace_path, args[0]], prog_name="/rewind", standalone_mode=False)
+        return True
+
+    def compress(self, args: list[str]) -> bool:
+        """What `agentfs compress` does, with the session's model and Ctrl-C handling."""
+        if args:
+            click.echo("/compress takes no arguments (the session's model writes the "
+                       "summary)", err=True)
+            return True
+        with self.interrupt.armed():
+            try:
+                summary = self.runner.compress(self.trace_id)
+            except KeyboardInterrupt:
+                self._reopen()
+                click.echo("  [stopped: no summary was committed]", err=True)
+                return True
+        click.echo(f"{self.trace_id}: summary #{summary.sequence} from {summary.source_branch}")
+        return True
+
+
+def _what_waits(trace: Trace) -> tuple[str, bool] | None:
+    """What a run would take up before any new message, in words, and whether a run
+    without one can go on; None when the trace ends with an answer and nothing waits."""
+    from agentfs.cli.commands import _waits_for_user
+    from agentfs.errors import AgentfsError
+
+    if _waits_for_user(trace):
+        return None
+    inbox = trace.pending_inbox()
+    if inbox:
+        return f"{len(inbox)} file(s) wait in its inbox", True
+    try:
+        last = trace.main_path()[-1]
+    except AgentfsError as exc:
+        return f"it cannot run as it is: {exc}", False
+    if last.role == "user":
+        return f"your message #{last.sequence} has no answer yet", True
+    if last.role == "assistant" and last.tool_calls:
+        return f"the tool calls of #{last.sequence} have no results yet", True
+    if last.role == "tool":
+        return f"the model has not answered the tool results at #{last.sequence} yet", True
+    if last.role == "system":
+        return "it has no user message yet: type one", False
+    return "an earlier run was cut short; the next run finishes its step", True
