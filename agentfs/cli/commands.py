@@ -22,14 +22,13 @@ from agentfs.core.project import Project, init_workspace
 from agentfs.core.request import preview_request
 from agentfs.core.runner import StopReason
 from agentfs.core.status import workspace_status
-from agentfs.errors import AgentfsError, ConfigError
+from agentfs.errors import ConfigError
 from agentfs.models.base import Model
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
 from agentfs.skills import load_skills
 from agentfs.store.messages import load_dropped, parse_dropped
 from agentfs.store.steplog import trace_log
-from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE, check_trace_id
 from agentfs.tools.sandbox import choose_sandbox
 from agentfs.tools.subprocesses import safe_environment
@@ -174,7 +173,7 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
                 f"trace {trace_id} exists ({had}); presets apply when a trace is created"
             )
         declared += [s for s in trace.meta.context.get("inject_skills", []) if s not in declared]
-        if not messages and not declared and _waits_for_user(trace):
+        if not messages and not declared and trace.waits_for_user():
             _say_waiting(project, trace_id)  # no model needed, so no credentials either
             return
     chosen = _choose_model(project, meta_model, preset or preset_name, model)
@@ -217,18 +216,6 @@ def _thinking_options(project: Project, budget: int | None, off: bool) -> dict[s
 def _text_or_stdin(text: str) -> str:
     """`-` stands for standard input, as in most commands."""
     return sys.stdin.read() if text == "-" else text
-
-
-def _waits_for_user(trace: Trace) -> bool:
-    """True when a run would only find the trace ending in an answer, with nothing
-    waiting: no new file, no uncommitted work, no tool call pending."""
-    if trace.pending_inbox() or trace.unfinished():
-        return False
-    try:
-        path = trace.main_path()
-    except AgentfsError:
-        return False  # let the run report it
-    return path[-1].role == "assistant" and not path[-1].tool_calls
 
 
 def _say_waiting(project: Project, trace_id: str) -> None:
