@@ -44,10 +44,11 @@ class KnowledgeItem(BaseModel):
 
 def load_items(folder: Path) -> list[KnowledgeItem]:
     """Every item in `folder`, by id; a broken file is an error naming it."""
-    return [_load_item(path) for path in sorted(folder.glob("*.md")) if folder.is_dir()]
+    return [load_item(path) for path in sorted(folder.glob("*.md")) if folder.is_dir()]
 
 
-def _load_item(path: Path) -> KnowledgeItem:
+def load_item(path: Path) -> KnowledgeItem:
+    """One item file; a broken one is an error naming it."""
     if path.is_symlink():  # a hand-written file is untrusted: never followed out of knowledge/
         raise AgentfsError(
             f"{path}: is a symlink; knowledge items must be regular files",

@@ -250,14 +250,13 @@ class Runner:
             self.model = model
         return result
 
-    def compress(self, trace_id: str) -> Message:
+    def compress(self, trace_id: str) -> QueueReport:
         """Run Level 2 compression now (`agentfs compress`): the queue a run would run
-        (reflection if extraction is on, knowledge evaluation, compression); returns the
-        summary. Cut short, running it again (or `agentfs run`) finishes it."""
-        report = self.side_work(trace_id, "compress", compression_queue(
+        (reflection if extraction is on, knowledge evaluation, compression); its
+        `summary` is the new summary message. Cut short, running it again (or
+        `agentfs run`) finishes it."""
+        return self.side_work(trace_id, "compress", compression_queue(
             self.config.knowledge.enable_extraction), before=_check_compressible)
-        return next(m for merged in report.merged if merged.step.type == COMPRESSION
-                    for m in merged.messages)
 
     def reflect(self, trace_id: str) -> QueueReport:
         """Reflect on a trace now (`agentfs reflect`): its lessons become pending items."""

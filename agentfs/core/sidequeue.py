@@ -46,6 +46,7 @@ from agentfs.core.sidebranch import (
     take_outcome,
 )
 from agentfs.store.commits import StepKind
+from agentfs.store.messages import Message
 from agentfs.store.meta import QueueStep, SideQueue
 from agentfs.store.trace import Trace
 
@@ -66,6 +67,12 @@ class QueueReport:
     reason: str | None = None
     merged: list[Merged] = field(default_factory=list)
     abandoned: bool = False
+
+    @property
+    def summary(self) -> Message | None:
+        """The summary a compression step merged, if one did."""
+        return next((m for merged in self.merged if merged.step.type == COMPRESSION
+                     for m in merged.messages), None)
 
 
 def compression_queue(extraction: bool) -> list[str]:

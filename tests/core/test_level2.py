@@ -144,7 +144,7 @@ def test_a_side_branch_cut_short_is_never_merged(project, write_script):
     ask = trace.new_message("user", "summarize", branch_type=COMPRESSION, branch_id=branch)
     trace.commit_to_branch(branch, [ask])
 
-    summary = runner.compress("t")
+    summary = runner.compress("t").summary
     assert summary.source_branch == "agentfs/t/compression-2"
     assert "S1" in summary.text  # the cut-short branch consumed no script entry
     root = project.workspace.root
