@@ -39,13 +39,20 @@ def _item_record(item: KnowledgeItem) -> dict[str, Any]:
 
 def _report_record(project: Project, trace_id: str, report: QueueReport) -> dict[str, Any]:
     """The branches a queue merged, with what each brought to main."""
-    from agentfs.core.knowledge import load_item
+    from agentfs.core.knowledge import parse_item
 
-    root = project.workspace.root
+    root, repo = project.workspace.root, project.repo
+
+    def item(head: str | None, path: str) -> dict[str, Any]:
+        """The item as the branch left it (a later branch may have judged it since)."""
+        data = repo.read_file(head.encode() if head else repo.head(), path)
+        assert data is not None
+        return _item_record(parse_item(root / path, data))
+
     return {"trace": trace_id, "branches": [{
         "type": merged.step.type, "branch": merged.step.branch, "head": merged.step.head,
         "messages": [m.sequence for m in merged.messages],
-        "items": [_item_record(load_item(root / path)) for path in merged.files],
+        "items": [item(merged.step.head, path) for path in merged.files],
     } for merged in report.merged]}
 
 

@@ -55,13 +55,20 @@ def load_item(path: Path) -> KnowledgeItem:
             hint="replace the link with a copy of the file",
         )
     try:
-        text = path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise AgentfsError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse_item(path, data)
+
+
+def parse_item(path: Path, data: bytes) -> KnowledgeItem:
+    """An item from its file's bytes (`path` names it in errors)."""
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise AgentfsError(
             f"{path}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8"
         ) from None
-    except OSError as exc:
-        raise AgentfsError(f"{path}: cannot read: {exc.strerror}") from None
     try:
         fields, body = split(text)
     except FrontmatterError as exc:

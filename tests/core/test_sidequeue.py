@@ -99,8 +99,10 @@ def compressible(tmp_path, write_script) -> tuple[Path, Path]:
     return root, script
 
 
-def state_of(root: Path) -> dict:
-    """What must come out the same whatever was killed."""
+def state_of(root: Path, *, tool_results: bool = True) -> dict:
+    """What must come out the same whatever was killed. Without `tool_results`, tool
+    results are left out: a tool step cut short answers its running call
+    "interrupted" instead (docs/git-model.md, "Crash recovery")."""
     log = git(root, "log", "--first-parent", "--format=%H %P%n%s", "main").splitlines()
     summaries = [(line.split(), subject) for line, subject in zip(log[::2], log[1::2])
                  if subject.startswith("t: summary")]
@@ -112,7 +114,8 @@ def state_of(root: Path) -> dict:
     meta = json.loads((root / "traces/t/trace.json").read_text())
     assert "side_queue" not in meta
     return {"summaries": len(summaries), "items": items,
-            "path": [(m["sequence"], m["role"], TIME.sub("", m["text"])) for m in shown]}
+            "path": [(m["sequence"], m["role"], TIME.sub("", m["text"])
+                      if tool_results or m["role"] != "tool" else "") for m in shown]}
 
 
 def compress(root: Path, script: Path) -> None:
@@ -192,7 +195,7 @@ def run_trial(template: Path, script: Path, tmp: Path, instant: int | None) -> d
     except Crash:
         Project.open(root).runner(ReplayModel(script)).run("t")
     assert_git_clean(root)
-    state = state_of(root)
+    state = state_of(root, tool_results=False)
     state["renames"] = counted[0]
     return state
 
