@@ -45,6 +45,7 @@ from agentfs.core.sidebranch import (
     side_calls,
     take_outcome,
 )
+from agentfs.errors import AgentfsError
 from agentfs.store.commits import StepKind
 from agentfs.store.messages import Message
 from agentfs.store.meta import QueueStep, SideQueue
@@ -111,6 +112,7 @@ def run_queue(work: SideWork) -> QueueReport:
             trace.meta.side_queue = None
             trace.commit_step(StepKind.QUEUE, [], summary=f"{queue.reason}: finished")
             break
+        _check_step(trace, step)
         if trace.meta.head != queue.head:
             _abandon(work, queue)
             report.abandoned = True
@@ -145,6 +147,24 @@ def _merge(work: SideWork, queue: SideQueue, step: QueueStep) -> Merged:
     work.emit("merged", trace=trace.id, branch=step.branch, type=step.type,
               files=merged.files, sequence=trace.meta.head)
     return merged
+
+
+def _check_step(trace: Trace, step: QueueStep) -> None:
+    """A hand-edited queue must name a known branch type and one of this trace's branches."""
+    prefix = f"agentfs/{trace.id}/{step.type}-"
+    problem = None
+    if step.type not in BRANCHES:
+        problem = f"unknown side-branch type {step.type!r} (known: {', '.join(BRANCHES)})"
+    elif step.state == "running" and (step.branch is None or step.first is None):
+        problem = "a running step without its branch and first sequence"
+    elif step.branch is not None and not (step.branch.startswith(prefix)
+                                          and step.branch[len(prefix):].isdigit()):
+        problem = f"branch {step.branch!r} is not named {prefix}<n>"
+    if problem:
+        raise AgentfsError(
+            f"{trace.meta_path}: side_queue: {problem}",
+            hint="restore trace.json with git, or delete its side_queue to drop the queue",
+        )
 
 
 def _advance(trace: Trace, queue: SideQueue) -> None:

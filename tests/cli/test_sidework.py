@@ -207,3 +207,19 @@ def test_compress_killed_at_many_instants_ends_in_one_summary(workspace, write_s
                                                               tmp_path):
     kills = _sigkill_campaign(workspace, write_script, tmp_path, trials=30, seed=2026)
     print(f"{kills} of 30 runs killed inside")
+
+
+def test_a_rewind_under_an_unfinished_queue_abandons_it_unmerged(workspace, write_script):
+    script = trace_with_history(workspace, write_script)
+    short = write_script([])
+    run_cli("compress", "t", "--model", f"replay:{short}", cwd=workspace, check=False)
+    assert "side_queue" in json.loads((workspace / "traces/t/trace.json").read_text())
+    run_cli("rewind", "t", "4", cwd=workspace)
+    run_cli("run", "t", "-m", "again", "--model", f"replay:{script}", cwd=workspace)
+    subjects = first_parent_subjects(workspace)
+    assert any(" queue " in s and "abandoned" in s for s in subjects)
+    assert not any(" summary " in s for s in subjects)
+    assert "agentfs/t/compression-1" in git(workspace, "branch", "--no-merged", "main")
+    shown = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)["messages"]
+    assert [m["sequence"] for m in shown][:3] == [1, 2, 3] and shown[4]["text"] == "again"
+    assert_git_clean(workspace)

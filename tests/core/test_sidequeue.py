@@ -223,3 +223,30 @@ def test_a_run_cut_short_at_every_rename_ends_as_an_uninterrupted_one(tmp_path, 
         state = run_trial(template, script, tmp_path, instant)
         state.pop("renames")
         assert state == baseline, f"crash after rename {instant} of {total}"
+
+
+@pytest.mark.parametrize(("step", "problem"), [
+    ({"type": "magic", "state": "running", "branch": "agentfs/t/magic-1", "first": 9},
+     "unknown side-branch type 'magic'"),
+    ({"type": "compression", "state": "running", "branch": "main", "first": 9},
+     "branch 'main' is not named agentfs/t/compression-<n>"),
+    ({"type": "compression", "state": "running", "branch": "agentfs/other/compression-1",
+      "first": 9}, "is not named agentfs/t/compression-<n>"),
+    ({"type": "compression", "state": "running"}, "without its branch"),
+])
+def test_a_hand_edited_queue_that_names_no_branch_of_the_trace_is_refused(
+        workspace, write_script, step, problem):
+    script = script_for(write_script, 2)
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
+    meta_path = workspace / "traces/t/trace.json"
+    meta = json.loads(meta_path.read_text())
+    meta["side_queue"] = {"reason": "compress", "head": meta["head"], "steps": [step]}
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    git(workspace, "commit", "-qam", "a queue edited by hand")
+    branches = git(workspace, "branch")
+    failed = run_cli("run", "t", "-m", "more", "--model", f"replay:{script}", cwd=workspace,
+                     check=False)
+    assert failed.returncode == 1 and problem in failed.stderr
+    assert "delete its side_queue" in failed.stderr
+    assert git(workspace, "branch") == branches
+    assert_git_clean(workspace)
