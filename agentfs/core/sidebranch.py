@@ -30,7 +30,7 @@ from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
 from agentfs.store.commits import StepKind, parse_trailers
-from agentfs.store.messages import Message, parse_file_name, parse_message
+from agentfs.store.messages import Message, ToolCall, parse_file_name, parse_message
 from agentfs.store.meta import QueueStep
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
@@ -181,8 +181,8 @@ def run_branch(
         sent.append(answer)
 
 
-def _run_call(work: SideWork, step: QueueStep, call, context: ToolContext,
-              runnable: Collection[str], fields: dict) -> Message:
+def _run_call(work: SideWork, step: QueueStep, call: ToolCall, context: ToolContext,
+              runnable: Collection[str], fields: dict[str, str]) -> Message:
     if call.name in runnable:
         outcome = work.tools.call(call.name, call.input, context)
         content, is_error = outcome.content, outcome.is_error

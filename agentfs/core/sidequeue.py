@@ -113,6 +113,9 @@ def run_queue(work: SideWork) -> QueueReport:
             trace.commit_step(StepKind.QUEUE, [], summary=f"{queue.reason}: finished")
             break
         _check_step(trace, step)
+        if step.state == "waiting":  # an edited queue: start it (the merge commits that)
+            _advance(trace, queue)
+            continue
         if trace.meta.head != queue.head:
             _abandon(work, queue)
             report.abandoned = True
