@@ -417,22 +417,24 @@ class _Chat:
             return True
         with self.interrupt.armed():
             try:
-                summary = self.runner.compress(self.trace_id)
+                report = self.runner.compress(self.trace_id)
             except KeyboardInterrupt:
                 self._reopen()
-                click.echo("  [stopped: no summary was committed]", err=True)
+                click.echo("  [stopped: /compress or `agentfs compress` finishes what was "
+                           "started]", err=True)
                 return True
-        click.echo(f"{self.trace_id}: summary #{summary.sequence} from {summary.source_branch}")
+        from agentfs.cli.sidework import echo_report, report_record
+
+        echo_report(report_record(self.project, self.trace_id, report), as_json=False)
         return True
 
 
 def _what_waits(trace: Trace) -> tuple[str, bool] | None:
     """What a run would take up before any new message, in words, and whether a run
     without one can go on; None when the trace ends with an answer and nothing waits."""
-    from agentfs.cli.commands import _waits_for_user
     from agentfs.errors import AgentfsError
 
-    if _waits_for_user(trace):
+    if trace.waits_for_user():
         return None
     inbox = trace.pending_inbox()
     if inbox:

@@ -17,12 +17,11 @@ import click
 
 from agentfs.cli.render import message_record, show_text
 from agentfs.core.goals import GoalTree
-from agentfs.core.knowledge import load_items
 from agentfs.core.project import Project, init_workspace
 from agentfs.core.request import preview_request
 from agentfs.core.runner import StopReason
 from agentfs.core.status import workspace_status
-from agentfs.errors import AgentfsError, ConfigError
+from agentfs.errors import ConfigError
 from agentfs.models.base import Model
 from agentfs.models.resolve import ProviderSettings, resolve_model
 from agentfs.resources import example_workspace_dir
@@ -165,7 +164,7 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
     trace_id = _trace_id(project, trace_ref, creating=bool(messages))
     trace = project.trace(trace_id) if trace_id in project.workspace.trace_ids() else None
     meta_model, preset_name, declared = _trace_settings(trace, preset, inject_skills)
-    if trace is not None and not messages and not declared and _waits_for_user(trace):
+    if trace is not None and not messages and not declared and trace.waits_for_user():
         _say_waiting(project, trace_id)  # no model needed, so no credentials either
         return
     chosen = _choose_model(project, meta_model, preset or preset_name, model)
@@ -225,18 +224,6 @@ def _thinking_options(project: Project, budget: int | None, off: bool) -> dict[s
 def _text_or_stdin(text: str) -> str:
     """`-` stands for standard input, as in most commands."""
     return sys.stdin.read() if text == "-" else text
-
-
-def _waits_for_user(trace: Trace) -> bool:
-    """True when a run would only find the trace ending in an answer, with nothing
-    waiting: no new file, no uncommitted work, no tool call pending."""
-    if trace.pending_inbox() or trace.unfinished():
-        return False
-    try:
-        path = trace.main_path()
-    except AgentfsError:
-        return False  # let the run report it
-    return path[-1].role == "assistant" and not path[-1].tool_calls
 
 
 def _say_waiting(project: Project, trace_id: str) -> None:
@@ -472,47 +459,6 @@ def status(as_json: bool) -> None:
 
 @cli.command()
 @click.argument("trace_ref", metavar="TRACE")
-@click.option("--model", help="Model to write the summary: replay:PATH or anthropic:MODEL-ID.")
-def compress(trace_ref: str, model: str | None) -> None:
-    """Compress TRACE now (Level 2): summarize it on a side branch and continue from
-    system + first user message + summary.
-
-    The side branch agentfs/TRACE/compression-N keeps the request and the
-    model's answer; the summary is committed on main with that branch as its
-    second parent. No message file is deleted: `agentfs rewind` to an earlier
-    sequence puts the originals back on the path.
-    """
-    project = _project(trace_ref)
-    trace = project.trace(trace_ref)
-    chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
-    runner = project.runner(chosen, command_env=safe_environment(os.environ))
-    summary = runner.compress(trace.id)
-    click.echo(f"{trace.id}: summary #{summary.sequence} from {summary.source_branch}")
-
-
-@cli.command()
-@click.option("--status", "status_filter", type=click.Choice(["pending", "accepted", "rejected"]),
-              help="Only items with this status.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def knowledge(status_filter: str | None, as_json: bool) -> None:
-    """List knowledge items (knowledge/*.md): saved by reflection, judged by knowledge
-    evaluation; accepted ones are what the knowledge_search tool finds."""
-    project = _project()
-    items = [i for i in load_items(project.workspace.knowledge_dir)
-             if status_filter is None or i.status == status_filter]
-    if as_json:
-        click.echo(json.dumps([{**i.model_dump(), "body": i.body} for i in items], indent=2))
-        return
-    if not items:
-        click.echo("no knowledge items")
-    for item in items:
-        source = f"{item.source_trace}#{item.source_sequence}" if item.source_sequence else item.source_trace
-        reason = f" — {item.reason}" if item.reason else ""
-        click.echo(f"{item.status:<9} {item.id:<32} {item.title} [{source}]{reason}")
-
-
-@cli.command()
-@click.argument("trace_ref", metavar="TRACE")
 @click.option("--summaries", is_flag=True, help="Show the summaries of finished goals.")
 @click.option("--json", "as_json", is_flag=True, help="Print goals.json's content as JSON.")
 def goals(trace_ref: str, summaries: bool, as_json: bool) -> None:
@@ -658,5 +604,9 @@ def demo(directory: Path | None) -> None:
 
 # Commands defined in their own modules register here, one line each.
 from agentfs.cli.chat import chat
+from agentfs.cli.sidework import compress, knowledge, reflect
 
 cli.add_command(chat)
+cli.add_command(compress)
+cli.add_command(reflect)
+cli.add_command(knowledge)

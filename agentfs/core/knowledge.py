@@ -44,23 +44,31 @@ class KnowledgeItem(BaseModel):
 
 def load_items(folder: Path) -> list[KnowledgeItem]:
     """Every item in `folder`, by id; a broken file is an error naming it."""
-    return [_load_item(path) for path in sorted(folder.glob("*.md")) if folder.is_dir()]
+    return [load_item(path) for path in sorted(folder.glob("*.md")) if folder.is_dir()]
 
 
-def _load_item(path: Path) -> KnowledgeItem:
+def load_item(path: Path) -> KnowledgeItem:
+    """One item file; a broken one is an error naming it."""
     if path.is_symlink():  # a hand-written file is untrusted: never followed out of knowledge/
         raise AgentfsError(
             f"{path}: is a symlink; knowledge items must be regular files",
             hint="replace the link with a copy of the file",
         )
     try:
-        text = path.read_bytes().decode("utf-8")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise AgentfsError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse_item(path, data)
+
+
+def parse_item(path: Path, data: bytes) -> KnowledgeItem:
+    """An item from its file's bytes (`path` names it in errors)."""
+    try:
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise AgentfsError(
             f"{path}: not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8"
         ) from None
-    except OSError as exc:
-        raise AgentfsError(f"{path}: cannot read: {exc.strerror}") from None
     try:
         fields, body = split(text)
     except FrontmatterError as exc:

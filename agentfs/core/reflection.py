@@ -7,22 +7,19 @@ that continues the main path's request with the same tool list, so what was
 already sent stays byte-identical. The model answers in text, in a format
 the prompt gives (`parse_lessons`, `parse_verdicts`); of the tools it is
 offered, only the read-only ones run there (`READ_ONLY_TOOLS`), other calls
-get an error result. Each branch ends in one `outcome` commit on main that
-writes the item files, with the branch's head as second parent.
+get an error result. Each branch ends in an `outcome` commit holding the item
+files, which the queue merges into main (`agentfs/core/sidequeue.py`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from collections.abc import Collection
 
 from agentfs.core.knowledge import KnowledgeItem, load_items, slug
-from agentfs.core.sidebranch import run_branch
-from agentfs.models.base import Model, ModelRequest
-from agentfs.store.atomic import atomic_write
-from agentfs.store.messages import Message
+from agentfs.core.sidebranch import SideWork, commit_outcome, run_branch
+from agentfs.store.meta import QueueStep
 from agentfs.store.trace import Trace
-from agentfs.tools.base import ToolRegistry
 
 REFLECTION = "reflection"
 KNOWLEDGE_EVAL = "knowledge_eval"
@@ -48,52 +45,38 @@ search knowledge with the tools; no other tool runs here.
 VERDICT = re.compile(r"^\W*(accept|reject)\W+([\w.-]+)\W*(.*)$", re.IGNORECASE)
 
 
-def reflect(trace: Trace, model: Model, request: ModelRequest, tools: ToolRegistry,
-            ) -> list[KnowledgeItem]:
-    """Run a reflection branch after `request` (the main path's, as sent, with
-    `tools` its registry); commit the lessons as pending items on main. Returns them."""
-    branch, head, text = run_branch(
-        trace, model, REFLECTION, request, REFLECT_PROMPT, tools=tools,
-        runnable=READ_ONLY_TOOLS,
-    )
-    folder = trace.workspace.knowledge_dir
-    taken = {item.id for item in load_items(folder)}
-    source = request.messages[-1].sequence if request.messages else None
-    collected = []
+def reflection_branch(work: SideWork, step: QueueStep) -> None:
+    """Ask for lessons on the branch; its outcome is one pending knowledge item per
+    lesson (`knowledge/<id>.md`)."""
+    trace = work.trace
+    text = run_branch(work, step, REFLECT_PROMPT, runnable=READ_ONLY_TOOLS)
+    taken = {item.id for item in load_items(trace.workspace.knowledge_dir)}
+    messages = work.request.messages
+    source = messages[-1].sequence if messages else None
+    files = {}
     for title, body in parse_lessons(text):
         item = KnowledgeItem(id=slug(title, taken), title=title, body=body,
                              source_trace=trace.id, source_sequence=source)
         taken.add(item.id)
-        collected.append(item)
-    _commit_items(trace, collected, head, f"{branch}: {len(collected)} knowledge item(s)")
-    return collected
+        files[_item_path(trace, item)] = item.render()
+    commit_outcome(work, step, [], files, f"{len(files)} knowledge item(s)")
 
 
-def reflect_on_answer(trace: Trace, model: Model, request: ModelRequest, answer: Message,
-                      tools: ToolRegistry) -> list[KnowledgeItem]:
-    """Reflection after `answer`, the model's final answer to `request`."""
-    return reflect(trace, model, replace(request, messages=[*request.messages, answer]), tools)
-
-
-def evaluate_knowledge(trace: Trace, model: Model, request: ModelRequest,
-                       tools: ToolRegistry) -> list[KnowledgeItem]:
-    """Run a knowledge_eval branch over the pending items; commit the verdicts on main."""
-    pending = {i.id: i for i in load_items(trace.workspace.knowledge_dir) if i.status == "pending"}
-    if not pending:
-        return []
+def knowledge_eval_branch(work: SideWork, step: QueueStep) -> None:
+    """Show the pending items on the branch and ask for verdicts; its outcome is the
+    judged items' files, with their new status and reason."""
+    trace = work.trace
+    pending = {i.id: i for i in pending_items(trace, step.items)}
     listing = "\n\n".join(f"### {i.id}: {i.title}\n{i.body}" for i in pending.values())
-    branch, head, text = run_branch(
-        trace, model, KNOWLEDGE_EVAL, request, EVAL_PROMPT.format(items=listing), tools=tools,
-        runnable=READ_ONLY_TOOLS,
-    )
+    text = run_branch(work, step, EVAL_PROMPT.format(items=listing), runnable=READ_ONLY_TOOLS)
     for verdict, item_id, reason in parse_verdicts(text):
         item = pending.get(item_id)
         if item is not None and item.status == "pending":
             item.status = "accepted" if verdict == "accept" else "rejected"
             item.reason = reason
     judged = [i for i in pending.values() if i.status != "pending"]
-    _commit_items(trace, judged, head, f"{branch}: {len(judged)} item(s) judged")
-    return judged
+    commit_outcome(work, step, [], {_item_path(trace, i): i.render() for i in judged},
+                   f"{len(judged)} item(s) judged")
 
 
 def parse_lessons(text: str) -> list[tuple[str, str]]:
@@ -117,14 +100,11 @@ def parse_verdicts(text: str) -> list[tuple[str, str, str]]:
     return found
 
 
-def pending_items(trace: Trace) -> bool:
-    return any(i.status == "pending" for i in load_items(trace.workspace.knowledge_dir))
+def pending_items(trace: Trace, only: Collection[str] | None = None) -> list[KnowledgeItem]:
+    """The pending knowledge items (of those named in `only`, if given)."""
+    return [i for i in load_items(trace.workspace.knowledge_dir)
+            if i.status == "pending" and (only is None or i.id in only)]
 
 
-def _commit_items(trace: Trace, items: list[KnowledgeItem], head: bytes, summary: str) -> None:
-    paths = []
-    for item in items:
-        path = trace.workspace.knowledge_dir / f"{item.id}.md"
-        atomic_write(path, item.render(), tmp_dir=trace.tmp_dir)
-        paths.append(trace.workspace.relpath(path))
-    trace.commit_step("outcome", [], extra_paths=paths, extra_parents=[head], summary=summary)
+def _item_path(trace: Trace, item: KnowledgeItem) -> str:
+    return trace.rel(trace.workspace.knowledge_dir / f"{item.id}.md")

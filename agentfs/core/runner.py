@@ -35,10 +35,11 @@ from agentfs.core.injection import (
 )
 from agentfs.core.options import RunnerOptions
 from agentfs.core.project import Project
-from agentfs.core.reflection import evaluate_knowledge, pending_items, reflect, reflect_on_answer
+from agentfs.core.reflection import KNOWLEDGE_EVAL, REFLECTION
 from agentfs.core.request import RequestBuilder
 from agentfs.core.session import Session
-from agentfs.core.sidebranch import compress
+from agentfs.core.sidebranch import COMPRESSION, SideWork
+from agentfs.core.sidequeue import QueueReport, compression_queue, plan, run_queue
 from agentfs.core.toolset import build_tools
 from agentfs.core.toolstep import (
     INTERRUPTED,
@@ -60,6 +61,7 @@ from agentfs.models.base import (
 )
 from agentfs.skills import load_skills
 from agentfs.store.git.repo import GitRepo
+from agentfs.store.history import is_final_answer
 from agentfs.store.inbox import SettleClock
 from agentfs.store.ingest import IngestReport, finish_staged, take_waiting
 from agentfs.store.messages import Message, ToolCall, Usage, parse_dropped
@@ -248,24 +250,43 @@ class Runner:
             self.model = model
         return result
 
-    def compress(self, trace_id: str) -> Message:
-        """Run Level 2 compression now (`agentfs compress`); returns the summary message."""
+    def compress(self, trace_id: str) -> QueueReport:
+        """Run Level 2 compression now (`agentfs compress`): the queue a run would run
+        (reflection if extraction is on, knowledge evaluation, compression); its
+        `summary` is the new summary message. Cut short, running it again (or
+        `agentfs run`) finishes it."""
+        return self.side_work(trace_id, "compress", compression_queue(
+            self.config.knowledge.enable_extraction), before=_check_compressible)
+
+    def reflect(self, trace_id: str) -> QueueReport:
+        """Reflect on a trace now (`agentfs reflect`): its lessons become pending items."""
+        return self.side_work(trace_id, "reflect", [REFLECTION])
+
+    def evaluate_knowledge(self, trace_id: str, items: list[str] | None = None) -> QueueReport:
+        """Judge pending knowledge items (those in `items`, or all) on a branch of the trace
+        (`agentfs knowledge evaluate`); an empty report if none is pending."""
+        return self.side_work(trace_id, "evaluate", [KNOWLEDGE_EVAL], items=items)
+
+    def side_work(self, trace_id: str, reason: str, types: Sequence[str], *,
+                  items: list[str] | None = None,
+                  before: Callable[[Trace], None] | None = None) -> QueueReport:
+        """Run a queue of side branches on a trace now (`agentfs/core/sidequeue.py`).
+        An unfinished queue is finished first; if it was one for the same `reason`
+        (the same command, killed), its outcome is the answer and nothing new runs.
+        `before` may refuse (raise) before a new queue is planned."""
         trace = Trace(self.workspace, self.repo, trace_id)
         with trace.lock():
             trace.reload()
             trace.recover()
-            path = trace.main_path()
-            kept = [m for m in path if m.role == "system"][:1] + [
-                m for m in path if m.role == "user"][:1]
-            if len(path) - len(kept) < MIN_COMPRESSIBLE:
-                raise AgentfsError(
-                    f"trace {trace.id!r} has {len(path) - len(kept)} message(s) after its first "
-                    "user message: a summary would not make it shorter",
-                    hint="compress once the trace has grown; `agentfs show` lists its path",
-                )
-            request = self._request(self._session(trace), path)
-            outcome = compress(trace, self.model, request)
-        return outcome.summary
+            session = self._session(trace)
+            report = self._resume_queue(session)
+            if report.merged and report.reason == reason:
+                return report
+            if before is not None:
+                before(trace)
+            if plan(trace, reason, types, items) is not None:
+                report = run_queue(self._side_work(session, trace.main_path()))
+        return report
 
     def preview(self, trace: str | Trace) -> ModelRequest:
         """The request the next model call of a trace (an id, or an open `Trace` whose
@@ -296,6 +317,7 @@ class Runner:
         the loop in docs/architecture.md)."""
         trace = session.trace
         result.steps.extend(trace.recover())
+        self._record_queue(session, self._resume_queue(session), result)  # before anything else
         # an earlier failure is history once this run goes on: the next commit saves it
         trace.meta.context.pop("last_error", None)
         self._report_ingest(trace, result, finish_staged(trace))
@@ -362,14 +384,14 @@ class Runner:
     def _ingest_late_messages(self, session: Session, path: list[Message],
                               result: RunResult) -> bool:
         """Take files dropped into the inbox during the final answer; True if any was."""
-        return (_is_final_answer(path[-1]) and bool(session.trace.pending_inbox())
+        return (is_final_answer(path[-1]) and bool(session.trace.pending_inbox())
                 and self._ingest_inbox(session, result, wait=True))
 
     def _finished(self, path: list[Message], max_iterations: int, result: RunResult) -> bool:
         """Is the run over (a final answer, `max_iterations` model calls, or asked to
         stop)? If so, `result` says why."""
         last = path[-1]
-        if _is_final_answer(last):
+        if is_final_answer(last):
             result.stop = StopReason.END_TURN if result.iterations else StopReason.NOTHING_TO_DO
             if result.iterations and last.stop_reason == FinishReason.MAX_TOKENS:
                 result.stop = StopReason.MAX_TOKENS  # the `max_tokens` event said so
@@ -396,17 +418,30 @@ class Runner:
     def _compress(self, session: Session, request: ModelRequest, result: RunResult) -> None:
         """The side-branch queue, in order: reflection (if extraction is on), knowledge
         evaluation (if items are pending, those reflection just saved included), then
-        compression."""
+        compression (`agentfs/core/sidequeue.py`)."""
         trace = session.trace
-        if self.config.knowledge.enable_extraction:
-            reflect(trace, self.model, request, session.tools)
-        if pending_items(trace):
-            evaluate_knowledge(trace, self.model, request, session.tools)
-        outcome = compress(trace, self.model, request)
-        self._emit("compressed", trace=trace.id, branch=outcome.branch,
-                   sequence=outcome.summary.sequence)
-        session.compressed_at = trace.meta.head
-        result.steps.append("summary")
+        plan(trace, "level2", compression_queue(self.config.knowledge.enable_extraction))
+        self._record_queue(session, run_queue(SideWork(trace, self.model, request, session.tools,
+                                                       self._emit)), result)
+
+    def _resume_queue(self, session: Session) -> QueueReport:
+        """Finish the side-branch queue a crash cut short, if any, from the step it was in."""
+        if session.trace.meta.side_queue is None:
+            return QueueReport()
+        return run_queue(self._side_work(session, session.trace.main_path()))
+
+    def _side_work(self, session: Session, path: list[Message]) -> SideWork:
+        """What side branches continue: the request `path` sends, and the run's tools."""
+        return SideWork(session.trace, self.model, self._request(session, path), session.tools,
+                        self._emit)
+
+    def _record_queue(self, session: Session, report: QueueReport, result: RunResult) -> None:
+        for merged in report.merged:
+            result.steps.append(merged.kind)
+            if merged.step.type == COMPRESSION:
+                session.compressed_at = session.trace.meta.head
+                self._emit("compressed", trace=session.trace.id, branch=merged.step.branch,
+                           sequence=session.trace.meta.head)
 
     def _compress_too_long(self, session: Session, request: ModelRequest, result: RunResult,
                            error: PromptTooLong, again: bool) -> None:
@@ -516,8 +551,11 @@ class Runner:
         is on and no user message waits."""
         trace = session.trace
         if self.config.knowledge.enable_completion_extraction and not trace.pending_inbox():
-            reflect_on_answer(trace, self.model, request, assistant, session.tools)
-            result.steps.append("outcome")
+            plan(trace, "completion", [REFLECTION])
+            work = SideWork(trace, self.model, replace(request, messages=[*request.messages,
+                                                                          assistant]),
+                            session.tools, self._emit)
+            self._record_queue(session, run_queue(work), result)
 
     # --- the inbox -------------------------------------------------------------
 
@@ -565,9 +603,16 @@ def _refuse_cut_call(response: ModelResponse) -> list[ToolCall]:
             for c in response.tool_calls]
 
 
-def _is_final_answer(message: Message) -> bool:
-    """An assistant message without tool calls ends the run."""
-    return message.role == "assistant" and not message.tool_calls
+def _check_compressible(trace: Trace) -> None:
+    """Refuse to compress a trace a summary would not make shorter."""
+    path = trace.main_path()
+    kept = [m for m in path if m.role == "system"][:1] + [m for m in path if m.role == "user"][:1]
+    if len(path) - len(kept) < MIN_COMPRESSIBLE:
+        raise AgentfsError(
+            f"trace {trace.id!r} has {len(path) - len(kept)} message(s) after its first "
+            "user message: a summary would not make it shorter",
+            hint="compress once the trace has grown; `agentfs show` lists its path",
+        )
 
 
 def _split_messages(messages: Sequence[str | dict[str, str]]) -> tuple[str | None, list[str]]:

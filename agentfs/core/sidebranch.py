@@ -1,14 +1,14 @@
-"""Level 2 compression on a Git side branch, ending in a summary commit on `main`.
+"""Side branches: a conversation on its own Git branch, ending in an outcome merged into `main`.
 
-The branch `agentfs/<trace>/compression-<n>` starts at main's head. The
-request for a summary and the model's answer are committed there only, never
-in main's work tree. The outcome is one commit on `main`: a summary message
-whose `parent_sequence` is the first user message, so the main path becomes
-system + first user message + summary, and whose second parent is the side
-branch's head, so `git log --graph` shows where the summary came from.
-
-A branch left without its outcome (a crash) is never merged: the next
-compression starts a new branch, and the old one stays as a record.
+A branch `agentfs/<trace>/<type>-<n>` starts at main's head. Its messages
+(the request, the model's turns, their tool results) are committed there
+only, never in main's work tree. When the model is done, the branch's last
+commit (kind `outcome`) writes what it produced: a summary message, knowledge
+item files. Merging copies exactly those files onto `main` in one commit whose
+second parent is the branch's head, so `git log --graph` shows where they came
+from. Everything is read back from the branch, so a branch cut short by a crash
+is continued from its last commit, and a merge cut short is redone with the
+same bytes (`agentfs/core/sidequeue.py` runs branches as a queue).
 
 Every side branch continues the main path's request as it was sent: the
 same system prompt, the same messages, the same tool list and thinking
@@ -16,17 +16,22 @@ budget, and its own instructions in a user message at the end. So what was
 already sent stays byte-identical (the prompt cache is read, and thinking
 blocks are sent back with the prefix they were made with). A branch that may
 not run some tools still offers them; calls to them get an error result.
+
+This module also holds the compression branch: a summary that replaces the
+main path after the first user message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
-from agentfs.store.messages import Message
+from agentfs.store.commits import StepKind, parse_trailers
+from agentfs.store.messages import Message, ToolCall, parse_file_name, parse_message
+from agentfs.store.meta import QueueStep
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 from agentfs.tools.base import ToolContext, ToolRegistry
@@ -46,20 +51,34 @@ SUMMARY_HEADER = "[agentfs: summary of the conversation so far, replacing the me
 
 
 @dataclass
-class Compression:
-    """The outcome: the summary on main and the side branch it came from."""
+class SideWork:
+    """What the branches of one queue share: the trace, the model, the main path's
+    request as sent (`request.messages` is the path after Level 1) and its tools."""
 
-    summary: Message
-    branch: str
-    branch_head: bytes
+    trace: Trace
+    model: Model
+    request: ModelRequest
+    tools: ToolRegistry
+    emit: Callable[..., None] = lambda kind, **data: None
+
+
+@dataclass
+class Merged:
+    """A branch's outcome, now on `main`: the messages and other files it added."""
+
+    step: QueueStep
+    messages: list[Message]
+    files: list[str]
+    kind: str = "outcome"  # of the merge commit: `outcome`, or `summary` for compression
 
 
 def side_calls(trace: Trace, branch_type: str) -> int:
-    """Model calls completed on side branches of this type (replay's position)."""
+    """Model calls made on merged side branches of this type (replay's position)."""
     return int(trace.meta.context.get("side_calls", {}).get(branch_type, 0))
 
 
 def next_branch(trace: Trace, branch_type: str) -> str:
+    """The first free name `agentfs/<trace>/<type>-<n>`."""
     prefix = f"agentfs/{trace.id}/{branch_type}-"
     taken = {name[len(prefix) :] for name in trace.repo.branches(prefix)}
     number = 1
@@ -68,101 +87,163 @@ def next_branch(trace: Trace, branch_type: str) -> str:
     return f"{prefix}{number}"
 
 
+def branch_head(trace: Trace, step: QueueStep) -> bytes | None:
+    assert step.branch is not None
+    return trace.repo.head(b"refs/heads/" + step.branch.encode())
+
+
+def has_outcome(trace: Trace, step: QueueStep) -> bool:
+    """Has the step's branch committed its outcome (its head is an `outcome` commit)?"""
+    head = branch_head(trace, step)
+    if head is None:
+        return False
+    commit = trace.repo.commit(head)
+    kind = parse_trailers(commit.message).get("Agentfs-Kind")
+    # a branch not yet written to points at main's commit, where merges have two parents
+    return kind == StepKind.OUTCOME and len(commit.parents) == 1
+
+
+def branch_files(trace: Trace, step: QueueStep) -> list[Message]:
+    """The message files on the step's branch (from `step.first` on), in order: its
+    conversation, then the messages of its outcome."""
+    head = branch_head(trace, step)
+    if head is None:
+        return []
+    assert step.first is not None
+    found = []
+    for path in trace.repo.walk(head, trace.rel(trace.messages_dir)):
+        parsed = parse_file_name(path.rsplit("/", 1)[1])
+        if parsed is not None and parsed[0] >= step.first:
+            data = trace.repo.read_file(head, path)
+            assert data is not None
+            found.append(parse_message(trace.workspace.root / path, data))
+    return sorted(found, key=lambda m: m.sequence)
+
+
 def run_branch(
-    trace: Trace,
-    model: Model,
-    branch_type: str,
-    request: ModelRequest,
+    work: SideWork,
+    step: QueueStep,
     prompt: str,
     *,
-    tools: ToolRegistry | None = None,
-    runnable: Collection[str] = (),
+    runnable: Collection[str] | None = None,
     max_turns: int = 8,
-) -> tuple[str, bytes, str]:
-    """Run a side branch: `prompt` after the messages of `request` (the main path's
-    request, as sent), then model turns until the model stops calling tools. Each
-    request is `request` with the branch's messages appended: system prompt, tool
-    list and thinking budget unchanged. With `tools`, calls to the tools named in
-    `runnable` run; other calls get an error result. Without `tools`, the first
-    answer ends the branch and its calls are not kept. Everything is committed on
-    the branch only. Returns (branch, its head, the model's last text)."""
-    history = request.messages
-    branch = next_branch(trace, branch_type)
-    start = trace.repo.head()
-    assert start is not None
-    trace.repo.create_branch(branch, start)
-    fields = {"branch_type": branch_type, "branch_id": branch}
-    ask = trace.new_message("user", prompt, **fields)
-    ask.parent_sequence = history[-1].sequence if history else None
-    head = trace.commit_to_branch(branch, [ask])
-    sent = [*history, ask]
-    calls = side_calls(trace, branch_type)
-    text = ""
+) -> str:
+    """Run the step's branch, or continue it from its last commit: `prompt` after
+    the messages of the main path's request, then model turns until the model stops
+    calling tools. Each request is `work.request` with the branch's messages
+    appended: system prompt, tool list and thinking budget unchanged. With
+    `runnable`, calls to those tools run (calls to others get an error result);
+    without, the first answer ends the branch and its calls are not kept.
+    Everything is committed on the branch only. Returns the model's last text."""
+    trace, history = work.trace, work.request.messages
+    assert step.branch is not None
+    if branch_head(trace, step) is None:
+        start = trace.repo.head()
+        assert start is not None
+        trace.repo.create_branch(step.branch, start)
+    fields = {"branch_type": step.type, "branch_id": step.branch}
+    sent = [m for m in branch_files(trace, step) if m.branch_id == step.branch]
+    if sent:  # continued after a crash: later messages go after these
+        trace.meta.next_sequence = max(trace.meta.next_sequence, sent[-1].sequence + 1)
+    else:
+        ask = trace.new_message("user", prompt, **fields)
+        ask.parent_sequence = history[-1].sequence if history else None
+        trace.commit_to_branch(step.branch, [ask])
+        sent = [ask]
     context = ToolContext(trace.workspace.root, trace.id, tmp_dir=trace.tmp_dir)
-    for _ in range(max_turns):
-        response = model.complete(replace(
-            request, messages=list(sent), branch_type=branch_type, call_index=calls,
+    while True:
+        turns = [m for m in sent if m.role == "assistant"]
+        last = sent[-1]
+        if last.role == "assistant" and last.tool_calls and runnable is not None:
+            results = [_run_call(work, step, call, context, runnable, fields)
+                       for call in last.tool_calls]  # read-only tools: safe to run on resume
+            for result in results:
+                result.parent_sequence = sent[-1].sequence
+                sent.append(result)
+            trace.commit_to_branch(step.branch, results)
+            continue
+        if last.role == "assistant" or len(turns) >= max_turns:
+            return turns[-1].text if turns else ""
+        response = work.model.complete(replace(
+            work.request, messages=[*history, *sent], branch_type=step.type,
+            call_index=side_calls(trace, step.type) + len(turns),
         ))
-        calls += 1
-        text = response.text
-        wanted = response.tool_calls if tools is not None else []
+        wanted = response.tool_calls if runnable is not None else []
         kept_blocks = response.blocks if wanted or not response.tool_calls else None
         answer = trace.new_message(
             "assistant", response.text, tool_calls=wanted or None,
-            model=response.model or model.name, usage=response.usage,
+            model=response.model or work.model.name, usage=response.usage,
             stop_reason=response.stop_reason, thinking=response.thinking,
             **({"blocks": kept_blocks} if kept_blocks else {}), **fields,
         )
         answer.parent_sequence = sent[-1].sequence
-        head = trace.commit_to_branch(branch, [answer])
+        trace.commit_to_branch(step.branch, [answer])
         sent.append(answer)
-        if not wanted or tools is None:
-            break
-        results = []
-        for call in wanted:
-            if call.name in runnable:
-                outcome = tools.call(call.name, call.input, context)
-                content, is_error = outcome.content, outcome.is_error
+
+
+def _run_call(work: SideWork, step: QueueStep, call: ToolCall, context: ToolContext,
+              runnable: Collection[str], fields: dict[str, str]) -> Message:
+    if call.name in runnable:
+        outcome = work.tools.call(call.name, call.input, context)
+        content, is_error = outcome.content, outcome.is_error
+    else:
+        allowed = ", ".join(sorted(runnable)) or "no tools"
+        content, is_error = (f"not run: {call.name} does not run on a {step.type} side branch "
+                             f"(only {allowed} do); answer with text as asked"), True
+    return work.trace.new_message("tool", content, tool_call_id=call.id,
+                                  is_error=True if is_error else None, **fields)
+
+
+def commit_outcome(work: SideWork, step: QueueStep, messages: Sequence[Message],
+                   files: dict[str, bytes], summary: str) -> bytes:
+    """Commit the branch's outcome on the branch: the messages and files merging copies."""
+    assert step.branch is not None
+    return work.trace.commit_to_branch(step.branch, messages, StepKind.OUTCOME, files=files,
+                                       summary=summary)
+
+
+def take_outcome(trace: Trace, step: QueueStep) -> Merged:
+    """Write the files the branch's `outcome` commit added into the work tree (the
+    caller commits them on main): its messages are returned to commit as a step."""
+    head = branch_head(trace, step)
+    assert head is not None
+    parent = trace.repo.commit(head).parents[0]
+    messages_dir = trace.rel(trace.messages_dir)
+    messages, files = [], []
+    for prefix in (messages_dir, trace.rel(trace.workspace.knowledge_dir)):
+        before = trace.repo.walk(parent, prefix)
+        for path, entry in sorted(trace.repo.walk(head, prefix).items()):
+            if before.get(path) == entry:
+                continue
+            data = trace.repo.read_file(head, path)
+            assert data is not None
+            if prefix == messages_dir:
+                messages.append(parse_message(trace.workspace.root / path, data))
             else:
-                content, is_error = _not_run(call.name, branch_type, runnable), True
-            result = trace.new_message(
-                "tool", content, tool_call_id=call.id,
-                is_error=True if is_error else None, **fields,
-            )
-            result.parent_sequence = sent[-1].sequence
-            sent.append(result)
-            results.append(result)
-        head = trace.commit_to_branch(branch, results)
-    trace.meta.context.setdefault("side_calls", {})[branch_type] = calls
-    return branch, head, text
+                trace.write_file(path, data)
+                files.append(path)
+    return Merged(step, messages, files)
 
 
-def _not_run(name: str, branch_type: str, runnable: Collection[str]) -> str:
-    allowed = ", ".join(sorted(runnable)) or "no tools"
-    return (f"not run: {name} does not run on a {branch_type} side branch (only {allowed} "
-            "do); answer with text as asked")
+# --- compression -------------------------------------------------------------
 
 
-def compress(trace: Trace, model: Model, request: ModelRequest) -> Compression:
-    """Run a compression side branch after `request` (what main would send) and commit
-    the summary on main. The caller holds the trace's lock."""
+def compression_branch(work: SideWork, step: QueueStep) -> None:
+    """Ask for a summary on the branch; its outcome is the summary message, whose
+    `parent_sequence` is the first user message (the path skips what it covers)."""
+    trace = work.trace
     path = trace.main_path()
     first_user = next((m for m in path if m.role == "user"), None)
-    if first_user is None or not request.messages:
+    if first_user is None or not work.request.messages:
         raise AgentfsError(f"trace {trace.id!r} has nothing to compress yet")
     tree = GoalTree.load(trace.dir / GOALS_FILE)
-    branch, head, text = run_branch(
-        trace, model, COMPRESSION, request,
-        SUMMARY_REQUEST.format(goals=tree.to_prompt(include_summary=True)), max_turns=1,
-    )
+    goals = tree.to_prompt(include_summary=True)
+    text = run_branch(work, step, SUMMARY_REQUEST.format(goals=goals), max_turns=1)
     text = text.strip() or "(the model gave no summary)"
     summary = trace.new_message(
-        "user",
-        f"{SUMMARY_HEADER}\n\n{text}\n\n## Goals\n{tree.to_prompt(include_summary=True)}",
-        synthetic="summary",
-        goal_id=tree.focus,
-        source_branch=branch,
+        "user", f"{SUMMARY_HEADER}\n\n{text}\n\n## Goals\n{goals}",
+        synthetic="summary", goal_id=tree.focus, source_branch=step.branch,
     )
     summary.parent_sequence = first_user.sequence
-    trace.commit_step("summary", [summary], extra_parents=[head], summary=f"from {branch}")
-    return Compression(summary, branch, head)
+    commit_outcome(work, step, [summary], {}, f"summary #{summary.sequence}")
+

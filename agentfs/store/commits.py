@@ -32,7 +32,8 @@ class StepKind(enum.StrEnum):
     REWIND = "rewind"  # head moved
     SUMMARY = "summary"  # compression summary
     BRANCH = "branch"  # a step on a side branch
-    OUTCOME = "outcome"  # a side branch's result recorded on main
+    OUTCOME = "outcome"  # a side branch's result: its last commit, then merged on main
+    QUEUE = "queue"  # a side-branch queue planned or abandoned (trace.json only)
     ERROR = "error"  # a run failed; trace.json's context.last_error says why
 
 

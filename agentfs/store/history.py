@@ -69,6 +69,11 @@ def path_to(messages: Mapping[int, Message], sequence: int | None, *, where: str
     return path
 
 
+def is_final_answer(message: Message) -> bool:
+    """An assistant message without tool calls: the run it ends is over."""
+    return message.role == "assistant" and not message.tool_calls
+
+
 def last_assistant(path: Sequence[Message]) -> int:
     """Index of the last assistant message on `path`, or -1."""
     return max((i for i, m in enumerate(path) if m.role == "assistant"), default=-1)

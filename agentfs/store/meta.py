@@ -5,17 +5,45 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentfs.errors import AgentfsError, TraceNotFound, validation_problems
 from agentfs.store.atomic import atomic_write
 
-__all__ = ["FORMAT_VERSION", "TraceMeta", "load_meta", "save_meta"]
+__all__ = ["FORMAT_VERSION", "QueueStep", "SideQueue", "TraceMeta", "load_meta", "save_meta"]
 
 #: Version of the on-disk trace format this agentfs writes and reads.
 FORMAT_VERSION = 1
+
+
+class QueueStep(BaseModel):
+    """One side branch of a queue: its type, where it is, and its Git branch."""
+
+    type: str = Field(description="Branch type: reflection, knowledge_eval or compression")
+    state: Literal["waiting", "running", "done", "skipped"] = "waiting"
+    branch: str | None = Field(default=None, description="agentfs/<trace>/<type>-<n>, once running")
+    first: int | None = Field(
+        default=None, description="Sequence of the branch's first message: its messages are "
+        "the files at or after it in the branch's tree")
+    head: str | None = Field(default=None, description="The branch's head when it was merged")
+    items: list[str] | None = Field(
+        default=None, description="knowledge_eval: the items to judge (None: every pending one)")
+
+
+class SideQueue(BaseModel):
+    """Side branches run one after the other, each merged into `main` as it ends
+    (the agent's steps: `agentfs/core/sidequeue.py`). Committed at every transition,
+    so a crash resumes the step that was running and never repeats a finished one."""
+
+    reason: str = Field(description="What started it: level2, compress, reflect, evaluate, completion")
+    head: int | None = Field(description="The main path's head when it was planned")
+    steps: list[QueueStep]
+
+    def current(self) -> QueueStep | None:
+        """The step running now (or next), None once every step is done or skipped."""
+        return next((s for s in self.steps if s.state in ("running", "waiting")), None)
 
 
 class TraceMeta(BaseModel):
@@ -36,6 +64,9 @@ class TraceMeta(BaseModel):
         "(their shape is the agent's: `agentfs/core/injection.py:InjectedSkill`)",
     )
     context: dict[str, Any] = Field(default_factory=dict, description="Free-form runtime state")
+    side_queue: SideQueue | None = Field(
+        default=None, description="The side-branch queue in progress; absent when none is",
+    )
 
 
 def load_meta(path: Path, git_path: str) -> TraceMeta:
@@ -73,6 +104,8 @@ def load_meta(path: Path, git_path: str) -> TraceMeta:
 def save_meta(path: Path, meta: TraceMeta, *, tmp_dir: Path, durable: bool) -> None:
     """Write `trace.json` atomically."""
     data = meta.model_dump(mode="json")
+    if data.get("side_queue") is None:
+        data.pop("side_queue", None)  # trace.json without a queue reads as before
     atomic_write(
         path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode(),
         tmp_dir=tmp_dir, sync_dir=durable,

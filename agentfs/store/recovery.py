@@ -19,7 +19,7 @@ from dulwich.objects import Blob
 from pydantic import ValidationError
 
 from agentfs.errors import AgentfsError
-from agentfs.store.atomic import purge_stale_temps
+from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
@@ -45,6 +45,7 @@ def recover(trace: Trace) -> list[str]:
     purge_stale_temps(trace.tmp_dir)
     trace.repo.repair_index()
     head_commit = trace.repo.head()
+    _undo_cut_short_transition(trace, head_commit)
     prefix = trace.rel(trace.dir)
     with gc_paused():
         committed = _committed_files(trace, head_commit)
@@ -91,6 +92,46 @@ def recover(trace: Trace) -> list[str]:
         trace.repo.commit_worktree(changed, step.message())
         kinds.append("edit")
     return kinds
+
+def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
+    """Undo a side-branch queue transition a crash cut short before its commit: a
+    trace.json whose `side_queue` differs from the committed one goes back to its
+    commit, and message files a merge wrote from the running branch are removed.
+    The queue redoes the transition with the same bytes
+    (`agentfs/core/sidequeue.py`); adopting them here would lose the merge parent."""
+    committed_bytes = trace.repo.read_file(head_commit, trace.rel(trace.meta_path))
+    try:
+        disk_bytes = trace.meta_path.read_bytes()
+    except OSError:
+        return
+    if committed_bytes is None or (disk_bytes == committed_bytes
+                                   and b'"side_queue"' not in committed_bytes):
+        return  # the common case, with no queue: nothing to parse
+    try:
+        committed = TraceMeta.model_validate_json(committed_bytes)
+        on_disk = TraceMeta.model_validate_json(disk_bytes)
+    except ValidationError:
+        return  # the edit check reports a broken trace.json
+    if disk_bytes != committed_bytes and on_disk.side_queue != committed.side_queue:
+        atomic_write(trace.meta_path, committed_bytes, tmp_dir=trace.tmp_dir,
+                     sync_dir=trace.repo.durable)
+        trace.reload()
+    step = committed.side_queue.current() if committed.side_queue else None
+    if step is None or step.branch is None or step.first is None:
+        return
+    branch_head = trace.repo.head(b"refs/heads/" + step.branch.encode())
+    if branch_head is None:
+        return
+    for path in trace.repo.walk(branch_head, trace.rel(trace.messages_dir)):
+        parsed = parse_file_name(path.rsplit("/", 1)[1])
+        if parsed is None or parsed[0] < step.first:
+            continue
+        full = trace.workspace.root / path
+        if (full.is_file() and not full.is_symlink()
+                and trace.repo.tree_lookup(head_commit, path) is None
+                and full.read_bytes() == trace.repo.read_file(branch_head, path)):
+            full.unlink()
+
 
 def _check_edit(trace: Trace, changed: list[str]) -> None:
     """Refuse, before anything is committed, edits that leave no usable main path

@@ -20,7 +20,13 @@ from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.git.repo import Change, GitRepo
-from agentfs.store.history import last_assistant, path_to, step_end, unanswered_calls
+from agentfs.store.history import (
+    is_final_answer,
+    last_assistant,
+    path_to,
+    step_end,
+    unanswered_calls,
+)
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
 from agentfs.store.message_dir import MessageDir
@@ -224,14 +230,22 @@ class Trace:
         }
         return self.commit_step("error", [], summary=error)
 
-    def commit_to_branch(self, branch: str, messages: Sequence[Message], kind: str = "branch") -> bytes:
-        """Commit message files on side branch `branch` only: the work tree, the index
-        and `main` are not touched."""
+    def commit_to_branch(self, branch: str, messages: Sequence[Message], kind: str = "branch",
+                         *, files: dict[str, bytes] | None = None,
+                         summary: str | None = None) -> bytes:
+        """Commit message files (and `files`: workspace path → bytes) on side branch
+        `branch` only: the work tree, the index and `main` are not touched."""
         changes = [
             Change(self.rel(self.message_path(m)), render_message(m)) for m in messages
-        ]
-        step = Step(self.id, kind, messages[-1].sequence, summary=_summary_of(messages))
+        ] + [Change(path, data) for path, data in (files or {}).items()]
+        step = Step(self.id, kind, messages[-1].sequence if messages else self.meta.head,
+                    summary=summary if summary is not None else _summary_of(messages))
         return self.repo.commit_changes(b"refs/heads/" + branch.encode(), changes, step.message())
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Write a workspace file (a Git path) atomically, before a step commits it."""
+        atomic_write(self.workspace.root / path, data, tmp_dir=self.tmp_dir,
+                     sync_dir=self.repo.durable)
 
     # --- state of the work ---------------------------------------------------
 
@@ -243,8 +257,9 @@ class Trace:
 
     def unfinished(self) -> bool:
         """True if a run has work here without any new file: the head is a user
-        message, a claimed file waits in staging, a tool step was in flight, or
-        trace.json is ahead of its commit. Cheap: trace.json and file names only."""
+        message, a claimed file waits in staging, a tool step was in flight, a
+        side-branch queue is unfinished, or trace.json is ahead of its commit.
+        Cheap: trace.json and file names only."""
         if self._in_flight.exists() or staged_in(self.workspace.ingest_dir / self.id):
             return True
         try:  # killed between writing trace.json and committing it: recovery has work
@@ -252,6 +267,8 @@ class Trace:
                 return True
         except FileNotFoundError:
             return False
+        if self.meta.side_queue is not None:
+            return True
         head = self.meta.head
         if head is None:
             return False
@@ -264,6 +281,18 @@ class Trace:
             (parsed := parse_file_name(n)) is not None and parsed[0] == head and parsed[1] == "user"
             for n in names if n.startswith(prefix)
         )
+
+    def waits_for_user(self) -> bool:
+        """True when a run would only find the trace ending in an answer, with nothing
+        waiting: no new file, no unfinished work, no tool call pending (the rule the
+        runner stops by, `agentfs/store/history.py:is_final_answer`)."""
+        if self.pending_inbox() or self.unfinished():
+            return False
+        try:
+            path = self.main_path()
+        except AgentfsError:
+            return False  # let the run report it
+        return bool(path) and is_final_answer(path[-1])
 
     def pending_inbox(self) -> list[Path]:
         """Files waiting in this trace's `inbox/`, in name order (see
@@ -344,6 +373,8 @@ class Trace:
 
 
 def _summary_of(messages: Sequence[Message]) -> str:
+    if not messages:
+        return ""
     last = messages[-1]
     if last.tool_calls and not last.text.strip():
         return "calls " + ", ".join(c.name for c in last.tool_calls)

@@ -191,7 +191,8 @@ class Watcher:
 
     def resume(self) -> None:
         """On start: finish trace creations a crash cut short, and run every trace left
-        with an unanswered user message, a claimed file or a tool step in flight."""
+        with an unanswered user message, a claimed file, a tool step in flight or an
+        unfinished side-branch queue (`Trace.unfinished`)."""
         for trace_id, staged in pending_new(self.project.workspace):
             try:
                 outcome = self.project.create_from_claim(trace_id, staged)

@@ -202,6 +202,7 @@ def test_a_chat_session_commits_every_turn_as_agentfs_run_does(tmp_path, termina
         "t1: assistant #3 Noting a goal first.", "t1: tool #4 ## Updates",
         "t1: assistant #5 Hello! This is the first answer.", "t1: user #6 second",
         "t1: assistant #7 And this is the second answer.",
+        "t1: queue #7 compress: knowledge_eval skipped, compression",
         "t1: summary #10 from agentfs/t1/compression-1",
         "t1: rewind #7 head moved to #7 (assistant)", "t1: user #11 third",
         "t1: assistant #12 Back on the path: the third answer.",

@@ -43,11 +43,14 @@ def test_two_compressions_make_two_summary_commits_with_side_branches(workspace,
     for branch in ("agentfs/t/compression-1", "agentfs/t/compression-2"):
         side = set(git(workspace, "ls-tree", "-r", "--name-only", branch,
                        "traces/t/messages").split())
-        base = set(git(workspace, "ls-tree", "-r", "--name-only", f"{branch}~2",
+        base = set(git(workspace, "ls-tree", "-r", "--name-only", f"{branch}~3",
                        "traces/t/messages").split())
-        side_only = {p.rsplit("/", 1)[1] for p in side - base}
-        assert len(side_only) == 2  # the request for a summary and the answer
-        assert not side_only & on_disk
+        side_only = sorted(p.rsplit("/", 1)[1] for p in side - base)
+        # the request for a summary and the answer, then the outcome: the summary
+        assert [name.split("-")[1] for name in side_only] == ["user.md", "assistant.md",
+                                                               "user.md"]
+        assert not set(side_only[:2]) & on_disk
+        assert side_only[2] in on_disk  # merged into main
     assert_git_clean(workspace)
 
     shown = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)["messages"]
@@ -141,7 +144,7 @@ def test_a_side_branch_cut_short_is_never_merged(project, write_script):
     ask = trace.new_message("user", "summarize", branch_type=COMPRESSION, branch_id=branch)
     trace.commit_to_branch(branch, [ask])
 
-    summary = runner.compress("t")
+    summary = runner.compress("t").summary
     assert summary.source_branch == "agentfs/t/compression-2"
     assert "S1" in summary.text  # the cut-short branch consumed no script entry
     root = project.workspace.root

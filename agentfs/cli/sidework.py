@@ -1,0 +1,207 @@
+"""Side work on the command line: `agentfs compress`, `agentfs reflect`, `agentfs knowledge`.
+
+Each runs side branches through the same queue a run uses
+(`agentfs/core/sidequeue.py`), so a command killed halfway is finished by
+running it again, and never merges anything twice.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from agentfs.core.knowledge import KnowledgeItem
+    from agentfs.core.project import Project
+    from agentfs.core.runner import Runner
+    from agentfs.core.sidequeue import QueueReport
+
+MODEL_HELP = "Model for the side branches: replay:PATH or anthropic:MODEL-ID."
+
+
+def _runner(project: Project, trace_id: str, model: str | None) -> Runner:
+    """A runner with the model `agentfs run` would use for this trace (or `model`)."""
+    import os
+
+    from agentfs.cli.commands import _choose_model
+    from agentfs.tools.subprocesses import safe_environment
+
+    trace = project.trace(trace_id)
+    chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
+    return project.runner(chosen, command_env=safe_environment(os.environ))
+
+
+def _item_record(item: KnowledgeItem) -> dict[str, Any]:
+    return {**item.model_dump(), "body": item.body}
+
+
+def report_record(project: Project, trace_id: str, report: QueueReport) -> dict[str, Any]:
+    """The branches a queue merged, with what each brought to main."""
+    from agentfs.core.knowledge import parse_item
+
+    root, repo = project.workspace.root, project.repo
+
+    def item(head: str | None, path: str) -> dict[str, Any]:
+        """The item as the branch left it (a later branch may have judged it since)."""
+        data = repo.read_file(head.encode() if head else repo.head(), path)
+        assert data is not None
+        return _item_record(parse_item(root / path, data))
+
+    return {"trace": trace_id, "branches": [{
+        "type": merged.step.type, "branch": merged.step.branch, "head": merged.step.head,
+        "messages": [m.sequence for m in merged.messages],
+        "items": [item(merged.step.head, path) for path in merged.files],
+    } for merged in report.merged]}
+
+
+def echo_report(record: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(record, indent=2, ensure_ascii=False))
+        return
+    for branch in record["branches"]:
+        if branch["messages"]:
+            click.echo(f"{record['trace']}: summary #{branch['messages'][-1]} "
+                       f"from {branch['branch']}")
+        else:
+            click.echo(f"{record['trace']}: {branch['branch']}: "
+                       f"{len(branch['items'])} knowledge item(s)")
+        for item in branch["items"]:
+            reason = f" — {item['reason']}" if item.get("reason") else ""
+            click.echo(f"  {item['status']:<9} {item['id']}: {item['title']}{reason}")
+
+
+@click.command()
+@click.argument("trace_ref", metavar="TRACE")
+@click.option("--model", help=MODEL_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def compress(trace_ref: str, model: str | None, as_json: bool) -> None:
+    """Compress TRACE now (Level 2): summarize it on a side branch and continue from
+    system + first user message + summary.
+
+    Runs the queue a run would: reflection (with knowledge extraction on),
+    knowledge evaluation (if items are pending), then the branch
+    agentfs/TRACE/compression-N, whose summary is committed on main with that
+    branch as its second parent. No message file is deleted: `agentfs rewind`
+    to an earlier sequence puts the originals back on the path. Killed, it is
+    finished by running it again.
+    """
+    from agentfs.cli.commands import _project
+
+    project = _project(trace_ref)
+    trace_id = project.workspace.resolve_trace(trace_ref)
+    report = _runner(project, trace_id, model).compress(trace_id)
+    echo_report(report_record(project, trace_id, report), as_json)
+
+
+@click.command()
+@click.argument("trace_ref", metavar="TRACE")
+@click.option("--model", help=MODEL_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def reflect(trace_ref: str, model: str | None, as_json: bool) -> None:
+    """Reflect on TRACE now: lessons become pending knowledge items.
+
+    The model gets the trace's history on the side branch
+    agentfs/TRACE/reflection-N and answers with lessons; each becomes
+    knowledge/<id>.md with status pending, committed on main with the branch
+    as second parent. Judge them with `agentfs knowledge evaluate`.
+    """
+    from agentfs.cli.commands import _project
+
+    project = _project(trace_ref)
+    trace_id = project.workspace.resolve_trace(trace_ref)
+    report = _runner(project, trace_id, model).reflect(trace_id)
+    record = report_record(project, trace_id, report)
+    echo_report(record, as_json)
+    if not as_json and not any(b["items"] for b in record["branches"]):
+        click.echo("no lessons worth keeping were found", err=True)
+
+
+@click.group(invoke_without_command=True)
+@click.option("--status", "status_filter", type=click.Choice(["pending", "accepted", "rejected"]),
+              help="Only items with this status.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def knowledge(ctx: click.Context, status_filter: str | None, as_json: bool) -> None:
+    """List knowledge items (knowledge/*.md): saved by reflection, judged by knowledge
+    evaluation; accepted ones are what the knowledge_search tool finds.
+
+    `agentfs knowledge evaluate` judges the pending ones.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from agentfs.cli.commands import _project
+    from agentfs.core.knowledge import load_items
+
+    project = _project()
+    items = [i for i in load_items(project.workspace.knowledge_dir)
+             if status_filter is None or i.status == status_filter]
+    if as_json:
+        click.echo(json.dumps([_item_record(i) for i in items], indent=2))
+        return
+    if not items:
+        click.echo("no knowledge items")
+    for item in items:
+        source = (f"{item.source_trace}#{item.source_sequence}" if item.source_sequence
+                  else item.source_trace)
+        reason = f" — {item.reason}" if item.reason else ""
+        click.echo(f"{item.status:<9} {item.id:<32} {item.title} [{source}]{reason}")
+
+
+@knowledge.command()
+@click.argument("trace_ref", metavar="[TRACE]", required=False)
+@click.option("--model", help=MODEL_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def evaluate(trace_ref: str | None, model: str | None, as_json: bool) -> None:
+    """Accept or reject the pending knowledge items, on knowledge_eval side branches.
+
+    With TRACE, every pending item is judged on a branch of TRACE. Without,
+    each item is judged on a branch of the trace it came from (its
+    source_trace), with that trace's history as context.
+    """
+    from agentfs.cli.commands import _project
+    from agentfs.core.reflection import KNOWLEDGE_EVAL
+
+    project = _project(trace_ref)
+    groups = _groups(project, trace_ref)
+    if not groups:
+        click.echo("no pending knowledge items: nothing to evaluate", err=True)
+        if as_json:
+            click.echo(json.dumps({"traces": []}, indent=2))
+        return
+    records = []
+    for trace_id, ids in groups.items():
+        report = _runner(project, trace_id, model).evaluate_knowledge(trace_id, ids)
+        record = report_record(project, trace_id, report)
+        record["branches"] = [b for b in record["branches"] if b["type"] == KNOWLEDGE_EVAL]
+        records.append(record)
+    if as_json:
+        click.echo(json.dumps({"traces": records}, indent=2, ensure_ascii=False))
+        return
+    for record in records:
+        echo_report(record, False)
+
+
+def _groups(project: Project, trace_ref: str | None) -> dict[str, list[str] | None]:
+    """Trace id → the pending items to judge there (None: all of them)."""
+    from agentfs.core.knowledge import load_items
+    from agentfs.errors import AgentfsError
+
+    pending = [i for i in load_items(project.workspace.knowledge_dir) if i.status == "pending"]
+    if trace_ref is not None:
+        trace_id = project.workspace.resolve_trace(trace_ref)
+        return {trace_id: None} if pending else {}
+    groups: dict[str, list[str] | None] = {}
+    known = set(project.workspace.trace_ids())
+    orphans = [i.id for i in pending if i.source_trace not in known]
+    if orphans:
+        raise AgentfsError(
+            f"pending item(s) {', '.join(orphans)} come from no trace of this workspace",
+            hint="name a trace to judge them in: agentfs knowledge evaluate TRACE",
+        )
+    for item in pending:
+        ids = groups.setdefault(item.source_trace, [])
+        assert ids is not None
+        ids.append(item.id)
+    return groups
