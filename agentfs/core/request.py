@@ -16,7 +16,8 @@ from agentfs.config import WorkspaceConfig
 from agentfs.core.compaction import compress_completed_goals, loop_start, without_thinking
 from agentfs.core.goals import GoalTree
 from agentfs.core.options import EventSink, RunnerOptions
-from agentfs.core.tokens import PrefixSums, TokenCounter
+from agentfs.core.prefix import PrefixMap, PrefixSums
+from agentfs.core.tokens import TokenCounter
 from agentfs.core.toolset import build_tools
 from agentfs.errors import AgentfsError
 from agentfs.models.base import ModelRequest, ModelResponse, ToolSpec
@@ -69,6 +70,8 @@ class RequestBuilder:
     on_event: EventSink | None = None
     _systems: PrefixSums = field(default_factory=lambda: PrefixSums(_is_system), init=False,
                                  repr=False)
+    _without_thinking: PrefixMap = field(default_factory=lambda: PrefixMap(without_thinking),
+                                         init=False, repr=False)
 
     def build(self, trace: Trace, path: list[Message], tools: list[ToolSpec]) -> ModelRequest:
         """The request that continues `path` (a main path, system message first).
@@ -131,7 +134,7 @@ class RequestBuilder:
             sent = self._compressed(trace, system, messages, tools)
         else:
             start = loop_start(messages)
-            before = [without_thinking(m) for m in messages[:start]]
+            before = self._without_thinking(messages[:start])
             sent = self._compressed(trace, system, before, tools,
                                     finished_within=True) + messages[start:]
         compressing = self.config.goal_compression == "on_overflow" and sent is not messages

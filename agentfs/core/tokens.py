@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 import tiktoken
 
+from agentfs.core.prefix import PrefixSums
 from agentfs.models.base import ToolSpec
 from agentfs.store.messages import Message
 
@@ -109,59 +109,3 @@ def _size(message: Message) -> int:
         len(c.name) + len(json.dumps(c.input, ensure_ascii=False))
         for c in message.tool_calls or []
     ) + sum(len(str(b.get("thinking", ""))) for b in message.thinking or [])
-
-
-@dataclass(frozen=True)
-class _Measured:
-    messages: list[Message]
-    sums: list[int]  # sums[i]: the measure of messages[:i]
-
-
-class PrefixSums:
-    """A per-message measure summed over lists, measuring again only past the part a
-    list shares with one measured before (the last `keep` lists are remembered).
-
-    Messages are compared with `==`, so an equal copy counts as the same message;
-    a list that grew by a step costs a C-speed comparison plus the new messages.
-    Safe to share between threads: what is remembered is replaced, never changed.
-    """
-
-    def __init__(self, measure: Callable[[Message], int], keep: int = 4) -> None:
-        self.measure = measure
-        self.keep = keep
-        self._kept: tuple[_Measured, ...] = ()
-
-    def total(self, messages: Sequence[Message]) -> int:
-        messages = list(messages)
-        best: _Measured | None = None
-        shared = 0
-        kept = self._kept
-        for entry in kept:
-            n = shared_prefix(entry.messages, messages)
-            if best is None or n > shared:
-                best, shared = entry, n
-        sums = best.sums[: shared + 1] if best is not None else [0]
-        running = sums[-1]
-        for message in messages[shared:]:
-            running += self.measure(message)
-            sums.append(running)
-        superseded = best if best is not None and shared == len(best.messages) else None
-        others = [e for e in kept if e is not superseded]
-        self._kept = (_Measured(messages, sums), *others[: self.keep - 1])
-        return running
-
-
-def shared_prefix(a: Sequence[Message], b: Sequence[Message]) -> int:
-    """How many messages `a` and `b` share at their start (`==`), with slice
-    comparisons in C: a bisection when they differ somewhere."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    low, high = 0, n  # a[:low] == b[:low]; a[:high] != b[:high]
-    while high - low > 1:
-        middle = (low + high) // 2
-        if a[low:middle] == b[low:middle]:
-            low = middle
-        else:
-            high = middle
-    return low

@@ -14,10 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentfs.core.compaction import loop_start
+from agentfs.core.prefix import PrefixMap, PrefixSums, shared_prefix
 from agentfs.core.project import Project, init_workspace
 from agentfs.core.request import RequestBuilder, is_model_turn
 from agentfs.core.runner import Runner
-from agentfs.core.tokens import PrefixSums, TokenCounter, shared_prefix
+from agentfs.core.tokens import TokenCounter
 from agentfs.errors import AgentfsError
 from agentfs.models.base import ModelRequest, ModelResponse
 from agentfs.store import history
@@ -77,6 +79,46 @@ def test_shared_prefix_finds_the_first_difference():
     assert shared_prefix(a, a[:40]) == 40
 
 
+def test_prefix_map_reuses_the_results_for_the_shared_start():
+    copies = []
+
+    def copy(m: Message) -> Message:
+        copies.append(m.sequence)
+        return m.model_copy()
+
+    mapped = PrefixMap(copy)
+    first = [msg(n) for n in range(1, 11)]
+    a = mapped(first)
+    b = mapped([*first, msg(11)])
+    assert copies == [*range(1, 11), 11]
+    assert all(x is y for x, y in zip(a, b))
+    changed = [*first[:5], msg(6, "other"), *first[6:]]
+    assert [m.text for m in mapped(changed)] == [m.text for m in changed]
+    assert copies[-5:] == [6, 7, 8, 9, 10]
+
+
+def loop_start_forward(messages):
+    """The earlier, forward-scanning definition of `loop_start`."""
+    start = index = 0
+    while index < len(messages):
+        if messages[index].role == "assistant":
+            index += 1
+            continue
+        end = index
+        while end < len(messages) and messages[end].role != "assistant":
+            end += 1
+        if not any(m.role == "tool" for m in messages[index:end]):
+            start = end
+        index = end
+    return start
+
+
+@given(st.lists(st.sampled_from(["user", "assistant", "tool"]), max_size=30))
+def test_loop_start_from_the_end_finds_what_the_forward_scan_found(roles):
+    messages = [Message(id=f"m{i}", sequence=i + 1, role=r) for i, r in enumerate(roles)]
+    assert loop_start(messages) == loop_start_forward(messages)
+
+
 # --- a whole run, checked at every step -------------------------------------------
 
 
@@ -86,6 +128,7 @@ def checked():
     real_main_path, real_count = Trace.main_path, Trace.count
     real_bound, real_request = TokenCounter.upper_bound, TokenCounter.request
     real_conversation = RequestBuilder._conversation
+    real_to_send = RequestBuilder._to_send
     calls = {"main_path": 0, "count": 0, "tokens": 0}
 
     def main_path(self, messages=None):
@@ -119,7 +162,14 @@ def checked():
         assert got == [m for m in path if m.role != "system"]
         return got
 
+    def to_send(self, trace, system, messages, tools):
+        got = real_to_send(self, trace, system, messages, tools)
+        fresh = RequestBuilder(self.config, self.model_name)
+        assert got == real_to_send(fresh, trace, system, messages, tools)
+        return got
+
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(RequestBuilder, "_to_send", to_send)
         patch.setattr(Trace, "main_path", main_path)
         patch.setattr(Trace, "count", count)
         patch.setattr(TokenCounter, "upper_bound", upper_bound)
@@ -162,8 +212,8 @@ operations = st.lists(
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(operations, st.sampled_from(["on_overflow", "on_complete", "none"]),
-       st.sampled_from([1000, 1_000_000]))
-def test_carried_state_equals_the_state_found_from_scratch(ops, level1, window):
+       st.sampled_from([1000, 1_000_000]), st.booleans())
+def test_carried_state_equals_the_state_found_from_scratch(ops, level1, window, thinking):
     root = Path(tempfile.mkdtemp(prefix="agentfs-incr-"))
     try:
         init_workspace(root / "ws")
@@ -171,6 +221,7 @@ def test_carried_state_equals_the_state_found_from_scratch(ops, level1, window):
         project.new_trace("t", user("start"))
         config = project.config.model_copy(update={
             "goal_compression": level1, "context_window": window, "settle": 0.0})
+        config = config.with_thinking(1024 if thinking else None)
         runner = Runner(project.workspace, project.repo, FunctionModel(respond), config=config)
         with checked() as calls:
             for op, arg in ops:
