@@ -17,7 +17,9 @@ Per size: the whole run divided by the messages it added; the marginal cost
 per message (a longer run minus a shorter one, so the fixed cost of opening
 the trace cancels out); the CPU time per message (less sensitive to a busy
 disk); and the split between `Trace.commit_step` (the commit path: files,
-trace.json, Git objects, the index) and everything else the run does. Every round runs on a fresh copy of the
+trace.json, Git objects, the index) and everything else the run does, whole
+and marginal (the latter is the per-iteration work of the run loop itself:
+requests, tool steps, injections). Every round runs on a fresh copy of the
 template workspace. `--profile` prints the top of a cProfile of the largest
 size's run, sorted by cumulative and by own time.
 """
@@ -57,6 +59,10 @@ def run(results, quick: bool, scratch: Path) -> None:
         results.add("iteration", f"whole run per message {label}", f["per_message_ms"], "ms")
         results.add("iteration", f"marginal per message {label}", f["marginal_ms"], "ms")
         results.add("iteration", f"outside commit_step, per message {label}", f["rest_ms"], "ms")
+        results.add("iteration", f"outside commit_step, marginal {label}",
+                    f["rest_marginal_ms"], "ms")
+        results.add("iteration", f"outside commit_step, marginal CPU {label}",
+                    f["rest_cpu_marginal_ms"], "ms")
     growth = figures[SIZES[-1]]["per_message_ms"] / figures[SIZES[0]]["per_message_ms"]
     results.add("iteration", f"growth {SIZES[0]:,} → {SIZES[-1]:,}", growth, "×", "budget <= 1.5")
 
@@ -78,12 +84,20 @@ def measure(scratch: Path, sizes: tuple[int, ...], rounds: int) -> dict[int, dic
                 "cpu_ms": long["cpu_ms"] / added,
                 "commit_ms": long["commit_ms"] / added,
                 "rest_ms": (long["ms"] - long["commit_ms"]) / added,
+                "rest_marginal_ms": ((long["ms"] - long["commit_ms"])
+                                     - (short["ms"] - short["commit_ms"]))
+                / (added - short["added"]),
+                "rest_cpu_marginal_ms": ((long["cpu_ms"] - long["commit_cpu_ms"])
+                                         - (short["cpu_ms"] - short["commit_cpu_ms"]))
+                / (added - short["added"]),
             })
         figures[size] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         f = figures[size]
         print(f"  {size:>6,} messages: {f['per_message_ms']:6.2f} ms per message "
               f"(marginal {f['marginal_ms']:6.2f}, CPU {f['cpu_ms']:6.2f}; "
-              f"in commit_step {f['commit_ms']:6.2f}, the rest {f['rest_ms']:6.2f})",
+              f"in commit_step {f['commit_ms']:6.2f}, the rest {f['rest_ms']:6.2f}, "
+              f"marginal {f['rest_marginal_ms']:6.2f}, CPU marginal "
+              f"{f['rest_cpu_marginal_ms']:6.2f})",
               flush=True)
     return figures
 
@@ -135,15 +149,16 @@ def _timed_run(template: Path, target: Path, iterations: int,
     git(root, "update-index", "-q", "--refresh")
     before = len(project.trace(TRACE).messages())
     message_dir._parsed.clear()
-    in_commits = [0.0]
+    in_commits = [0.0, 0.0]  # wall, CPU
     commit_step = Trace.commit_step
 
     def timed_commit(self: Trace, *args: Any, **kwargs: Any) -> bytes:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             return commit_step(self, *args, **kwargs)
         finally:
             in_commits[0] += time.perf_counter() - started
+            in_commits[1] += time.process_time() - cpu
 
     Trace.commit_step = timed_commit  # type: ignore[method-assign]
     try:
@@ -160,7 +175,7 @@ def _timed_run(template: Path, target: Path, iterations: int,
     added = len(project.trace(TRACE).messages(refresh=True)) - before
     shutil.rmtree(target)
     return {"ms": elapsed * 1000, "cpu_ms": cpu * 1000, "commit_ms": in_commits[0] * 1000,
-            "added": added}
+            "commit_cpu_ms": in_commits[1] * 1000, "added": added}
 
 
 PARAGRAPH = "Notes to read on every call: a short file, so the tool itself costs little.\n"
