@@ -95,20 +95,19 @@ def loop_start(messages: Sequence[Message]) -> int:
     """Where the current tool-use loop starts: the index after the last user message
     that holds no tool results (with the tool results and user messages around it,
     which the request merges into one); `len(messages)` when the messages end with
-    such a user message, so there is no loop yet."""
-    start = 0
-    index = 0
-    while index < len(messages):
-        if messages[index].role == "assistant":
-            index += 1
+    such a user message, so there is no loop yet. Looked for from the end, so it
+    costs the loop's length, not the history's."""
+    index = len(messages)
+    while index > 0:
+        if messages[index - 1].role == "assistant":
+            index -= 1
             continue
         end = index
-        while end < len(messages) and messages[end].role != "assistant":
-            end += 1
+        while index > 0 and messages[index - 1].role != "assistant":
+            index -= 1
         if not any(m.role == "tool" for m in messages[index:end]):
-            start = end
-        index = end
-    return start
+            return end
+    return 0
 
 
 def without_thinking(message: Message) -> Message:

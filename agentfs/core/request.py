@@ -16,6 +16,7 @@ from agentfs.config import WorkspaceConfig
 from agentfs.core.compaction import compress_completed_goals, loop_start, without_thinking
 from agentfs.core.goals import GoalTree
 from agentfs.core.options import EventSink, RunnerOptions
+from agentfs.core.prefix import PrefixMap, PrefixSums
 from agentfs.core.tokens import TokenCounter
 from agentfs.core.toolset import build_tools
 from agentfs.errors import AgentfsError
@@ -28,7 +29,16 @@ from agentfs.store.workspace import GOALS_FILE
 if TYPE_CHECKING:
     from agentfs.core.project import Project
 
-__all__ = ["Budget", "RequestBuilder", "preview_request"]
+__all__ = ["Budget", "RequestBuilder", "is_model_turn", "preview_request"]
+
+
+def is_model_turn(message: Message) -> bool:
+    """A turn of the model on the main history: what a request's `call_index` counts."""
+    return message.role == "assistant" and message.synthetic is None and message.branch_type is None
+
+
+def _is_system(message: Message) -> int:
+    return message.role == "system"
 
 
 @dataclass(frozen=True)
@@ -58,6 +68,10 @@ class RequestBuilder:
     tokens: TokenCounter = field(default_factory=TokenCounter)
     #: Told `over_budget` when even Level 1 compression leaves a request too large.
     on_event: EventSink | None = None
+    _systems: PrefixSums = field(default_factory=lambda: PrefixSums(_is_system), init=False,
+                                 repr=False)
+    _without_thinking: PrefixMap = field(default_factory=lambda: PrefixMap(without_thinking),
+                                         init=False, repr=False)
 
     def build(self, trace: Trace, path: list[Message], tools: list[ToolSpec]) -> ModelRequest:
         """The request that continues `path` (a main path, system message first).
@@ -66,20 +80,23 @@ class RequestBuilder:
         right after a crash (a counter in `trace.json` could lag behind them).
         """
         system = path[0].text if path[0].role == "system" else ""
-        calls_made = sum(
-            1
-            for m in trace.messages().values()
-            if m.role == "assistant" and m.synthetic is None and m.branch_type is None
-        )
-        messages = self._to_send(trace, system, [m for m in path if m.role != "system"], tools)
+        messages = self._to_send(trace, system, self._conversation(path), tools)
         return ModelRequest(
             system=system,
             messages=messages,
             tools=tools,
-            call_index=calls_made,
+            call_index=trace.count(is_model_turn),
             max_tokens=self.config.max_tokens,
             thinking_budget=self.config.thinking_budget,
         )
+
+    def _conversation(self, path: list[Message]) -> list[Message]:
+        """`path` without its system messages (the first one, unless a person put
+        another one on the path); found without looking at each message again."""
+        systems = self._systems.total(path)
+        if systems == (path[0].role == "system"):
+            return path[systems:]
+        return [m for m in path if m.role != "system"]
 
     def budget(self, messages: list[Message]) -> Budget:
         """The budget of a request holding `messages`, scaled by their latest calibration."""
@@ -117,7 +134,7 @@ class RequestBuilder:
             sent = self._compressed(trace, system, messages, tools)
         else:
             start = loop_start(messages)
-            before = [without_thinking(m) for m in messages[:start]]
+            before = self._without_thinking(messages[:start])
             sent = self._compressed(trace, system, before, tools,
                                     finished_within=True) + messages[start:]
         compressing = self.config.goal_compression == "on_overflow" and sent is not messages

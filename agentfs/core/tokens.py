@@ -10,11 +10,12 @@ are scaled by that ratio, so they track the real tokenizer (docs/context.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import tiktoken
 
+from agentfs.core.prefix import PrefixSums
 from agentfs.models.base import ToolSpec
 from agentfs.store.messages import Message
 
@@ -33,10 +34,18 @@ def count_text(text: str) -> int:
 
 
 class TokenCounter:
-    """Counts per message, cached by message id and content."""
+    """Counts per message, cached by message id and content.
+
+    A run measures a list that grew by a step since the last time, so the sums
+    over the messages measured before are kept (`PrefixSums`), and each request
+    counts only what was added since (design §10: estimate only the new part).
+    """
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int], int] = {}
+        self._bounds = PrefixSums(_size)
+        self._counts = PrefixSums(self.message)
+        self._fixed: dict[str, tuple[str, list[ToolSpec], int]] = {}
 
     def message(self, message: Message) -> int:
         parts = [message.text]
@@ -51,27 +60,33 @@ class TokenCounter:
             self._cache[key] = count
         return count
 
-    @staticmethod
-    def upper_bound(system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
+    def upper_bound(self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
         """A cheap bound that never undercounts: a token is at least one character."""
-        size = len(system) + sum(
+        fixed = self._fixed_part("bound", system, tools, lambda: len(system) + sum(
             len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) for t in tools
-        )
-        for message in messages:
-            size += PER_MESSAGE + len(message.text) + sum(
-                len(c.name) + len(json.dumps(c.input, ensure_ascii=False))
-                for c in message.tool_calls or []
-            ) + sum(len(str(b.get("thinking", ""))) for b in message.thinking or [])
-        return size
+        ))
+        return fixed + self._bounds.total(messages)
 
     def request(self, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec]) -> int:
         """Estimated input tokens of a request."""
-        fixed = count_text(system) + sum(
+        fixed = self._fixed_part("tokens", system, tools, lambda: count_text(system) + sum(
             count_text(t.name + t.description + json.dumps(t.input_schema)) for t in tools
-        )
-        return fixed + sum(self.message(m) for m in messages)
+        ))
+        return fixed + self._counts.total(messages)
 
-    def ratio(self, messages: Sequence[Message]) -> float:
+    def _fixed_part(self, kind: str, system: str, tools: Sequence[ToolSpec],
+                    measure: Callable[[], int]) -> int:
+        """The part of a request's size that is not its messages, measured again only
+        when the system prompt or the tools change."""
+        kept = self._fixed.get(kind)
+        if kept is not None and kept[0] == system and kept[1] == list(tools):
+            return kept[2]
+        value = measure()
+        self._fixed[kind] = (system, list(tools), value)
+        return value
+
+    @staticmethod
+    def ratio(messages: Sequence[Message]) -> float:
         """Reported ÷ estimated input tokens of the latest request that has both, to
         scale estimates by (1.0 when unknown, e.g. offline models)."""
         for message in reversed(messages):
@@ -86,3 +101,11 @@ class TokenCounter:
                 return reported / estimated
             return 1.0
         return 1.0
+
+
+def _size(message: Message) -> int:
+    """What a message adds to `TokenCounter.upper_bound`: its characters."""
+    return PER_MESSAGE + len(message.text) + sum(
+        len(c.name) + len(json.dumps(c.input, ensure_ascii=False))
+        for c in message.tool_calls or []
+    ) + sum(len(str(b.get("thinking", ""))) for b in message.thinking or [])

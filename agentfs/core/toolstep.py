@@ -17,6 +17,7 @@ from agentfs.core.injection import record_injection, skill_records
 from agentfs.core.session import Session
 from agentfs.errors import AgentfsError
 from agentfs.store.history import answered_ids, last_assistant, unanswered_calls
+from agentfs.store.inflight import InFlight
 from agentfs.store.messages import Message, ToolCall
 from agentfs.store.trace import Trace
 from agentfs.tools import ToolContext
@@ -49,21 +50,28 @@ PendingTools = Literal["refuse", "run", "skip"]
 
 
 def run_tools(session: Session, assistant: Message, after: Message | None = None,
-              *, not_run: bool = False) -> None:
+              *, not_run: bool = False, resumed: bool = False) -> None:
     """Run the assistant's tool calls that have no result yet and commit the results.
+
+    The calls run in order, each result written before the next call starts: that
+    is what lets one in-flight record per step tell, after a crash, which call may
+    have been running (`agentfs/store/inflight.py:InFlight.may_have_started`).
 
     Args:
       session: the run.
       assistant: the assistant message whose calls are run.
       after: the message the first new result follows (default: `assistant`).
       not_run: answer the calls "not run" instead of running them.
+      resumed: the step was cut short by a crash: a call that may have started is
+        answered "interrupted" instead of run.
     """
     trace = session.trace
     context = ToolContext(trace.workspace.root, trace.id, tmp_dir=trace.tmp_dir)
     parent = (after or assistant).sequence
     answered = _answered(trace, assistant)
-    in_flight = trace.in_flight()
-    started = set(in_flight.started)
+    in_flight = trace.in_flight() if resumed else InFlight()
+    started = in_flight.may_have_started(
+        [c.id for c in assistant.tool_calls or [] if c.id not in answered])
     results: list[Message] = []
     interrupted: list[str] = []
     for call in assistant.tool_calls or []:
@@ -101,7 +109,6 @@ def _call_tool(session: Session, call: ToolCall, context: ToolContext) -> Messag
     trace = session.trace
     if not call.synthetic:
         session.emit("tool_call", trace=trace.id, name=call.name, input=call.input)
-    trace.mark_started(call.id)
     context.before_change = partial(trace.record_change, call.id)
     before = set(context.changed)
     refused = refused_reason(call.input)
@@ -152,7 +159,7 @@ def finish_interrupted_step(session: Session, pending_tools: PendingTools) -> bo
             f"`agentfs rewind {trace.id} {assistant.parent_sequence}` goes back before them",
         )
     run_tools(session, assistant, after=path[-1],
-              not_run=bool(foreign) and pending_tools == "skip")
+              not_run=bool(foreign) and pending_tools == "skip", resumed=True)
     return True
 
 
@@ -190,5 +197,6 @@ def sync_skill_records(trace: Trace) -> None:
 def _answered(trace: Trace, assistant: Message) -> set[str]:
     """Ids of `assistant`'s calls that have a result on the main path."""
     path = trace.main_path()
-    at = next(i for i, m in enumerate(path) if m.sequence == assistant.sequence)
+    at = next(i for i in range(len(path) - 1, -1, -1)  # near the end: look from there
+              if path[i].sequence == assistant.sequence)
     return answered_ids(path, at)

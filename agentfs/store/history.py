@@ -3,17 +3,24 @@
 The main path, which tool calls still wait for results and where a tool step
 ends are read from a mapping of sequence to message. The trace, the runner
 and rewind all ask here; nobody re-derives them.
+
+A run asks for the main path at every step, and its trace only grows at the
+end between two asks: `PathMemo` and `Tally` keep what they found and look
+only at the messages added since, so a step costs the same at message 10,000
+as at message 100 (docs/performance.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from agentfs.errors import AgentfsError
 from agentfs.store.messages import Message, ToolCall
 
 __all__ = [
     "BrokenPath",
+    "PathMemo",
+    "Tally",
     "answered_ids",
     "last_assistant",
     "parent_of",
@@ -76,7 +83,7 @@ def is_final_answer(message: Message) -> bool:
 
 def last_assistant(path: Sequence[Message]) -> int:
     """Index of the last assistant message on `path`, or -1."""
-    return max((i for i, m in enumerate(path) if m.role == "assistant"), default=-1)
+    return next((i for i in range(len(path) - 1, -1, -1) if path[i].role == "assistant"), -1)
 
 
 def answered_ids(path: Sequence[Message], at: int) -> set[str]:
@@ -115,3 +122,81 @@ def step_end(path: Sequence[Message], messages: Mapping[int, Message]) -> int | 
         answered.add(child.tool_call_id or "")
         current = child.sequence
     return current
+
+
+class PathMemo:
+    """The main path of a growing mapping, found again by walking only what changed.
+
+    The mapping must follow one rule, which `agentfs/store/message_dir.py:MessageDir.current`
+    does: while it is the same object, it only gains messages newer than all it
+    held, and the messages in it never change. Any other change comes as a new
+    mapping, and the path is then walked from scratch. Between two calls with the
+    same mapping, the new head is walked back only until it meets the path found
+    last time: a step that appended messages costs those messages, a rewind to a
+    message on the path costs nothing, and Level 2 compression (a summary whose
+    parent is the first user message) costs one message.
+    """
+
+    def __init__(self) -> None:
+        self._messages: Mapping[int, Message] | None = None
+        self._path: list[Message] = []
+        self._position: dict[int, int] = {}  # sequence -> index on _path
+
+    def path(self, messages: Mapping[int, Message], head: int | None, *,
+             where: str = "") -> list[Message]:
+        """`path_to(messages, head)` (a new list each call)."""
+        if messages is self._messages and self._extend(messages, head):
+            return list(self._path)
+        self._messages = None  # if the walk below raises, nothing half-known is kept
+        path = path_to(messages, head, where=where)
+        self._messages = messages
+        self._path = path
+        self._position = {m.sequence: i for i, m in enumerate(path)}
+        return list(path)
+
+    def _extend(self, messages: Mapping[int, Message], head: int | None) -> bool:
+        """Bring the path to `head` from the last one; False when it must be walked anew."""
+        walked: list[Message] = []
+        current = head
+        while current not in self._position:
+            message = messages.get(current) if current is not None else None
+            if message is None or message.parent_sequence is None or len(walked) > len(messages):
+                return False  # not back to the known path (or a cycle): walk it all
+            walked.append(message)
+            current = message.parent_sequence
+        at = self._position[current]
+        for message in self._path[at + 1:]:  # a rewind: the path ends earlier now
+            del self._position[message.sequence]
+        del self._path[at + 1:]
+        for message in reversed(walked):  # none is on the path: the walk stopped there
+            self._position[message.sequence] = len(self._path)
+            self._path.append(message)
+        return True
+
+
+class Tally:
+    """How many messages of a growing mapping pass `test`, counting only new ones.
+
+    The mapping follows the rule of `PathMemo`: the same object only gains
+    messages newer than all it held; anything else comes as a new mapping, which
+    is counted whole.
+    """
+
+    def __init__(self, test: Callable[[Message], bool]) -> None:
+        self.test = test
+        self._messages: dict[int, Message] | None = None
+        self._newest = 0
+        self._count = 0
+
+    def count(self, messages: dict[int, Message]) -> int:
+        """The count for `messages` (in sequence order, newest last)."""
+        if messages is not self._messages:
+            self._messages, self._newest, self._count = messages, 0, 0
+        added = 0
+        for sequence in reversed(messages):
+            if sequence <= self._newest:
+                break
+            added += self.test(messages[sequence])
+        self._count += added
+        self._newest = next(reversed(messages), 0)
+        return self._count

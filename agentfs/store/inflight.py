@@ -1,10 +1,13 @@
 """The durable record of a tool step in progress, kept outside the work tree.
 
-Before a model turn with tool calls is committed, the calls are recorded as
-*received*; before each call runs it is recorded as *started*, with the files
-it announces. After a crash this says which calls may run now (received, not
-started), which must be answered "interrupted" (started), and which agentfs
-never received at all (the head was moved by hand): those are not run.
+One record per step: before a model turn with tool calls is committed, its
+calls are recorded as *received*, and the step then runs them in order, each
+result written to its file before the next call starts. After a crash, the
+results on disk and this record say everything: calls with a result are done,
+the first received call without one may have started (it is answered
+"interrupted"), the ones after it never started (they run now), and calls
+agentfs never received (the head was moved by hand) are not run. The files a
+running call is about to change are added as it announces them.
 """
 
 from __future__ import annotations
@@ -24,12 +27,21 @@ class InFlight(BaseModel):
     received: list[str] = Field(
         default_factory=list, description="Calls of the turn just received from the model"
     )
+    #: Calls marked one by one as they started, by agentfs before one record per step.
     started: list[str] = Field(default_factory=list)
     files: dict[str, list[str]] = Field(default_factory=dict)
 
+    def may_have_started(self, unanswered: list[str]) -> set[str]:
+        """Of a step's calls without a result (in call order), those that may have run:
+        the first one, if it was received (the calls before it finished, the ones
+        after it cannot have started), and any an older record marked started."""
+        first = unanswered[:1] if unanswered and unanswered[0] in self.received else []
+        return {*first, *(c for c in unanswered if c in self.started)}
+
 
 class InFlightRecord:
-    """`.git/agentfs/in-flight/<trace>.json`, written atomically at each change."""
+    """`.git/agentfs/in-flight/<trace>.json`, written atomically: once per step, and
+    again when a running call announces a file."""
 
     def __init__(self, path: Path, tmp_dir: Path, *, durable: bool) -> None:
         self.path = path
@@ -47,11 +59,6 @@ class InFlightRecord:
 
     def mark_received(self, call_ids: list[str]) -> None:
         self._save(InFlight(received=list(call_ids)))
-
-    def mark_started(self, call_id: str) -> None:
-        record = self.load()
-        record.started.append(call_id)
-        self._save(record)
 
     def record_change(self, call_id: str, path: str) -> None:
         record = self.load()

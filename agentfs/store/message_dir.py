@@ -59,7 +59,11 @@ class MessageDir:
         return dict(self.current(refresh))
 
     def current(self, refresh: bool = False) -> dict[int, Message]:
-        """The snapshot behind `messages()`, brought up to date (not a copy)."""
+        """The snapshot behind `messages()`, brought up to date (not a copy).
+
+        While it stays the same object it only gains messages newer than all it
+        holds; any other change makes a new one (what `agentfs/store/history.py:PathMemo`
+        relies on)."""
         key = self.key()
         if not refresh and self._snapshot is not None and key == self._snapshot_key:
             return self._snapshot

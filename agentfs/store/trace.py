@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.git.repo import Change, GitRepo
 from agentfs.store.history import (
+    PathMemo,
+    Tally,
     is_final_answer,
     last_assistant,
     path_to,
@@ -69,6 +71,9 @@ class Trace:
             workspace.state_dir / "in-flight" / f"{self.id}.json", self.tmp_dir,
             durable=repo.durable,
         )
+        # Carried from step to step of a run: each looks only at what was added.
+        self._path_memo = PathMemo()
+        self._tallies: dict[Callable[[Message], bool], Tally] = {}
 
     # --- metadata ----------------------------------------------------------
 
@@ -127,13 +132,10 @@ class Trace:
 
     def mark_received(self, call_ids: list[str]) -> None:
         """Record durably, before the turn is committed, the tool calls agentfs is about
-        to run: only such calls are run on resume (an edit or a checkout cannot make
-        agentfs run calls it did not receive)."""
+        to run, in order: only such calls are run on resume (an edit or a checkout
+        cannot make agentfs run calls it did not receive), and the first of them
+        without a result is answered "interrupted" (`agentfs/store/inflight.py`)."""
         self._in_flight.mark_received(call_ids)
-
-    def mark_started(self, call_id: str) -> None:
-        """Record durably that a tool call is about to run (so a crash never re-runs it)."""
-        self._in_flight.mark_started(call_id)
 
     def record_change(self, call_id: str, path: str) -> None:
         """Record durably that a running tool call is about to change a workspace file."""
@@ -156,8 +158,22 @@ class Trace:
         return path_to(messages, sequence, where=str(self.messages_dir))
 
     def main_path(self, messages: dict[int, Message] | None = None) -> list[Message]:
-        """The main path: from the first message to the head in `trace.json`."""
-        return self.path_to(self.meta.head, messages)
+        """The main path: from the first message to the head in `trace.json`.
+
+        Without `messages`, of the message files as they are now, found again from
+        the path of the last call (`agentfs/store/history.py:PathMemo`), so a run
+        pays for the messages it added, not for the whole trace.
+        """
+        if messages is not None:
+            return self.path_to(self.meta.head, messages)
+        return self._path_memo.path(self.message_dir.current(), self.meta.head,
+                                    where=str(self.messages_dir))
+
+    def count(self, test: Callable[[Message], bool]) -> int:
+        """How many message files pass `test`, counted again only for the files added
+        since the last call with the same `test` (`agentfs/store/history.py:Tally`)."""
+        tally = self._tallies.setdefault(test, Tally(test))
+        return tally.count(self.message_dir.current())
 
     def next_sequence(self) -> int:
         return max(self.meta.next_sequence, self.message_dir.highest() + 1)

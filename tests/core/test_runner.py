@@ -173,8 +173,8 @@ def test_tool_call_started_before_a_crash_is_answered_interrupted_not_rerun(proj
     runner, _ = make_runner(project, script)
     runner.run("t1", max_iterations=1)  # assistant + both results
     trace = project.trace("t1")
-    # Simulate a crash: the assistant turn is committed, its first call had
-    # started, neither result was written.
+    # Simulate a crash: the assistant turn is committed and its calls recorded as
+    # received; the first may have started, neither result was written.
     with trace.lock():
         trace.rewind(2)
     assistant = trace.new_message(
@@ -183,7 +183,6 @@ def test_tool_call_started_before_a_crash_is_answered_interrupted_not_rerun(proj
     with trace.lock():
         trace.mark_received([c.id for c in assistant.tool_calls])  # as the runner does
         trace.commit_step("assistant", [assistant])
-        trace.mark_started(assistant.tool_calls[0].id)
     (project.workspace.root / "a.txt").unlink()
     (project.workspace.root / "b.txt").unlink()
 
@@ -196,6 +195,61 @@ def test_tool_call_started_before_a_crash_is_answered_interrupted_not_rerun(proj
     assert results[1].text.startswith("created b.txt")
     assert not (project.workspace.root / "a.txt").exists()  # not run a second time
     assert (project.workspace.root / "b.txt").read_text() == "B"
+
+
+def test_after_a_crash_only_the_call_that_may_have_been_running_is_interrupted(
+        project, write_script):
+    """One in-flight record per step: calls run in order, each result is written
+    before the next call starts, so the first call without a result is the only one
+    that may have started."""
+    project.new_trace("t1", user("go"))
+    calls = [{"name": "write_file", "input": {"path": f"{n}.txt", "content": n}}
+             for n in "abc"]
+    runner, _ = make_runner(project, write_script([{"tool_calls": calls}, {"text": "ok"}]))
+    runner.run("t1", max_iterations=1)
+    trace = project.trace("t1")
+    with trace.lock():
+        trace.rewind(2)
+    root = project.workspace.root
+    for n in "bc":
+        (root / f"{n}.txt").unlink()
+    git(root, "commit", "-qam", "start over without b.txt and c.txt")
+    # The crash: the turn committed, the call to a.txt done and its result written,
+    # the call to b.txt maybe running when the process died.
+    assistant = trace.new_message(
+        "assistant", "", tool_calls=trace.messages()[3].tool_calls, model="replay")
+    with trace.lock():
+        trace.mark_received([c.id for c in assistant.tool_calls])
+        trace.commit_step("assistant", [assistant])
+        first = trace.new_message("tool", "created a.txt (1 bytes)",
+                                  tool_call_id=assistant.tool_calls[0].id)
+        first.parent_sequence = assistant.sequence
+        trace.write_message(first)
+
+    runner.run("t1", max_iterations=1)
+
+    path = project.trace("t1").main_path()
+    results = [m for m in path if m.role == "tool" and m.sequence > assistant.sequence]
+    assert [r.tool_call_id for r in results] == [c.id for c in assistant.tool_calls]
+    assert results[0].text == "created a.txt (1 bytes)"  # adopted, not run again
+    assert results[1].text == INTERRUPTED and results[1].is_error
+    assert results[2].text.startswith("created c.txt")
+    assert not (root / "b.txt").exists()  # never run twice
+    assert (root / "c.txt").read_text() == "c"
+    assert not trace.in_flight().received  # the record ends with its step
+    assert_git_clean(root)
+
+
+def test_the_in_flight_record_says_which_calls_may_have_started():
+    from agentfs.store.inflight import InFlight
+
+    record = InFlight(received=["a", "b", "c"])
+    assert record.may_have_started(["a", "b", "c"]) == {"a"}
+    assert record.may_have_started(["c"]) == {"c"}
+    assert record.may_have_started([]) == set()
+    assert InFlight().may_have_started(["a", "b"]) == set()  # not received: not ours
+    legacy = InFlight(received=["a", "b"], started=["a"])  # written call by call
+    assert legacy.may_have_started(["a", "b"]) == {"a"}
 
 
 def head_with_foreign_calls(project, write_script):
