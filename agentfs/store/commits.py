@@ -34,6 +34,7 @@ class StepKind(enum.StrEnum):
     BRANCH = "branch"  # a step on a side branch
     OUTCOME = "outcome"  # a side branch's result recorded on main
     ERROR = "error"  # a run failed; trace.json's context.last_error says why
+    UPGRADE = "upgrade"  # files moved to the current trace format (agentfs/store/upgrade.py)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,9 @@ from agentfs.store.atomic import atomic_write
 
 __all__ = ["FORMAT_VERSION", "TraceMeta", "load_meta", "save_meta"]
 
-#: Version of the on-disk trace format this agentfs writes and reads.
-FORMAT_VERSION = 1
+#: Version of the on-disk trace format this agentfs writes (it reads 1 and 2; 1
+#: is upgraded in place by `agentfs/store/upgrade.py`). 2: message files in folders.
+FORMAT_VERSION = 2
 
 
 class TraceMeta(BaseModel):
@@ -70,10 +71,15 @@ def load_meta(path: Path, git_path: str) -> TraceMeta:
         ) from None
 
 
-def save_meta(path: Path, meta: TraceMeta, *, tmp_dir: Path, durable: bool) -> None:
-    """Write `trace.json` atomically."""
-    data = meta.model_dump(mode="json")
-    atomic_write(
-        path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode(),
-        tmp_dir=tmp_dir, sync_dir=durable,
-    )
+def save_meta(path: Path, meta: TraceMeta, *, tmp_dir: Path, durable: bool) -> bool:
+    """Write `trace.json` atomically, in the current format, if its bytes change;
+    True if it was written."""
+    meta.format_version = FORMAT_VERSION
+    data = (json.dumps(meta.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode()
+    try:
+        if path.read_bytes() == data:
+            return False  # an unchanged file: no temp file, no fsync, no rename
+    except (FileNotFoundError, IsADirectoryError):
+        pass
+    atomic_write(path, data, tmp_dir=tmp_dir, sync_dir=durable)
+    return True

@@ -326,7 +326,7 @@ def test_an_empty_file_waits_without_making_the_loop_wake_early(ws):
 
 
 def test_a_trace_that_cannot_run_is_reported_once_and_retried_only_after_a_change(ws):
-    (ws / "traces/t/messages/000002-user.md").unlink()  # breaks the main path
+    (ws / "traces/t/messages/000000-000999/000002-user.md").unlink()  # breaks the main path
     (ws / "traces/t/inbox/more.md").write_text("more\n")
     events: list[tuple[str, dict]] = []
     watcher = Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
@@ -342,7 +342,7 @@ def test_a_trace_that_cannot_run_is_reported_once_and_retried_only_after_a_chang
     assert "000002-user.md" in git(ws, "ls-tree", "-r", "--name-only", "HEAD")  # not deleted
     assert (ws / "traces/t/inbox/more.md").exists()  # waits for the trace to be fixed
 
-    git(ws, "checkout", "--", "traces/t/messages/000002-user.md")  # the fix the error names
+    git(ws, "checkout", "--", "traces/t/messages/000000-000999/000002-user.md")  # the fix the error names
     watcher.tick()
     wait_for(lambda: not watcher._busy(), what="the run to end")
     watcher.close()

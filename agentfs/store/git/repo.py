@@ -198,6 +198,15 @@ class GitRepo:
         assert isinstance(blob, Blob)
         return blob.as_raw_string()
 
+    def entries(self, commit_sha: bytes | None, directory: str) -> dict[str, tuple[int, bytes]]:
+        """The entries directly in `directory` at a commit: name → (mode, sha); {} if none."""
+        found = self.tree_lookup(commit_sha, directory)
+        if found is None or not stat.S_ISDIR(found[0]):
+            return {}
+        tree = self.objects[found[1]]
+        assert isinstance(tree, Tree)
+        return {e.path.decode(): (e.mode, e.sha) for e in tree.iteritems()}
+
     def walk(self, commit_sha: bytes | None, prefix: str) -> dict[str, tuple[int, bytes]]:
         """Every file below directory `prefix` at a commit: path → (mode, blob id)."""
         found = self.tree_lookup(commit_sha, prefix)
