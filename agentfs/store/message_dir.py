@@ -35,6 +35,7 @@ __all__ = [
     "SHARD_SIZE",
     "DirKey",
     "MessageDir",
+    "folders",
     "is_shard_name",
     "message_relpath",
     "parse_message_relpath",
@@ -93,6 +94,18 @@ def parse_message_relpath(rel: str) -> tuple[int, str, str] | None:
     if parsed is None or (folder and (folder != shard_name(parsed[0]))):
         return None
     return parsed
+
+
+def folders(messages: Path) -> list[Path]:
+    """`messages/` and its folders of messages: where a file added, removed or renamed
+    changes a folder's mtime."""
+    try:
+        with os.scandir(messages) as entries:
+            found = sorted(Path(e.path) for e in entries
+                           if is_shard_name(e.name) and e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return [messages]
+    return [messages, *found]
 
 
 def _first(shard: str) -> int:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentfs.errors import AgentfsError, TraceNotFound, validation_problems
 from agentfs.store.atomic import atomic_write
 
-__all__ = ["FORMAT_VERSION", "TraceMeta", "load_meta", "save_meta"]
+__all__ = ["FORMAT_VERSION", "TraceMeta", "dump_meta", "load_meta", "save_meta"]
 
 #: Version of the on-disk trace format this agentfs writes (it reads 1 and 2; 1
 #: is upgraded in place by `agentfs/store/upgrade.py`). 2: message files in folders.
@@ -71,11 +71,16 @@ def load_meta(path: Path, git_path: str) -> TraceMeta:
         ) from None
 
 
+def dump_meta(meta: TraceMeta) -> bytes:
+    """The bytes of `trace.json` for `meta`."""
+    return (json.dumps(meta.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode()
+
+
 def save_meta(path: Path, meta: TraceMeta, *, tmp_dir: Path, durable: bool) -> bool:
     """Write `trace.json` atomically, in the current format, if its bytes change;
     True if it was written."""
     meta.format_version = FORMAT_VERSION
-    data = (json.dumps(meta.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode()
+    data = dump_meta(meta)
     try:
         if path.read_bytes() == data:
             return False  # an unchanged file: no temp file, no fsync, no rename

@@ -21,12 +21,13 @@ import stat
 from typing import TYPE_CHECKING
 
 from dulwich.objects import Blob
+from pydantic import ValidationError
 
 from agentfs.store.atomic import fsync_dir
 from agentfs.store.commits import Step
 from agentfs.store.message_dir import SHARD_SIZE, message_relpath
 from agentfs.store.messages import parse_file_name
-from agentfs.store.meta import FORMAT_VERSION
+from agentfs.store.meta import FORMAT_VERSION, TraceMeta, dump_meta
 
 if TYPE_CHECKING:
     from agentfs.store.trace import Trace
@@ -54,15 +55,31 @@ def upgrade(trace: Trace) -> bytes | None:
         paths += [f"{messages}/{name}", f"{messages}/{rel}"]
     if not paths:
         return None
-    meta_path = trace.rel(trace.meta_path)
-    if trace.meta.format_version < FORMAT_VERSION and not trace.meta_uncommitted():
-        trace.save_meta()  # as committed but for the version: part of the upgrade
-        paths.append(meta_path)
+    if _meta_as_committed(trace, head):
+        trace.save_meta()  # the version changes: part of the upgrade
+        paths.append(trace.rel(trace.meta_path))
     step = Step(
         trace.id, "upgrade", trace.meta.head,
         summary=f"{len(paths) // 2} message files moved into folders of {SHARD_SIZE}",
     )
     return trace.repo.commit_worktree(paths, step.message())
+
+
+def _meta_as_committed(trace: Trace, head: bytes | None) -> bool:
+    """True if trace.json on disk is as committed, or as committed but for the new
+    version (written by an upgrade killed before its commit)."""
+    committed = trace.repo.read_file(head, trace.rel(trace.meta_path))
+    if committed is None:
+        return False
+    try:
+        meta = TraceMeta.model_validate_json(committed)
+        on_disk = trace.meta_path.read_bytes()
+    except (ValidationError, OSError):
+        return False
+    if meta.format_version >= FORMAT_VERSION:
+        return False
+    meta.format_version = FORMAT_VERSION
+    return on_disk in (committed, dump_meta(meta))
 
 
 def _move_loose_files(trace: Trace) -> int:

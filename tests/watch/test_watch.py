@@ -18,7 +18,7 @@ from agentfs.core.project import Project
 from agentfs.models.replay import ReplayModel
 from agentfs.watch.background import run_in_background
 from agentfs.watch.watcher import Watcher
-from tests.conftest import assert_git_clean, git, run_cli
+from tests.conftest import assert_git_clean, git, message_paths, run_cli
 
 
 def wait_for(condition, timeout: float = 20.0, what: str = "condition") -> None:
@@ -141,7 +141,7 @@ def message_texts_on_disk(root: Path, trace: str = "t") -> list[str]:
     from agentfs.store.messages import load_message
 
     folder = root / "traces" / trace / "messages"
-    return [load_message(p).text for p in sorted(folder.iterdir())]
+    return [load_message(p).text for p in message_paths(folder)]
 
 
 def drop_many(folder: Path, count: int) -> set[str]:
