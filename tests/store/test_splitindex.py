@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentfs.errors import GitStateError
 from agentfs.store.git import index as index_module
 from agentfs.store.git import rawindex, splitindex
 from agentfs.store.git.repo import GitRepo, init_repo
@@ -127,3 +128,20 @@ def test_processes_sharing_a_split_index_lose_no_entry(repo: GitRepo) -> None:
         step(writer, n)
     assert len(git(repo.root, "ls-files").split()) == 151
     assert_git_clean(repo.root)
+
+
+def test_a_split_index_whose_shared_index_is_gone_is_refused_before_main_moves(
+    repo: GitRepo,
+) -> None:
+    for n in range(60):
+        step(repo, n)
+    for name in shared_files(repo):
+        (repo.git_dir / name).unlink()
+    rawindex._cache.clear()
+    rawindex._shared_cache.clear()
+    before = repo.head()
+    with pytest.raises(GitStateError) as info:
+        step(repo, 60)
+    assert "git read-tree HEAD" in str(info.value)
+    assert repo.head() == before
+    assert "m/0059.md" in git(repo.root, "ls-tree", "-r", "--name-only", "HEAD")

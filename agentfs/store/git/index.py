@@ -128,6 +128,12 @@ def _load_raw(index_path: Path) -> rawindex.RawIndex | None:
         index, _ = rawindex.load(index_path)
     except FileNotFoundError:
         return rawindex.RawIndex(version=2)
+    except rawindex.BrokenSplit as exc:
+        raise GitStateError(
+            f"{index_path}: a split index agentfs cannot read ({exc})",
+            hint="rebuild the index from HEAD with `git read-tree HEAD` "
+            "(staged changes are lost), then try again",
+        ) from None
     except rawindex.Unsupported:
         if os.path.getsize(index_path) == 0:
             return rawindex.RawIndex(version=2)

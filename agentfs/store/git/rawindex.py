@@ -47,6 +47,11 @@ class Unsupported(Exception):
     """An index this fast path does not handle (version 4, unknown extensions, ...)."""
 
 
+class BrokenSplit(Unsupported):
+    """A split index whose shared index is missing or does not fit it: nothing else
+    can read it either (dulwich would take its few entries for the whole index)."""
+
+
 Key = tuple[bytes, int]  # (path, stage)
 
 
@@ -206,10 +211,10 @@ def _resolve(index: RawIndex, git_dir: Path) -> RawIndex:
         else:
             deleted, replaced = [], []
     except ValueError as exc:
-        raise Unsupported(f"link extension: {exc}") from None
+        raise BrokenSplit(f"link extension: {exc}") from None
     shared = _shared(git_dir, sha)
     if len(replaced) > len(index.raws) or any(p >= len(shared.keys) for p in deleted + replaced):
-        raise Unsupported("link extension does not fit its shared index")
+        raise BrokenSplit("link extension does not fit its shared index")
     keys, raws = list(shared.keys), list(shared.raws)
     delta: dict[Key, bytes | None] = {}
     for n, at in enumerate(replaced):
@@ -242,10 +247,13 @@ def _shared(git_dir: Path, sha: bytes) -> RawIndex:
         try:
             data = shared_path(git_dir, sha).read_bytes()
         except FileNotFoundError:
-            raise Unsupported(f"shared index {sha.hex()} is missing") from None
-        found = parse(data)
+            raise BrokenSplit(f"shared index {sha.hex()} is missing") from None
+        try:
+            found = parse(data)
+        except Unsupported as exc:
+            raise BrokenSplit(f"shared index {sha.hex()}: {exc}") from None
         if found.link is not None or data[-20:] != sha:
-            raise Unsupported(f"shared index {sha.hex()} is not one")
+            raise BrokenSplit(f"shared index {sha.hex()} is not one")
         _shared_cache.clear()  # one at a time is all a workspace needs
         _shared_cache[sha] = found
     return found
