@@ -196,3 +196,51 @@ def test_the_example_workspace_is_in_the_current_format() -> None:
     files = [p.relative_to(trace_dir / "messages").as_posix()
              for p in message_paths(trace_dir / "messages")]
     assert files and all(parse_message_relpath(f) and "/" in f for f in files)
+
+
+KILLED_UPGRADE = """
+import os, signal, sys
+from pathlib import Path
+from agentfs.core.project import Project
+
+n = int(sys.argv[2])
+calls = [0]
+for name in ("rename", "replace"):
+    real = getattr(os, name)
+    def counted(*args, _real=real, **kwargs):
+        calls[0] += 1
+        if calls[0] == n:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return _real(*args, **kwargs)
+    setattr(os, name, counted)
+trace = Project.open(Path(sys.argv[1])).trace("demo")
+with trace.lock():
+    print(trace.recover(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("killed_at", [1, 2, 5, 8, 9, 10, 11, 12, 13])
+def test_an_upgrade_killed_at_any_rename_is_finished_by_the_next_run(
+    trace: Trace, killed_at: int
+) -> None:
+    """SIGKILL at the n-th rename of the upgrade (the file moves, then trace.json, the
+    objects, the ref and the index): the next run ends with one upgrade, nothing lost."""
+    import subprocess
+    import sys
+
+    root = trace.workspace.root
+    names = as_format_1(trace)
+    done = subprocess.run([sys.executable, "-c", KILLED_UPGRADE, str(root), str(killed_at)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode in (0, -9), done.stderr
+    fresh = reopened(trace)
+    with fresh.lock():
+        fresh.recover()
+    assert git(root, "ls-files", "traces/demo/messages").split() == [
+        f"traces/demo/messages/{FOLDER}/{n}" for n in sorted(names)
+    ]
+    assert git(root, "log", "--format=%s").count(": upgrade #") == 1
+    assert sorted(p.name for p in message_paths(trace.messages_dir)) == sorted(names)
+    assert json.loads(trace.meta_path.read_text())["format_version"] == 2
+    assert_git_clean(root)
+    git(root, "fsck", "--strict")
