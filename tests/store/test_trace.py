@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -373,3 +374,14 @@ def test_a_rewind_to_the_head_commits_nothing(project: Project, trace: Trace) ->
     with trace.lock():
         assert trace.rewind(2) is None
     assert git(project.workspace.root, "rev-parse", "HEAD") == before
+
+
+def test_trace_json_is_written_only_when_its_bytes_change(project: Project, trace: Trace) -> None:
+    trace.save_meta()
+    before = os.stat(trace.meta_path)
+    trace.save_meta()  # nothing changed: no temp file, no fsync, no rename
+    assert os.stat(trace.meta_path).st_ino == before.st_ino
+    trace.meta.context["note"] = "changed"
+    trace.save_meta()
+    assert os.stat(trace.meta_path).st_ino != before.st_ino
+    assert '"note": "changed"' in trace.meta_path.read_text()
