@@ -119,12 +119,13 @@ def long_trace(root: Path, count: int, *, kept: int | None = None) -> Project:
                         role="user", synthetic="summary", content=f"{SUMMARY_HEADER}\n\n{PARAGRAPH}")
         else:
             m = message(sequence)
-        files[trace.messages_dir / m.file_name()] = render_message(m)
+        files[trace.message_path(m)] = render_message(m)
     trace.meta.head = count
     trace.meta.next_sequence = count + 1
     trace.save_meta()
     files[trace.meta_path] = trace.meta_path.read_bytes()
     for path, data in files.items():
+        path.parent.mkdir(exist_ok=True)
         path.write_bytes(data)
     _commit_with_fast_import(root, files, f"bench: {count} messages")
     return Project.open(root)

@@ -37,6 +37,11 @@ def git(root: Path, *args: str) -> str:
     return done.stdout
 
 
+def message_paths(messages: Path) -> list[Path]:
+    """The files below a trace's `messages/` (in their folders), in name order."""
+    return sorted((p for p in messages.rglob("*") if p.is_file()), key=lambda p: p.name)
+
+
 def assert_git_clean(root: Path) -> None:
     """`git status --porcelain` and `git diff --cached` empty, `git fsck --strict` clean."""
     assert git(root, "status", "--porcelain", "--untracked-files=all") == ""

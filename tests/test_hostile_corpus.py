@@ -253,7 +253,7 @@ def test_every_kind_through_agentfs_new_dash_f(ws, tmp_path, kind):
 def test_every_kind_written_by_hand_into_messages(ws, kind):
     project = Project.open(ws)
     project.new_trace("h", project_user("start"))
-    target = ws / "traces/h/messages/000003-user.md"
+    target = ws / "traces/h/messages/000000-000999/000003-user.md"
     kind.make(target)
     before = git(ws, "rev-parse", "HEAD")
     trace = Project.open(ws).trace("h")

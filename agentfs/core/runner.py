@@ -233,7 +233,7 @@ class Runner:
         elif system is not None:
             raise AgentfsError(
                 f"trace {trace.id!r} already has its system prompt",
-                hint=f"edit {trace.messages_dir / '000001-system.md'} instead",
+                hint=f"edit its message #1 in {trace.messages_dir} instead",
             )
         result = RunResult(trace.id)
         model, self.model = self.model, _Metered(self.model, result, self._emit)  # counts calls

@@ -30,7 +30,8 @@ from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
 from agentfs.store.commits import StepKind, parse_trailers
-from agentfs.store.messages import Message, ToolCall, parse_file_name, parse_message
+from agentfs.store.message_dir import parse_message_relpath
+from agentfs.store.messages import Message, ToolCall, parse_message
 from agentfs.store.meta import QueueStep
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
@@ -111,8 +112,9 @@ def branch_files(trace: Trace, step: QueueStep) -> list[Message]:
         return []
     assert step.first is not None
     found = []
-    for path in trace.repo.walk(head, trace.rel(trace.messages_dir)):
-        parsed = parse_file_name(path.rsplit("/", 1)[1])
+    prefix = trace.rel(trace.messages_dir)
+    for path in trace.repo.walk(head, prefix):
+        parsed = parse_message_relpath(path[len(prefix) + 1:])
         if parsed is not None and parsed[0] >= step.first:
             data = trace.repo.read_file(head, path)
             assert data is not None

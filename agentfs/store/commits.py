@@ -35,6 +35,7 @@ class StepKind(enum.StrEnum):
     OUTCOME = "outcome"  # a side branch's result: its last commit, then merged on main
     QUEUE = "queue"  # a side-branch queue planned or abandoned (trace.json only)
     ERROR = "error"  # a run failed; trace.json's context.last_error says why
+    UPGRADE = "upgrade"  # files moved to the current trace format (agentfs/store/upgrade.py)
 
 
 @dataclass(frozen=True)

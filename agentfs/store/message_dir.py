@@ -1,4 +1,13 @@
-"""One trace's `messages/` folder: listing, parsing (with caches) and writing.
+"""One trace's `messages/` folder: where each file goes, listing, parsing (with caches), writing.
+
+Message files are kept in folders of `SHARD_SIZE` sequences, named after
+the sequences they hold (`messages/000000-000999/000042-assistant.md`), so
+a step rewrites a tree of at most that many entries however long the
+trace is, and the last folder holds the latest messages. A file found
+directly in `messages/` (the layout before folders, or a file a person put
+there) is read too; `agentfs/store/upgrade.py` moves such files into their
+folder. Every path of a message file is built and parsed here
+(`message_relpath`, `parse_message_relpath`).
 
 Parsed files are kept per process and on disk (`agentfs/store/parsecache.py`),
 keyed by each file's stat, so a long trace opens fast and a run re-reads only
@@ -9,6 +18,7 @@ one reader and writer of their format.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -17,19 +27,97 @@ from agentfs.store import parsecache
 from agentfs.store.atomic import atomic_write
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.inbox import is_ignored_name
-from agentfs.store.messages import Message, load_message, render_message
+from agentfs.store.messages import Message, load_message, parse_file_name, render_message
 
-__all__ = ["COARSE_NS", "RACY_NS", "DirKey", "MessageDir"]
+__all__ = [
+    "COARSE_NS",
+    "RACY_NS",
+    "SHARD_SIZE",
+    "DirKey",
+    "MessageDir",
+    "folders",
+    "is_shard_name",
+    "message_relpath",
+    "parse_message_relpath",
+    "shard_name",
+]
 
 #: A file modified this recently (ns) may change again without its stamp changing;
 #: with whole-second timestamps (a coarse filesystem), this much more.
 RACY_NS = 100_000_000
 COARSE_NS = 2_000_000_000
 
-DirKey = tuple[int, int] | None
+#: Sequences per folder of `messages/`. Part of the trace format: changing it
+#: moves files, which needs an upgrade (`agentfs/store/upgrade.py`).
+SHARD_SIZE = 1000
+
+_SHARD = re.compile(r"^(?P<first>\d{6,})-(?P<last>\d{6,})$")
+
+#: (inode, mtime) of `messages/` and of its newest folder: changes when a file is
+#: added, removed or renamed there.
+DirKey = tuple[tuple[int, int] | None, tuple[int, int] | None] | None
 
 #: Parsed message files of each messages directory this process has read.
 _parsed: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
+
+
+def shard_name(sequence: int) -> str:
+    """The folder of `messages/` that holds message `sequence`: `000000-000999`, ..."""
+    first = sequence - sequence % SHARD_SIZE
+    return f"{first:06d}-{first + SHARD_SIZE - 1:06d}"
+
+
+def is_shard_name(name: str) -> bool:
+    """True if `name` is the name of a folder of `messages/` (`shard_name` of some sequence)."""
+    match = _SHARD.match(name)
+    return match is not None and shard_name(int(match["first"])) == name
+
+
+def message_relpath(file_name: str) -> str:
+    """Where the message file named `file_name` belongs, relative to `messages/`:
+    `<folder>/<file name>` (`000000-000999/000042-assistant.md`).
+
+    Raises:
+        ValueError: `file_name` is not a message file name.
+    """
+    parsed = parse_file_name(file_name)
+    if parsed is None:
+        raise ValueError(f"not a message file name: {file_name!r}")
+    return f"{shard_name(parsed[0])}/{file_name}"
+
+
+def parse_message_relpath(rel: str) -> tuple[int, str, str] | None:
+    """(sequence, role, ext) of a path relative to `messages/` where agentfs reads
+    message files (in its folder, or directly in `messages/`), else None."""
+    folder, _, name = rel.rpartition("/")
+    parsed = parse_file_name(name)
+    if parsed is None or (folder and (folder != shard_name(parsed[0]))):
+        return None
+    return parsed
+
+
+def folders(messages: Path) -> list[Path]:
+    """`messages/` and its folders of messages: where a file added, removed or renamed
+    changes a folder's mtime."""
+    try:
+        with os.scandir(messages) as entries:
+            found = sorted(Path(e.path) for e in entries
+                           if is_shard_name(e.name) and e.is_dir(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return [messages]
+    return [messages, *found]
+
+
+def _first(shard: str) -> int:
+    return int(shard.partition("-")[0])
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
 
 
 class MessageDir:
@@ -40,10 +128,15 @@ class MessageDir:
         self.cache_path = cache_path
         self.tmp_dir = tmp_dir
         self.durable = durable
-        # Parsed files by name, shared by every MessageDir of this folder in the process.
+        # Parsed files by path below messages/, shared by every MessageDir of this
+        # folder in the process.
         self._cache = _parsed.setdefault(str(path), {})
         self._snapshot: dict[int, Message] | None = None
         self._snapshot_key: DirKey = None
+        # Where each message of the snapshot was found, below messages/.
+        self._where: dict[int, str] = {}
+        # The newest folder seen: its mtime is part of `key()`.
+        self._newest: str | None = None
         # Recovery stats every file anyway; the next scan reuses that listing if
         # the folder has not changed since: (folder key, listing).
         self._stat_hint: tuple[DirKey, dict[str, os.stat_result]] | None = None
@@ -52,9 +145,11 @@ class MessageDir:
         """Every message file by sequence (a copy).
 
         Only files whose stat changed are parsed again. Without `refresh`, the
-        folder is not even listed while its mtime shows no file was added,
-        removed or renamed (a run holding the lock writes the only new files);
-        recovery refreshes, so in-place edits are seen by the next run.
+        folders are not even listed while the mtimes of `messages/` and of its
+        newest folder show no file was added, removed or renamed (a run holding
+        the lock writes the only new files, always into the newest folder);
+        recovery refreshes, so edits in place and files added by hand to older
+        folders are seen by the next run.
         """
         return dict(self.current(refresh))
 
@@ -75,7 +170,27 @@ class MessageDir:
         return next(reversed(self.current()), 0)
 
     def path_of(self, message: Message) -> Path:
-        return self.path / message.file_name()
+        """Where `message` is stored: where its file was found, else in its folder."""
+        file_name = message.file_name()
+        found = self._where.get(message.sequence)
+        if found is not None and found.rpartition("/")[2] == file_name:
+            return self.path / found
+        return self.path / message_relpath(file_name)
+
+    def role_on_disk(self, sequence: int) -> str | None:
+        """The role in the name of message `sequence`'s file, looked up by name only
+        (its folder and `messages/`), or None if there is no such file."""
+        for folder in (self.path / shard_name(sequence), self.path):
+            try:
+                names = os.listdir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            prefix = f"{sequence:06d}-"
+            for name in names:
+                parsed = parse_file_name(name) if name.startswith(prefix) else None
+                if parsed is not None and parsed[0] == sequence:
+                    return parsed[1]
+        return None
 
     def write(self, message: Message) -> Path:
         """Write one message file atomically, keeping the snapshot current."""
@@ -83,79 +198,121 @@ class MessageDir:
         self._stat_hint = None
         was_current = self._snapshot is not None and self._snapshot_key == self.key()
         atomic_write(path, render_message(message), tmp_dir=self.tmp_dir, sync_dir=self.durable)
+        rel = path.relative_to(self.path).as_posix()
+        folder = rel.rpartition("/")[0]
+        if folder and (self._newest is None or _first(folder) > _first(self._newest)):
+            self._newest = folder
         if was_current and self._snapshot is not None:
-            newest = message.sequence > next(reversed(self._snapshot), 0)
+            is_last = message.sequence > next(reversed(self._snapshot), 0)
             self._snapshot[message.sequence] = message
-            if not newest:  # new messages come last; only a rewrite can be out of order
+            self._where[message.sequence] = rel
+            if not is_last:  # new messages come last; only a rewrite can be out of order
                 self._snapshot = dict(sorted(self._snapshot.items()))
             self._snapshot_key = self.key()
         return path
 
     def hint(self, key: DirKey, listing: dict[str, os.stat_result]) -> None:
-        """A listing of the folder someone just made (with its key), for the next scan."""
-        self._stat_hint = (key, listing)
+        """A listing of the files below the folder someone just made (paths relative
+        to it, with the folder's key), for the next scan."""
+        self._stat_hint = (key, {
+            rel: st for rel, st in listing.items()
+            if not is_ignored_name(rel.rpartition("/")[2])
+            and rel.count("/") <= 1 and ("/" not in rel or is_shard_name(rel.partition("/")[0]))
+        })
 
     def key(self) -> DirKey:
-        """(inode, mtime) of the folder: changes when a file is added, removed or renamed."""
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
+        """(inode, mtime) of `messages/` and of its newest folder (see `messages`)."""
+        top = _stamp(self.path)
+        if top is None:
             return None
-        return st.st_ino, st.st_mtime_ns
+        if self._newest is None:
+            self._newest = self._find_newest()
+        return top, (_stamp(self.path / self._newest) if self._newest else None)
+
+    def _find_newest(self) -> str | None:
+        try:
+            with os.scandir(self.path) as entries:
+                shards = [e.name for e in entries if is_shard_name(e.name)]
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return max(shards, key=_first, default=None)
 
     def _scan(self, key: DirKey) -> dict[int, Message]:
         if not self._cache:
             self._cache.update(parsecache.load(self.cache_path))
         found: dict[int, Message] = {}
+        where: dict[int, str] = {}
         seen: set[str] = set()
         parsed = 0
         racy_after = time.time_ns() - RACY_NS
         hint, self._stat_hint = self._stat_hint, None
         listing = hint[1] if hint is not None and hint[0] == key else self._list()
-        for name, st in listing.items():
+        newest = self._newest
+        for rel, st in listing.items():
+            folder = rel.rpartition("/")[0]
+            if folder and (newest is None or _first(folder) > _first(newest)):
+                newest = folder
             stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
-            cached = self._cache.get(name)
+            cached = self._cache.get(rel)
             if cached is not None and cached[0] == stamp:
                 message = cached[1]
             else:
-                message = load_message(self.path / name)
+                message = load_message(self.path / rel)
                 parsed += 1
                 if stamp[0] < racy_after and (
                     stamp[0] % 1_000_000_000 or stamp[0] < racy_after - COARSE_NS
                 ):
-                    self._cache[name] = (stamp, message)
+                    self._cache[rel] = (stamp, message)
                 # else: changed within the last clock ticks; a second change in the same
                 # tick could keep its stamp, so it is parsed again next time (as Git does)
-            seen.add(name)
+            seen.add(rel)
+            if folder and folder != shard_name(message.sequence):
+                raise MessageFileError(
+                    self.path / rel,
+                    f"message #{message.sequence} is in folder {folder}/",
+                    hint=f"move it to {self.path.name}/{shard_name(message.sequence)}/",
+                )
             if message.sequence in found:
                 raise MessageFileError(
-                    self.path / name,
-                    f"sequence {message.sequence} is also used by "
-                    f"{found[message.sequence].file_name()}",
+                    self.path / rel,
+                    f"sequence {message.sequence} is also used by {where[message.sequence]}",
                     hint="each sequence number may be used by one file only; rename one",
                 )
             found[message.sequence] = message
+            where[message.sequence] = rel
         for stale in set(self._cache) - seen:
             del self._cache[stale]
         if parsed >= parsecache.SAVE_AFTER:
             parsecache.save(self.cache_path, self._cache)
         self._snapshot = dict(sorted(found.items()))
-        self._snapshot_key = key
+        self._where = where
+        # a folder made after the key was taken: the key did not cover it
+        self._snapshot_key = key if newest == self._newest else None
+        self._newest = newest
         return self._snapshot
 
     def _list(self) -> dict[str, os.stat_result]:
-        """The message files and their stat (symlinks refused)."""
+        """The message files (paths below `messages/`) and their stat: those directly in
+        it and in its folders (symlinks refused; other folders are not messages)."""
         listing: dict[str, os.stat_result] = {}
-        try:
-            entries = list(os.scandir(self.path))
-        except FileNotFoundError:
-            return listing
-        for entry in entries:
-            if is_ignored_name(entry.name) or not entry.is_file(follow_symlinks=False):
-                if entry.is_symlink():
-                    raise MessageFileError(
-                        Path(entry.path), "is a symlink", hint="message files must be regular files"
-                    )
+        pending = [(self.path, "")]
+        while pending:
+            folder, prefix = pending.pop()
+            try:
+                entries = list(os.scandir(folder))
+            except FileNotFoundError:
                 continue
-            listing[entry.name] = entry.stat(follow_symlinks=False)
+            for entry in entries:
+                if not prefix and entry.is_dir(follow_symlinks=False):
+                    if is_shard_name(entry.name):
+                        pending.append((Path(entry.path), entry.name + "/"))
+                    continue
+                if is_ignored_name(entry.name) or not entry.is_file(follow_symlinks=False):
+                    if entry.is_symlink():
+                        raise MessageFileError(
+                            Path(entry.path), "is a symlink",
+                            hint="message files must be regular files",
+                        )
+                    continue
+                listing[prefix + entry.name] = entry.stat(follow_symlinks=False)
         return listing

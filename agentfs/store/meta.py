@@ -12,10 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentfs.errors import AgentfsError, TraceNotFound, validation_problems
 from agentfs.store.atomic import atomic_write
 
-__all__ = ["FORMAT_VERSION", "QueueStep", "SideQueue", "TraceMeta", "load_meta", "save_meta"]
+__all__ = [
+    "FORMAT_VERSION", "QueueStep", "SideQueue", "TraceMeta", "dump_meta", "load_meta", "save_meta",
+]
 
-#: Version of the on-disk trace format this agentfs writes and reads.
-FORMAT_VERSION = 1
+#: Version of the on-disk trace format this agentfs writes (it reads 1 and 2; 1
+#: is upgraded in place by `agentfs/store/upgrade.py`). 2: message files in folders.
+FORMAT_VERSION = 2
 
 
 class QueueStep(BaseModel):
@@ -101,12 +104,23 @@ def load_meta(path: Path, git_path: str) -> TraceMeta:
         ) from None
 
 
-def save_meta(path: Path, meta: TraceMeta, *, tmp_dir: Path, durable: bool) -> None:
-    """Write `trace.json` atomically."""
+def dump_meta(meta: TraceMeta) -> bytes:
+    """The bytes of `trace.json` for `meta`."""
     data = meta.model_dump(mode="json")
     if data.get("side_queue") is None:
         data.pop("side_queue", None)  # trace.json without a queue reads as before
-    atomic_write(
-        path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode(),
-        tmp_dir=tmp_dir, sync_dir=durable,
-    )
+    return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def save_meta(path: Path, meta: TraceMeta, *, tmp_dir: Path, durable: bool) -> bool:
+    """Write `trace.json` atomically, in the current format, if its bytes change;
+    True if it was written."""
+    meta.format_version = FORMAT_VERSION
+    data = dump_meta(meta)
+    try:
+        if path.read_bytes() == data:
+            return False  # an unchanged file: no temp file, no fsync, no rename
+    except (FileNotFoundError, IsADirectoryError):
+        pass
+    atomic_write(path, data, tmp_dir=tmp_dir, sync_dir=durable)
+    return True

@@ -26,7 +26,7 @@ import pydantic
 from agentfs.store.atomic import purge_stale_temps
 
 #: Bumped when what is pickled changes shape (the versions below are checked too).
-FORMAT = 4
+FORMAT = 5
 #: Save after a scan that parsed at least this many files.
 SAVE_AFTER = 32
 
@@ -34,7 +34,7 @@ Stamp = tuple[int, int, int, int]  # (mtime_ns, ctime_ns, size, inode)
 
 
 def load(path: Path) -> dict[str, tuple[Stamp, Any]]:
-    """Trusted entries of the cache at `path` (file name → (stamp, message)); {} if none."""
+    """Trusted entries of the cache at `path` (path below `messages/` → (stamp, message)); {} if none."""
     try:
         with open(path, "rb") as f:
             written_ns = os.fstat(f.fileno()).st_mtime_ns

@@ -23,8 +23,10 @@ from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
-from agentfs.store.messages import Message, parse_file_name
+from agentfs.store.message_dir import parse_message_relpath
+from agentfs.store.messages import Message
 from agentfs.store.meta import TraceMeta
+from agentfs.store.upgrade import upgrade
 from agentfs.store.workspace import INBOX_DIR
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ def recover(trace: Trace) -> list[str]:
     trace.repo.check_on_main()
     purge_stale_temps(trace.tmp_dir)
     trace.repo.repair_index()
+    kinds: list[str] = ["upgrade"] if upgrade(trace) else []
     head_commit = trace.repo.head()
     _undo_cut_short_transition(trace, head_commit)
     prefix = trace.rel(trace.dir)
@@ -63,8 +66,7 @@ def recover(trace: Trace) -> list[str]:
     }  # claimed inbox files: their removal belongs to their `user` step, not an edit
     changed = [p for p in changed if p not in sources.values()]
     if not changed:
-        return []
-    kinds: list[str] = []
+        return kinds
     adopted = _adopt(trace, committed, head_commit)
     if adopted:
         trace.meta.head = adopted[-1].sequence
@@ -122,8 +124,9 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
     branch_head = trace.repo.head(b"refs/heads/" + step.branch.encode())
     if branch_head is None:
         return
-    for path in trace.repo.walk(branch_head, trace.rel(trace.messages_dir)):
-        parsed = parse_file_name(path.rsplit("/", 1)[1])
+    prefix = trace.rel(trace.messages_dir)
+    for path in trace.repo.walk(branch_head, prefix):
+        parsed = parse_message_relpath(path[len(prefix) + 1:])
         if parsed is None or parsed[0] < step.first:
             continue
         full = trace.workspace.root / path
@@ -156,7 +159,7 @@ def _adopt(
         parsed[0]
         for path in committed
         if path.startswith(messages_prefix)
-        and (parsed := parse_file_name(path[len(messages_prefix) :])) is not None
+        and (parsed := parse_message_relpath(path[len(messages_prefix) :])) is not None
     ]
     newest_committed = max(committed_sequences, default=0)
     head = _committed_head(trace, head_commit)
@@ -206,13 +209,11 @@ def _worktree_files(trace: Trace) -> dict[str, bytes]:
     known = trace.repo.stat_cache(prefix)
     files: dict[str, bytes] = {}
     messages_key = trace.message_dir.key()
-    listing: dict[str, os.stat_result] | None = None
+    messages_prefix = trace.rel(trace.messages_dir) + "/"
+    listing: dict[str, os.stat_result] | None = {}
     pending = [(str(trace.dir), prefix)]
     while pending:
         directory, rel_dir = pending.pop()
-        in_messages = directory == str(trace.messages_dir)
-        if in_messages:
-            listing = {}
         with os.scandir(directory) as entries:
             for entry in entries:
                 if _ignored(entry.name):
@@ -224,11 +225,11 @@ def _worktree_files(trace: Trace) -> dict[str, bytes]:
                 st = entry.stat(follow_symlinks=False)
                 if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
                     continue  # a FIFO or device: Git does not track it, and reading could block
-                if in_messages and listing is not None:
+                if listing is not None and rel.startswith(messages_prefix):
                     if entry.is_symlink():
                         listing = None  # let the scan of messages/ report it
                     else:
-                        listing[entry.name] = st
+                        listing[rel[len(messages_prefix):]] = st
                 blob_id = known.blob_id(rel, st)
                 if blob_id is not None:
                     files[rel] = blob_id

@@ -9,7 +9,6 @@ sequences, paths and commits; it knows nothing about models or tools.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -32,7 +31,7 @@ from agentfs.store.history import (
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
 from agentfs.store.message_dir import MessageDir
-from agentfs.store.messages import Message, parse_file_name, render_message
+from agentfs.store.messages import Message, render_message
 from agentfs.store.meta import FORMAT_VERSION, TraceMeta, load_meta, save_meta
 from agentfs.store.recovery import recover
 from agentfs.store.steplog import trace_log
@@ -286,17 +285,7 @@ class Trace:
         if self.meta.side_queue is not None:
             return True
         head = self.meta.head
-        if head is None:
-            return False
-        try:
-            names = os.listdir(self.messages_dir)
-        except FileNotFoundError:
-            return False
-        prefix = f"{head:06d}-"
-        return any(
-            (parsed := parse_file_name(n)) is not None and parsed[0] == head and parsed[1] == "user"
-            for n in names if n.startswith(prefix)
-        )
+        return head is not None and self.message_dir.role_on_disk(head) == "user"
 
     def waits_for_user(self) -> bool:
         """True when a run would only find the trace ending in an answer, with nothing

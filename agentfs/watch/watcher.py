@@ -29,7 +29,8 @@ from agentfs.errors import AgentfsError, TraceLocked, TraceNotFound
 from agentfs.models.base import Model
 from agentfs.store.inbox import SettleClock, waiting
 from agentfs.store.ingest import Rejected, pending_new
-from agentfs.store.workspace import INBOX_DIR, TRACE_ID, TRACES_DIR
+from agentfs.store.message_dir import folders
+from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACE_ID, TRACES_DIR
 
 Log = Callable[[str, dict], None]
 
@@ -262,10 +263,12 @@ class Watcher:
             self.log("error", {"trace": trace_id, "error": f"could not record: {exc}"})
 
     def _fingerprint(self, trace_id: str) -> tuple:
-        """What a person changes to fix a failed trace: trace.json, messages/, the inbox."""
+        """What a person changes to fix a failed trace: trace.json, messages/ and its
+        folders, the inbox."""
         folder = self.project.workspace.trace_dir(trace_id)
         stamps: list[tuple] = []
-        for path in [folder / "trace.json", folder / "messages", *waiting(folder / INBOX_DIR)]:
+        for path in [folder / "trace.json", *folders(folder / MESSAGES_DIR),
+                     *waiting(folder / INBOX_DIR)]:
             try:
                 st = path.lstat()
             except FileNotFoundError:

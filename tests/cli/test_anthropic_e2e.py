@@ -11,7 +11,7 @@ import pytest
 from agentfs.core.runner import Runner
 from agentfs.models.anthropic import AnthropicModel
 from agentfs.testing import FakeAnthropicServer, assert_valid_request
-from tests.conftest import assert_git_clean, git, kill_runs_at_random, run_cli, user
+from tests.conftest import assert_git_clean, git, kill_runs_at_random, message_paths, run_cli, user
 
 STEPS = 12
 
@@ -186,7 +186,7 @@ def test_retries_that_run_out_stop_the_run_with_nothing_saved(project, server, c
     project.new_trace("t", user("write it"))
     root = project.workspace.root
     head = git(root, "rev-parse", "HEAD")
-    files = sorted(p.name for p in project.trace("t").messages_dir.iterdir())
+    files = [p.name for p in message_paths(project.trace("t").messages_dir)]
     server.enqueue(write_once)
     server.cut_stream_next("tool_input", count=4)
 
@@ -197,7 +197,7 @@ def test_retries_that_run_out_stop_the_run_with_nothing_saved(project, server, c
     assert "Traceback" not in done.stderr
     assert done.stderr.count("[retrying") == 3
     assert git(root, "rev-parse", "HEAD") == head
-    assert sorted(p.name for p in project.trace("t").messages_dir.iterdir()) == files
+    assert [p.name for p in message_paths(project.trace("t").messages_dir)] == files
     assert not (root / "out").exists()
     assert_git_clean(root)
 

@@ -91,7 +91,7 @@ def test_a_message_that_is_not_utf8_is_refused_before_anything_is_written(ws):
 def test_edit_then_run_records_edit_and_model_sees_it(ws):
     run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
     run_cli("run", "t", cwd=ws)
-    message = ws / "traces/t/messages/000003-assistant.md"
+    message = ws / "traces/t/messages/000000-000999/000003-assistant.md"
     message.write_text(message.read_text().replace("Looking.", "Looking (edited)."))
     run_cli("run", "t", "-m", "again", cwd=ws)
     kinds = [line.split()[1] for line in run_cli("log", "t", cwd=ws).stdout.splitlines()]
@@ -164,7 +164,7 @@ def test_outside_a_workspace(tmp_path):
 
 def test_bad_message_file_names_the_file(ws):
     run_cli("new", "t", "-m", "hi", cwd=ws)
-    bad = ws / "traces/t/messages/000002-user.md"
+    bad = ws / "traces/t/messages/000000-000999/000002-user.md"
     bad.write_bytes(b"---\nrole: [unclosed\n---\nhi\n")
     done = run_cli("run", "t", cwd=ws, check=False)
     assert done.returncode == 1
@@ -172,12 +172,12 @@ def test_bad_message_file_names_the_file(ws):
     bad.write_bytes(b"\xff\xfe not utf-8")
     done = run_cli("show", "t", cwd=ws, check=False)
     assert "000002-user.md" in done.stderr and "UTF-8" in done.stderr
-    (ws / "traces/t/messages/000009-robot.md").write_text("hi")
+    (ws / "traces/t/messages/000000-000999/000009-robot.md").write_text("hi")
     bad.write_text("hi")
     done = run_cli("show", "t", cwd=ws, check=False)
     assert "000009-robot.md" in done.stderr and "unknown role" in done.stderr
     # nothing committed was lost or rewritten
-    assert git(ws, "show", "HEAD:traces/t/messages/000002-user.md").endswith("hi\n")
+    assert git(ws, "show", "HEAD:traces/t/messages/000000-000999/000002-user.md").endswith("hi\n")
 
 
 def test_init_on_existing_repo_adds_only_what_is_missing(tmp_path):

@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 from agentfs.core.runner import INTERRUPTED
+from agentfs.store.message_dir import message_relpath
 from agentfs.store.messages import load_message
-from tests.conftest import assert_git_clean, git, kill_runs_at_random, run_cli
+from tests.conftest import assert_git_clean, git, kill_runs_at_random, message_paths, run_cli
 
 TURNS = 200  # long enough that the kills land inside runs on a fast machine
 KILLS = 12
@@ -41,7 +42,7 @@ def message_files(root: Path) -> dict[str, bytes]:
     """Message files by name; the clock in context injections is the one thing that
     may differ between two runs of the same script."""
     folder = root / "traces" / "t" / "messages"
-    return {p.name: CLOCK.sub(b"## Current time", p.read_bytes()) for p in sorted(folder.iterdir())}
+    return {p.name: CLOCK.sub(b"## Current time", p.read_bytes()) for p in message_paths(folder)}
 
 
 def test_killed_runs_resume_without_loss_or_duplicates(tmp_path):
@@ -60,13 +61,13 @@ def test_killed_runs_resume_without_loss_or_duplicates(tmp_path):
     expected, got = message_files(reference), message_files(crashed)
     assert sorted(got) == sorted(expected), "a message was lost or duplicated"
     crashed_messages = {
-        m.sequence: m for m in (load_message(crashed / "traces/t/messages" / n) for n in got)
+        m.sequence: m for m in (load_message(crashed / "traces/t/messages" / message_relpath(n)) for n in got)
     }
     interrupted_steps = {
         step_of(crashed_messages, m) for m in crashed_messages.values() if m.text == INTERRUPTED
     }
     for name in (n for n in expected if got[n] != expected[n]):
-        message = load_message(crashed / "traces/t/messages" / name)
+        message = load_message(crashed / "traces/t/messages" / message_relpath(name))
         # only a step cut short may differ: its interrupted results, and calls after them
         # that now see the world without the interrupted call's effect
         assert message.role == "tool" and step_of(crashed_messages, message) in interrupted_steps, name

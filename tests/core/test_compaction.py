@@ -12,6 +12,7 @@ from agentfs.core.goals import Goal, GoalTree
 from agentfs.core.runner import Runner
 from agentfs.models.anthropic_messages import to_api_messages
 from agentfs.models.replay import ReplayModel
+from agentfs.store.message_dir import message_relpath
 from agentfs.store.messages import Message, ToolCall
 from agentfs.testing import check_request
 from tests.conftest import git, run_cli
@@ -154,7 +155,7 @@ def test_runner_compresses_what_it_sends_and_show_as_sent_agrees(workspace, writ
     assert dropped and all(m.goal_id == "1" for m in dropped)
     assert not any(big.strip() in m.text for m in request.messages)
     assert any(m.text == CLEARED for m in request.messages)
-    assert all((workspace / "traces/t/messages" / m.file_name()).exists() for m in dropped)
+    assert all((workspace / "traces/t/messages" / message_relpath(m.file_name())).exists() for m in dropped)
 
     as_sent = json.loads(run_cli("show", "t", "--json", "--as-sent", cwd=workspace).stdout)
     assert [m["id"] for m in as_sent["messages"][1:]] == [m.id for m in request.messages]

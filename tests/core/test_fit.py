@@ -22,7 +22,7 @@ def test_a_twenty_megabyte_tool_input_is_answered_not_run_and_the_trace_stays_re
     path = trace.main_path()  # every file loads
     assistant = path[2]
     assert assistant.tool_calls[0].input.keys() == {REFUSED_INPUT_KEY}
-    assert (trace.messages_dir / assistant.file_name()).stat().st_size < MAX_MESSAGE_BYTES
+    assert trace.message_path(assistant).stat().st_size < MAX_MESSAGE_BYTES
     results = [m for m in path if m.role == "tool"]
     assert results[0].is_error and results[0].text.startswith("not run")
     assert not (project.workspace.root / "big.txt").exists()

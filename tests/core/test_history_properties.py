@@ -16,7 +16,7 @@ from agentfs.models.anthropic import AnthropicModel
 from agentfs.models.base import ModelRequest, ModelResponse
 from agentfs.store.messages import ToolCall
 from agentfs.testing import FunctionModel, check_request
-from tests.conftest import assert_git_clean, user
+from tests.conftest import assert_git_clean, message_paths, user
 
 
 def respond(request: ModelRequest) -> ModelResponse:
@@ -97,7 +97,7 @@ def test_run_compress_rewind_keep_invariants(ops):
                         except AgentfsError:
                             pass  # a point that would leave tool calls unanswered
             trace = project.trace("t")
-            files = {p.name for p in trace.messages_dir.iterdir()}
+            files = {p.name for p in message_paths(trace.messages_dir)}
             assert seen_files <= files, "a message file was lost"
             seen_files = files
             path = trace.main_path()

@@ -13,7 +13,7 @@ from agentfs.models.base import ModelRequest, ModelResponse
 from agentfs.models.replay import ReplayModel
 from agentfs.skills import load_skills
 from agentfs.store.messages import ToolCall
-from tests.conftest import assert_git_clean, git, user
+from tests.conftest import assert_git_clean, git, message_paths, user
 
 
 class Recorder:
@@ -282,7 +282,7 @@ def test_a_five_megabyte_hook_output_is_cut_and_the_trace_stays_readable(project
     # the Python hooks come first, so the command's section is there, cut as well
     assert "## Log\nlog\nlog\n" in injected and "[... cut by agentfs: 4,98" in injected
 
-    for path in sorted((project.workspace.root / "traces/t/messages").iterdir()):
+    for path in message_paths(project.workspace.root / "traces/t/messages"):
         assert path.stat().st_size <= MAX_MESSAGE_BYTES
         load_message(path)
     shown = json.loads(run_cli("show", "t", "--json", cwd=project.workspace.root).stdout)

@@ -35,7 +35,7 @@ def test_completion_reflection_saves_pending_items(workspace, write_script):
     assert item.endswith("\nTests write into tmp_path.\n")
     assert not (workspace / "x.md").exists()  # only read-only tools run on a side branch
     branch = "agentfs/t/reflection-1"
-    files = git(workspace, "ls-tree", "--name-only", branch, "traces/t/messages/").split()
+    files = git(workspace, "ls-tree", "-r", "--name-only", branch, "traces/t/messages/").split()
     results = [git(workspace, "show", f"{branch}:{f}") for f in files if f.endswith("-tool.md")]
     assert ["is_error: true" in r for r in results] == [False, True]
     assert "write_file does not run on a reflection side branch" in results[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agentfs.core.sidebranch import SUMMARY_HEADER
-from tests.conftest import assert_git_clean, git, run_cli, user
+from tests.conftest import assert_git_clean, git, message_paths, run_cli, user
 
 
 def setup_workspace(root, write_script, window: int):
@@ -39,7 +39,7 @@ def test_two_compressions_make_two_summary_commits_with_side_branches(workspace,
     graph = git(workspace, "log", "--graph", "--oneline", "-40")
     assert "compression" in graph
     # the side branches' files never reach main's work tree
-    on_disk = {p.name for p in (workspace / "traces/t/messages").iterdir()}
+    on_disk = {p.name for p in message_paths(workspace / "traces/t/messages")}
     for branch in ("agentfs/t/compression-1", "agentfs/t/compression-2"):
         side = set(git(workspace, "ls-tree", "-r", "--name-only", branch,
                        "traces/t/messages").split())

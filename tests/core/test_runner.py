@@ -71,7 +71,7 @@ def test_run_commits_every_step_with_trailers_and_tool_files(project, write_scri
     tool_commit = git(root, "log", "--format=%H", "--grep", "^t1: tool #4").strip()
     changed = git(root, "show", "--name-only", "--format=", tool_commit).split()
     assert "out/hello.txt" in changed
-    assert "traces/t1/messages/000004-tool.md" in changed
+    assert "traces/t1/messages/000000-000999/000004-tool.md" in changed
     # a failing tool is an error result, not a crash
     path = project.trace("t1").main_path()
     errors = [m for m in path if m.role == "tool" and m.is_error]
@@ -98,7 +98,7 @@ def test_edit_is_committed_and_seen_by_the_model(project, write_script):
     project.new_trace("t1", user("original question"))
     runner, model = make_runner(project, write_script([{"text": "a1"}, {"text": "a2"}]))
     runner.run("t1")
-    first_user = project.workspace.root / "traces/t1/messages/000002-user.md"
+    first_user = project.workspace.root / "traces/t1/messages/000000-000999/000002-user.md"
     first_user.write_text(first_user.read_text().replace("original question", "edited question"))
 
     runner.run("t1", ["follow-up"])

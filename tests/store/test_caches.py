@@ -29,7 +29,7 @@ def trace(project: Project) -> Trace:
 def age(trace: Trace) -> None:
     """Files written moments ago are parsed again each time ("racily clean"); age them."""
     old = time.time() - 60
-    for path in trace.messages_dir.iterdir():
+    for path in trace.messages_dir.rglob("*.md"):
         os.utime(path, (old, old))
 
 
@@ -66,20 +66,20 @@ def test_an_edit_that_keeps_size_and_mtime_is_still_seen(
     project: Project, trace: Trace, monkeypatch
 ) -> None:
     new_process(project).messages(refresh=True)  # cache written after the files
-    path = trace.messages_dir / "000003-assistant.md"
+    path = trace.messages_dir / "000000-000999/000003-assistant.md"
     before = os.stat(path)
     path.write_bytes(path.read_bytes().replace(b"number 0000", b"NUMBER 0000"))
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # only ctime tells
     edited = new_process(project)
     assert edited.messages(refresh=True)[3].text == "assistant NUMBER 0000"
     assert edited.recover() == ["edit"]  # and recover() does not trust the index either
-    assert "NUMBER" in git(project.workspace.root, "show", "HEAD:traces/demo/messages/000003-assistant.md")
+    assert "NUMBER" in git(project.workspace.root, "show", "HEAD:traces/demo/messages/000000-000999/000003-assistant.md")
     assert_git_clean(project.workspace.root)
 
 
 def test_a_file_changed_moments_ago_is_parsed_again(project: Project, trace: Trace) -> None:
     """Two saves in one clock tick can leave the same stamp: a fresh file is not cached."""
-    path = trace.messages_dir / "000003-assistant.md"
+    path = trace.messages_dir / "000000-000999/000003-assistant.md"
     path.write_bytes(path.read_bytes().replace(b"number 0000", b"NUMBER 0000"))
     fresh = new_process(project)
     assert fresh.messages(refresh=True)[3].text == "assistant NUMBER 0000"
@@ -116,7 +116,7 @@ def test_recover_reads_only_files_whose_stat_changed(
     with fresh.lock():
         assert fresh.recover() == []
     assert read == []  # every file matched its index entry
-    (trace.messages_dir / "000004-user.md").write_text("---\nrole: user\n---\nchanged\n")
+    (trace.messages_dir / "000000-000999/000004-user.md").write_text("---\nrole: user\n---\nchanged\n")
     with fresh.lock():
         assert fresh.recover() == ["edit"]
     assert read == ["000004-user.md"]

@@ -77,7 +77,7 @@ def test_steps_leave_status_and_fsck_clean(project: Project, trace: Trace) -> No
     # `git show` of the tool step shows exactly what the step did.
     shown = git(root, "show", "--name-status", "--format=", "HEAD").splitlines()
     assert sorted(shown) == sorted(
-        ["D\ta/b/out.md", "A\ttraces/demo/messages/000005-tool.md", "M\ttraces/demo/trace.json"]
+        ["D\ta/b/out.md", "A\ttraces/demo/messages/000000-000999/000005-tool.md", "M\ttraces/demo/trace.json"]
     )
 
 
@@ -195,7 +195,7 @@ def test_concurrent_traces_lose_no_commit(project: Project, same: bool) -> None:
     assert_git_clean(root)
     files = tree_files(root)
     for n in range(processes):
-        prefix = f"traces/t{n}/messages/"
+        prefix = f"traces/t{n}/messages/000000-000999/"
         names = sorted(f[len(prefix) :] for f in files if f.startswith(prefix))
         # system #1, first user message #2, then the children's steps
         assert len(names) == 2 + commits
@@ -220,7 +220,7 @@ def test_side_branch_commit_leaves_worktree_and_index_alone(project: Project, tr
     with pytest.raises(GitStateError, match="already exists"):
         repo.create_branch(branch, main_head)
 
-    side_file = "traces/demo/messages/000003-assistant.md"
+    side_file = "traces/demo/messages/000000-000999/000003-assistant.md"
     side = Message(
         id="msg-000003",
         sequence=3,

@@ -225,7 +225,7 @@ def test_repair_reads_head_under_the_index_lock(root: Path, monkeypatch) -> None
     """A dead process's intent names a path that a live process then commits (e.g. a
     watcher took the trace over). The repair must not write back the older HEAD's
     entry: that was the staged deletion of a committed message."""
-    path = "traces/demo/messages/000005-assistant.md"
+    path = "traces/demo/messages/000000-000999/000005-assistant.md"
     state = root / ".git" / "agentfs"
     # A process died after announcing `path`, before moving main: HEAD lacks it.
     (state / "intents").mkdir(parents=True, exist_ok=True)

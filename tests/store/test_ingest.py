@@ -45,7 +45,7 @@ def test_an_inbox_file_becomes_the_next_user_message_in_one_commit(project, trac
     assert name == "note.md"
     assert (message.sequence, message.parent_sequence, message.role) == (3, 2, "user")
     assert not dropped.exists()
-    assert (trace.messages_dir / "000003-user.md").is_file()
+    assert (trace.messages_dir / "000000-000999/000003-user.md").is_file()
     assert commit_count(root) == before + 1
     subject, trailers = last_commit(root)
     assert subject == "demo: user #3 Please also check the tests."
@@ -115,7 +115,7 @@ def test_an_empty_file_is_never_taken(project, trace):
 
 def test_a_copied_message_file_gets_a_new_place_and_id(project, trace):
     # "Send it again": a copy of an existing message file, frontmatter and all.
-    drop(trace, "again.md", (trace.messages_dir / "000002-user.md").read_text())
+    drop(trace, "again.md", (trace.messages_dir / "000000-000999/000002-user.md").read_text())
     [(_, message)] = take(trace).taken
     assert (message.sequence, message.parent_sequence, message.content) == (3, 2, "hello")
     assert message.id != fresh(project).messages()[2].id
@@ -160,7 +160,7 @@ def resume(project: Project) -> list[str]:
 def test_a_crash_while_taking_a_file_is_finished_exactly_once(project, trace, committed, point,
                                                               text):
     root = project.workspace.root
-    text = text or (trace.messages_dir / "000002-user.md").read_text()
+    text = text or (trace.messages_dir / "000000-000999/000002-user.md").read_text()
     dropped = drop(trace, "note--with dashes.md", text)
     if committed:
         git(root, "add", "-A", "traces/demo/inbox")

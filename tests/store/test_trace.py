@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -73,8 +74,8 @@ def test_main_path_follows_parent_sequence(trace: Trace) -> None:
 
 def test_message_without_parent_follows_the_previous_file(trace: Trace) -> None:
     # Files a person writes by hand carry no frontmatter, so no parent_sequence.
-    (trace.messages_dir / "000003-assistant.md").write_text("a reply I wrote myself\n")
-    (trace.messages_dir / "000007-user.md").write_text("and a question\n")  # gap: 4-6 unused
+    (trace.messages_dir / "000000-000999/000003-assistant.md").write_text("a reply I wrote myself\n")
+    (trace.messages_dir / "000000-000999/000007-user.md").write_text("and a question\n")  # gap: 4-6 unused
     set_head(trace, 7)
     path = trace.main_path()
     assert sequences(path) == [1, 2, 3, 7]
@@ -85,7 +86,7 @@ def test_message_without_parent_follows_the_previous_file(trace: Trace) -> None:
 
 
 def test_missing_parent_is_a_clear_error(trace: Trace) -> None:
-    (trace.messages_dir / "000003-assistant.md").write_text("---\nparent_sequence: 9\n---\nreply\n")
+    (trace.messages_dir / "000000-000999/000003-assistant.md").write_text("---\nparent_sequence: 9\n---\nreply\n")
     set_head(trace, 3)
     with pytest.raises(AgentfsError) as info:
         trace.main_path()
@@ -101,8 +102,8 @@ def test_missing_parent_is_a_clear_error(trace: Trace) -> None:
 
 
 def test_parent_cycle_is_a_clear_error(trace: Trace) -> None:
-    (trace.messages_dir / "000003-assistant.md").write_text("---\nparent_sequence: 4\n---\na\n")
-    (trace.messages_dir / "000004-user.md").write_text("---\nparent_sequence: 3\n---\nb\n")
+    (trace.messages_dir / "000000-000999/000003-assistant.md").write_text("---\nparent_sequence: 4\n---\na\n")
+    (trace.messages_dir / "000000-000999/000004-user.md").write_text("---\nparent_sequence: 3\n---\nb\n")
     set_head(trace, 4)
     with pytest.raises(AgentfsError) as info:
         trace.main_path()
@@ -112,15 +113,15 @@ def test_parent_cycle_is_a_clear_error(trace: Trace) -> None:
 
 
 def test_self_parent_is_a_cycle(trace: Trace) -> None:
-    (trace.messages_dir / "000003-user.md").write_text("---\nparent_sequence: 3\n---\nme\n")
+    (trace.messages_dir / "000000-000999/000003-user.md").write_text("---\nparent_sequence: 3\n---\nme\n")
     set_head(trace, 3)
     with pytest.raises(AgentfsError, match="cycle"):
         trace.main_path()
 
 
 def test_duplicate_sequence_names_the_files(trace: Trace) -> None:
-    (trace.messages_dir / "000003-user.md").write_text("one\n")
-    (trace.messages_dir / "000003-assistant.md").write_text("two\n")
+    (trace.messages_dir / "000000-000999/000003-user.md").write_text("one\n")
+    (trace.messages_dir / "000000-000999/000003-assistant.md").write_text("two\n")
     with pytest.raises(MessageFileError) as info:
         trace.messages()
     names = {"000003-user.md", "000003-assistant.md"}
@@ -134,7 +135,7 @@ def test_duplicate_sequence_names_the_files(trace: Trace) -> None:
 def test_symlinked_message_file_is_refused(tmp_path: Path, trace: Trace) -> None:
     outside = tmp_path / "outside.md"
     outside.write_text("secret\n")
-    (trace.messages_dir / "000003-user.md").symlink_to(outside)
+    (trace.messages_dir / "000000-000999/000003-user.md").symlink_to(outside)
     with pytest.raises(MessageFileError) as info:
         trace.messages()
     assert info.value.path.name == "000003-user.md"
@@ -183,8 +184,8 @@ def test_rewind_moves_the_head_and_keeps_later_files(project: Project, trace: Tr
     assert reopened.meta.head == 4
     assert sequences(reopened.main_path()) == [1, 2, 3, 4]
     for name in ("000005-assistant.md", "000006-user.md"):
-        assert (trace.messages_dir / name).is_file()
-        assert git(root, "ls-files", f"traces/demo/messages/{name}") != ""
+        assert (trace.messages_dir / "000000-000999" / name).is_file()
+        assert git(root, "ls-files", f"traces/demo/messages/000000-000999/{name}") != ""
 
     again = reopened.new_message("assistant", "a different answer")
     assert (again.sequence, again.parent_sequence) == (7, 4)
@@ -225,13 +226,13 @@ def test_rewind_onto_unanswered_tool_calls_is_refused(project: Project, trace: T
 
 def test_recover_commits_user_edits(project: Project, trace: Trace) -> None:
     root = project.workspace.root
-    path = trace.messages_dir / "000002-user.md"
+    path = trace.messages_dir / "000000-000999/000002-user.md"
     path.write_bytes(path.read_bytes().replace(b"hello", b"hello, but in French"))
     before = commit_count(root)
 
     assert fresh(project).recover() == ["edit"]
     subject, trailers = last_commit(root)
-    assert subject == "demo: edit #2 messages/000002-user.md"
+    assert subject == "demo: edit #2 messages/000000-000999/000002-user.md"
     assert trailers == {"Agentfs-Trace": "demo", "Agentfs-Sequence": "2", "Agentfs-Kind": "edit"}
     assert commit_count(root) == before + 1
     assert_git_clean(root)
@@ -249,7 +250,7 @@ def test_recover_with_nothing_to_do_commits_nothing(project: Project, trace: Tra
 
 def test_recover_adopts_a_new_message_continuing_the_head(project: Project, trace: Trace) -> None:
     root = project.workspace.root
-    (trace.messages_dir / "000003-user.md").write_text("one more thing\n")
+    (trace.messages_dir / "000000-000999/000003-user.md").write_text("one more thing\n")
 
     reopened = fresh(project)
     assert reopened.recover() == ["recover"]
@@ -272,9 +273,9 @@ def test_recover_adopts_a_new_message_continuing_the_head(project: Project, trac
 
 def test_recover_adopts_and_commits_edits_separately(project: Project, trace: Trace) -> None:
     root = project.workspace.root
-    first = trace.messages_dir / "000002-user.md"
+    first = trace.messages_dir / "000000-000999/000002-user.md"
     first.write_bytes(first.read_bytes().replace(b"hello", b"hi there"))
-    (trace.messages_dir / "000003-assistant.md").write_text("an answer left by a crash\n")
+    (trace.messages_dir / "000000-000999/000003-assistant.md").write_text("an answer left by a crash\n")
     before = commit_count(root)
 
     assert fresh(project).recover() == ["recover", "edit"]
@@ -309,8 +310,8 @@ def test_recover_adopts_an_interrupted_tool_step_with_its_files(
     assert commit_count(root) == before + 1
     shown = git(root, "show", "--name-only", "--format=", "HEAD").split()
     assert "out.txt" in shown
-    assert "traces/demo/messages/000004-tool.md" in shown
-    assert "traces/demo/messages/000005-tool.md" in shown
+    assert "traces/demo/messages/000000-000999/000004-tool.md" in shown
+    assert "traces/demo/messages/000000-000999/000005-tool.md" in shown
     assert sequences(fresh(project).main_path()) == [1, 2, 3, 4, 5]
     assert_git_clean(root)
 
@@ -339,13 +340,13 @@ def test_deleting_a_message_on_the_main_path_is_refused_before_anything_is_commi
         project: Project, trace: Trace) -> None:
     root = project.workspace.root
     before = git(root, "rev-parse", "HEAD")
-    (trace.messages_dir / "000002-user.md").unlink()
+    (trace.messages_dir / "000000-000999/000002-user.md").unlink()
     with pytest.raises(AgentfsError) as info, fresh(project).lock():
         fresh(project).recover()
     assert "needs message #2" in str(info.value) and "were not committed" in str(info.value)
-    assert "git checkout -- traces/demo/messages/000002-user.md" in str(info.value)
+    assert "git checkout -- traces/demo/messages/000000-000999/000002-user.md" in str(info.value)
     assert git(root, "rev-parse", "HEAD") == before
-    git(root, "checkout", "--", "traces/demo/messages/000002-user.md")  # the hint works
+    git(root, "checkout", "--", "traces/demo/messages/000000-000999/000002-user.md")  # the hint works
     assert fresh(project).recover() == []
     assert_git_clean(root)
 
@@ -373,3 +374,14 @@ def test_a_rewind_to_the_head_commits_nothing(project: Project, trace: Trace) ->
     with trace.lock():
         assert trace.rewind(2) is None
     assert git(project.workspace.root, "rev-parse", "HEAD") == before
+
+
+def test_trace_json_is_written_only_when_its_bytes_change(project: Project, trace: Trace) -> None:
+    trace.save_meta()
+    before = os.stat(trace.meta_path)
+    trace.save_meta()  # nothing changed: no temp file, no fsync, no rename
+    assert os.stat(trace.meta_path).st_ino == before.st_ino
+    trace.meta.context["note"] = "changed"
+    trace.save_meta()
+    assert os.stat(trace.meta_path).st_ino != before.st_ino
+    assert '"note": "changed"' in trace.meta_path.read_text()

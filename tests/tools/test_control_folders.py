@@ -16,7 +16,7 @@ from agentfs.tools import ToolContext, ToolRegistry
 from agentfs.tools.files import WritePolicy, file_tools
 from tests.conftest import user
 
-CONTROL_FILES = ["inbox/x.md", "knowledge/x.md", "traces/t/messages/000009-user.md",
+CONTROL_FILES = ["inbox/x.md", "knowledge/x.md", "traces/t/messages/000000-000999/000009-user.md",
                  "skills/x.md", "agentfs.toml"]
 
 

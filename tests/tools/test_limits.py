@@ -14,6 +14,7 @@ from agentfs.core.runner import Runner
 from agentfs.models.base import ModelResponse
 from agentfs.skills import SkillCatalog, parse_skill_file
 from agentfs.store.frontmatter import MAX_DEPTH
+from agentfs.store.message_dir import message_relpath
 from agentfs.store.messages import (
     MAX_MESSAGE_BYTES,
     Message,
@@ -34,7 +35,7 @@ from agentfs.tools.base import (
 )
 from agentfs.tools.files import MAX_WRITE_BYTES
 from agentfs.tools.skill import SKILL_MAX_BYTES, skill_tool
-from tests.conftest import assert_git_clean, user
+from tests.conftest import assert_git_clean, message_paths, user
 
 MARKER = re.compile(r"\n\[\.\.\. cut by agentfs: ([\d,]+) more bytes(?:; (.*))?\]$")
 
@@ -152,7 +153,7 @@ def test_a_long_skill_is_cut_with_a_pointer_to_its_file(tmp_path):
 
 def assert_every_message_loads(project, trace_id: str) -> None:
     """Each message file is under the reader's limit and parses on its own."""
-    files = sorted((project.workspace.root / "traces" / trace_id / "messages").iterdir())
+    files = message_paths(project.workspace.root / "traces" / trace_id / "messages")
     assert files
     for path in files:
         assert path.stat().st_size <= MAX_MESSAGE_BYTES, path.name
@@ -195,7 +196,7 @@ def test_json_content_that_fits_is_stored_as_json(project):
            tools=[returning({"rows": [1, 2, 3]})]).run("t")
     result = next(m for m in project.trace("t").main_path() if m.role == "tool")
     assert result.content == {"rows": [1, 2, 3]}
-    assert json.loads((project.workspace.root / "traces/t/messages" / result.file_name())
+    assert json.loads((project.workspace.root / "traces/t/messages" / message_relpath(result.file_name()))
                       .read_text())["content"] == {"rows": [1, 2, 3]}
 
 

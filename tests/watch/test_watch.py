@@ -18,7 +18,7 @@ from agentfs.core.project import Project
 from agentfs.models.replay import ReplayModel
 from agentfs.watch.background import run_in_background
 from agentfs.watch.watcher import Watcher
-from tests.conftest import assert_git_clean, git, run_cli
+from tests.conftest import assert_git_clean, git, message_paths, run_cli
 
 
 def wait_for(condition, timeout: float = 20.0, what: str = "condition") -> None:
@@ -141,7 +141,7 @@ def message_texts_on_disk(root: Path, trace: str = "t") -> list[str]:
     from agentfs.store.messages import load_message
 
     folder = root / "traces" / trace / "messages"
-    return [load_message(p).text for p in sorted(folder.iterdir())]
+    return [load_message(p).text for p in message_paths(folder)]
 
 
 def drop_many(folder: Path, count: int) -> set[str]:
@@ -326,7 +326,7 @@ def test_an_empty_file_waits_without_making_the_loop_wake_early(ws):
 
 
 def test_a_trace_that_cannot_run_is_reported_once_and_retried_only_after_a_change(ws):
-    (ws / "traces/t/messages/000002-user.md").unlink()  # breaks the main path
+    (ws / "traces/t/messages/000000-000999/000002-user.md").unlink()  # breaks the main path
     (ws / "traces/t/inbox/more.md").write_text("more\n")
     events: list[tuple[str, dict]] = []
     watcher = Watcher(Project.open(ws), lambda model, preset: ReplayModel(ws / "script.json"),
@@ -342,7 +342,7 @@ def test_a_trace_that_cannot_run_is_reported_once_and_retried_only_after_a_chang
     assert "000002-user.md" in git(ws, "ls-tree", "-r", "--name-only", "HEAD")  # not deleted
     assert (ws / "traces/t/inbox/more.md").exists()  # waits for the trace to be fixed
 
-    git(ws, "checkout", "--", "traces/t/messages/000002-user.md")  # the fix the error names
+    git(ws, "checkout", "--", "traces/t/messages/000000-000999/000002-user.md")  # the fix the error names
     watcher.tick()
     wait_for(lambda: not watcher._busy(), what="the run to end")
     watcher.close()

@@ -17,7 +17,7 @@ import pytest
 from agentfs.core.project import Project
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.messages import load_message
-from tests.conftest import assert_git_clean, run_cli
+from tests.conftest import assert_git_clean, message_paths, run_cli
 from tests.watch.test_watch import replay_workspace
 
 
@@ -47,7 +47,7 @@ def taken_texts(root: Path) -> Counter:
     """How many message files, across all traces, hold each dropped text."""
     found: Counter = Counter()
     for messages in (root / "traces").glob("*/messages"):
-        for path in messages.iterdir():
+        for path in message_paths(messages):
             text = load_message(path).text
             if text.startswith(("new ", "old ")):
                 found[text] += 1

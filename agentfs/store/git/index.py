@@ -3,11 +3,18 @@
 The index is shared by every process working in the workspace (other traces,
 the user's `git`), so each update reads, patches and writes it while holding
 Git's own `index.lock` (see `agentfs/store/git/lockfiles.py:GitLockFile`).
+
+An index of `SPLIT_AT` entries or more is written as a split index
+(`agentfs/store/git/splitindex.py`): `.git/index` holds only the entries that
+differ from a shared index, which is written again once they are more than
+`max_changes` of them, so a step writes a few kilobytes, not the whole index.
+`core.splitIndex = false` keeps the index whole.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,8 +31,21 @@ from dulwich.index import (
 from agentfs.errors import GitStateError
 from agentfs.store.git import rawindex
 from agentfs.store.git.lockfiles import GitLockFile
+from agentfs.store.git.splitindex import remove_expired, write_shared
 
 _DROP_EXTENSIONS = rawindex.DROPPED_EXTENSIONS
+
+#: An index of this many entries or more is written split.
+SPLIT_AT = 1000
+
+
+def max_changes(entries: int) -> int:
+    """How many entries may differ from the shared index before it is written again.
+
+    A step writes about the changed entries (half this, on average) plus the
+    whole shared index once in this many steps: √(2·entries) balances the two.
+    """
+    return max(64, math.isqrt(2 * entries))
 
 
 class IndexUpdate:
@@ -37,8 +57,12 @@ class IndexUpdate:
     HEAD holds, read under the lock, is what the index must hold.
     """
 
-    def __init__(self, index_path: Path, state_dir: Path, *, durable: bool = False) -> None:
+    def __init__(
+        self, index_path: Path, state_dir: Path, *, durable: bool = False, split: bool = True
+    ) -> None:
         self.index_path = index_path
+        self.durable = durable
+        self.split = split
         self._lock = GitLockFile(index_path, state_dir, durable=durable)
         self._current: rawindex.RawIndex | None = None
         self._parsed: tuple[dict, int | None, list] | None = None  # dulwich's read, if needed
@@ -68,12 +92,26 @@ class IndexUpdate:
         if not changes:
             return
         if self._current is not None:
-            self._raw = self._current.apply(changes)
+            self._raw = self._form(self._current.apply(changes))
             self._data = self._raw.encode()
         else:
             assert self._parsed is not None
             self._data = _rewrite_with_dulwich(self._parsed, changes)
         self._lock.write(self._data)
+
+    def _form(self, index: rawindex.RawIndex) -> rawindex.RawIndex:
+        """`index` as it is written: whole, split against its shared index, or split
+        against a new shared index (written here, before the index that names it)."""
+        if not self.split:
+            return index.unsplit() if index.base is not None else index
+        if index.base is None and len(index.keys) < SPLIT_AT:
+            return index
+        if index.base is not None and len(index.delta) <= max_changes(len(index.keys)):
+            return index
+        git_dir = self.index_path.parent
+        sha = write_shared(git_dir, index.encode_shared(), durable=self.durable)
+        remove_expired(git_dir, keep=sha)
+        return index.rebased(sha)
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None and self._data is not None:
@@ -90,6 +128,12 @@ def _load_raw(index_path: Path) -> rawindex.RawIndex | None:
         index, _ = rawindex.load(index_path)
     except FileNotFoundError:
         return rawindex.RawIndex(version=2)
+    except rawindex.BrokenSplit as exc:
+        raise GitStateError(
+            f"{index_path}: a split index agentfs cannot read ({exc})",
+            hint="rebuild the index from HEAD with `git read-tree HEAD` "
+            "(staged changes are lost), then try again",
+        ) from None
     except rawindex.Unsupported:
         if os.path.getsize(index_path) == 0:
             return rawindex.RawIndex(version=2)
@@ -130,8 +174,8 @@ def _read(index_path: Path) -> tuple[dict, int | None, list]:
     except Exception as exc:  # noqa: BLE001 — dulwich raises several types for formats it cannot read
         raise GitStateError(
             f"{index_path}: agentfs cannot read this Git index ({type(exc).__name__})",
-            hint="a split index is not supported: run `git config core.splitIndex false` "
-            "and `git update-index --no-split-index`",
+            hint="run `git update-index --no-split-index` (or `git update-index "
+            "--index-version 2`), then try again",
         ) from None
     return entries, version, extensions
 

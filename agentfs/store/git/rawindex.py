@@ -1,4 +1,4 @@
-"""A fast path for patching a few entries of a version 2/3 Git index.
+"""A fast path for patching a few entries of a version 2/3 Git index, whole or split.
 
 Reading and re-encoding every entry through dulwich costs tens of
 microseconds per entry, which dominated each step in a large trace. Here
@@ -13,6 +13,11 @@ SHA-1 of everything before it), read with one `pread`. Inode numbers and
 mtimes are not enough: other processes replace the index all the time, a
 freed inode number is handed out again at once, and two writes within one
 tick of the file-time clock get the same mtime (see docs/decisions.md).
+
+A split index (`agentfs/store/git/splitindex.py`) is read as the whole
+index it stands for, and remembers the shared index it is written against
+and which entries differ from it, so writing it again costs in proportion to
+those entries, not to the whole index.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from pathlib import Path
 
 from dulwich.index import IndexEntry, Stage, write_cache_entry
 
+from agentfs.store.git.splitindex import decode_ewah, encode_ewah, shared_path
+
 HEADER = struct.Struct(">4sLL")
 FLAG_EXTENDED = 0x4000
 NAME_MASK = 0x0FFF
@@ -37,36 +44,78 @@ DROPPED_EXTENSIONS = {b"TREE", b"UNTR"}
 
 
 class Unsupported(Exception):
-    """An index this fast path does not handle (version 4, split index, ...)."""
+    """An index this fast path does not handle (version 4, unknown extensions, ...)."""
+
+
+class BrokenSplit(Unsupported):
+    """A split index whose shared index is missing or does not fit it: nothing else
+    can read it either (dulwich would take its few entries for the whole index)."""
+
+
+Key = tuple[bytes, int]  # (path, stage)
 
 
 @dataclass
 class RawIndex:
     version: int
-    keys: list[tuple[bytes, int]] = field(default_factory=list)  # (path, stage), sorted
+    keys: list[Key] = field(default_factory=list)  # sorted
     raws: list[bytes] = field(default_factory=list)
     extensions: list[tuple[bytes, bytes]] = field(default_factory=list)
     #: `stat_keys` results by prefix (an instance is never changed once built).
     memo: dict[bytes, dict[str, tuple[tuple[int, ...], bytes]]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    #: Written as a split index: the shared index's checksum and entries ...
+    base: tuple[bytes, RawIndex] | None = field(default=None, repr=False)
+    #: ... and the entries that differ from it (None: deleted).
+    delta: dict[Key, bytes | None] = field(default_factory=dict, repr=False)
+    #: The `link` extension of a split index as read, until `load` resolves it.
+    link: bytes | None = field(default=None, repr=False)
 
     def apply(self, changes: Mapping[bytes, IndexEntry | None]) -> RawIndex:
         """A copy in which every stage of each path is replaced by a stage-0 entry (or
         with None removed). `self` is left as it is: it may be the cached parse of
         the file on disk, shared by this process's threads."""
-        new = RawIndex(self.version, list(self.keys), list(self.raws), list(self.extensions))
+        new = RawIndex(self.version, list(self.keys), list(self.raws), list(self.extensions),
+                       base=self.base, delta=dict(self.delta))
         for path, entry in changes.items():
             start = bisect.bisect_left(new.keys, (path, 0))
             end = start
             while end < len(new.keys) and new.keys[end][0] == path:
                 end += 1
+            for key in new.keys[start:end]:
+                new._forget(key)
             del new.keys[start:end], new.raws[start:end]
             if entry is not None:
                 raw = encode_entry(path, entry, new.version)
                 new.keys.insert(start, (path, 0))
                 new.raws.insert(start, raw)
+                if new.base is not None:
+                    new.delta[(path, 0)] = raw
         return new
+
+    def _forget(self, key: Key) -> None:
+        if self.base is None:
+            return
+        if _position(self.base[1].keys, key) is None:
+            self.delta.pop(key, None)
+        else:
+            self.delta[key] = None
+
+    def rebased(self, sha: bytes) -> RawIndex:
+        """The same index written against a shared index of all its entries, whose
+        checksum (`encode_shared`'s last 20 bytes) is `sha`."""
+        shared = RawIndex(self.version, self.keys, self.raws)
+        return RawIndex(self.version, self.keys, self.raws, self.extensions, base=(sha, shared))
+
+    def unsplit(self) -> RawIndex:
+        """The same index, to be written whole."""
+        return RawIndex(self.version, self.keys, self.raws, self.extensions)
+
+    def encode_shared(self) -> bytes:
+        """All entries as a shared index: no extensions (as Git writes them)."""
+        body = b"".join([HEADER.pack(b"DIRC", self.version, len(self.raws)), *self.raws])
+        return body + hashlib.sha1(body).digest()
 
     def stat_keys(self, prefix: bytes) -> dict[str, tuple[tuple[int, ...], bytes]]:
         """For the stage-0 entries below directory `prefix`: path → (the `stat_key` a
@@ -88,11 +137,126 @@ class RawIndex:
         return found
 
     def encode(self) -> bytes:
+        """The index file: whole, or as a split index when it has a `base`."""
+        extensions = [sig + struct.pack(">L", len(data)) + data for sig, data in self.extensions]
+        if self.base is None:
+            body = b"".join(
+                [HEADER.pack(b"DIRC", self.version, len(self.raws)), *self.raws, *extensions]
+            )
+            return body + hashlib.sha1(body).digest()
+        sha, shared = self.base
+        replaced: list[tuple[int, bytes]] = []
+        deleted: list[int] = []
+        added: list[tuple[Key, bytes]] = []
+        for key, raw in self.delta.items():
+            at = _position(shared.keys, key)
+            if at is None:
+                if raw is not None:
+                    added.append((key, raw))
+            elif raw is None:
+                deleted.append(at)
+            else:
+                replaced.append((at, raw))
+        replaced.sort()
+        added.sort()
+        link = sha + encode_ewah(sorted(deleted)) + encode_ewah([at for at, _ in replaced])
+        entries = [_without_name(raw) for _, raw in replaced] + [raw for _, raw in added]
         body = b"".join(
-            [HEADER.pack(b"DIRC", self.version, len(self.raws)), *self.raws]
-            + [sig + struct.pack(">L", len(data)) + data for sig, data in self.extensions]
+            [HEADER.pack(b"DIRC", self.version, len(entries)), *entries,
+             b"link" + struct.pack(">L", len(link)) + link, *extensions]
         )
         return body + hashlib.sha1(body).digest()
+
+
+def _position(keys: list[Key], key: Key) -> int | None:
+    at = bisect.bisect_left(keys, key)
+    return at if at < len(keys) and keys[at] == key else None
+
+
+def _header_size(raw: bytes) -> tuple[int, int]:
+    """(size of the fixed part, flags) of a raw entry."""
+    (flags,) = struct.unpack_from(">H", raw, 60)
+    return 62 + (2 if flags & FLAG_EXTENDED else 0), flags
+
+
+def _without_name(raw: bytes) -> bytes:
+    """A raw entry with an empty name, as a split index stores a replacing entry."""
+    size, flags = _header_size(raw)
+    return (raw[:60] + struct.pack(">H", flags & ~NAME_MASK) + raw[62:size]
+            + b"\0" * (((size + 8) & ~7) - size))
+
+
+def _with_name(raw: bytes, name: bytes) -> bytes:
+    size, flags = _header_size(raw)
+    flags = (flags & ~NAME_MASK) | min(len(name), NAME_MASK)
+    padded = ((size + len(name) + 8) & ~7) - size - len(name)
+    return raw[:60] + struct.pack(">H", flags) + raw[62:size] + name + b"\0" * padded
+
+
+def _resolve(index: RawIndex, git_dir: Path) -> RawIndex:
+    """The whole index a split index stands for (its shared index read from `git_dir`).
+
+    Raises:
+        Unsupported: the shared index is missing, damaged or not a v2/v3 index, or
+            the link extension does not fit it.
+    """
+    assert index.link is not None
+    sha = index.link[:20]
+    try:
+        if len(index.link) > 20:
+            deleted, at = decode_ewah(index.link, 20)
+            replaced, at = decode_ewah(index.link, at)
+            if at != len(index.link):
+                raise ValueError("garbage after the bitmaps")
+        else:
+            deleted, replaced = [], []
+    except ValueError as exc:
+        raise BrokenSplit(f"link extension: {exc}") from None
+    shared = _shared(git_dir, sha)
+    if len(replaced) > len(index.raws) or any(p >= len(shared.keys) for p in deleted + replaced):
+        raise BrokenSplit("link extension does not fit its shared index")
+    keys, raws = list(shared.keys), list(shared.raws)
+    delta: dict[Key, bytes | None] = {}
+    for n, at in enumerate(replaced):
+        raws[at] = _with_name(index.raws[n], shared.keys[at][0])
+        delta[shared.keys[at]] = raws[at]
+    if deleted:
+        gone = set(deleted)
+        for at in gone:
+            delta[shared.keys[at]] = None
+        keys = [k for n, k in enumerate(keys) if n not in gone]
+        raws = [r for n, r in enumerate(raws) if n not in gone]
+    for key, raw in zip(index.keys[len(replaced):], index.raws[len(replaced):]):
+        at = bisect.bisect_left(keys, key)
+        if at < len(keys) and keys[at] == key:
+            raws[at] = raw
+        else:
+            keys.insert(at, key)
+            raws.insert(at, raw)
+        delta[key] = raw
+    return RawIndex(index.version, keys, raws, index.extensions, base=(sha, shared), delta=delta)
+
+
+#: Shared indexes read by this process, by checksum (they never change).
+_shared_cache: dict[bytes, RawIndex] = {}
+
+
+def _shared(git_dir: Path, sha: bytes) -> RawIndex:
+    found = _shared_cache.get(sha)
+    if found is None:
+        try:
+            data = shared_path(git_dir, sha).read_bytes()
+        except FileNotFoundError:
+            raise BrokenSplit(f"shared index {sha.hex()} is missing") from None
+        try:
+            found = parse(data)
+        except Unsupported as exc:
+            raise BrokenSplit(f"shared index {sha.hex()}: {exc}") from None
+        if found.link is not None or data[-20:] != sha:
+            raise BrokenSplit(f"shared index {sha.hex()} is not one")
+        _shared_cache.clear()  # one at a time is all a workspace needs
+        _shared_cache[sha] = found
+    return found
 
 
 def encode_entry(path: bytes, entry: IndexEntry, version: int) -> bytes:
@@ -126,9 +290,11 @@ def parse(data: bytes) -> RawIndex:
     while offset < end:
         signature = data[offset : offset + 4]
         (size,) = struct.unpack_from(">L", data, offset + 4)
-        if not signature.isupper():
-            raise Unsupported(f"index extension {signature!r}")  # e.g. 'link': split index
-        if signature not in DROPPED_EXTENSIONS:
+        if signature == b"link":
+            index.link = data[offset + 8 : offset + 8 + size]
+        elif not signature.isupper():
+            raise Unsupported(f"index extension {signature!r}")  # one Git says not to ignore
+        elif signature not in DROPPED_EXTENSIONS:
             index.extensions.append((signature, data[offset + 8 : offset + 8 + size]))
         offset += 8 + size
     return index
@@ -157,6 +323,8 @@ def load(path: Path) -> tuple[RawIndex, int]:
     finally:
         os.close(fd)
     index = parse(data)  # checks the checksum: only real SHA-1s are ever cached
+    if index.link is not None:
+        index = _resolve(index, path.parent)
     _cache[str(path)] = (_identity(data), index)
     return index, st.st_mtime_ns
 

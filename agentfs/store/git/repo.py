@@ -132,6 +132,16 @@ class GitRepo:
     def close(self) -> None:
         self.repo.close()
 
+    @cached_property
+    def split_index(self) -> bool:
+        """Whether agentfs may write the index split (`agentfs/store/git/index.py`):
+        unless `core.splitIndex` is false, as Git would then undo it."""
+        try:
+            value = self.repo.get_config_stack().get((b"core",), b"splitIndex")
+        except KeyError:
+            return True
+        return value.strip().lower() not in (b"false", b"no", b"off", b"0")
+
     def pack(self) -> PackReport | None:
         """Move the loose objects into a pack and merge the small packs that are due
         (`agentfs/store/git/packing.py`); commits do this on their own once about
@@ -197,6 +207,15 @@ class GitRepo:
         blob = self.objects[found[1]]
         assert isinstance(blob, Blob)
         return blob.as_raw_string()
+
+    def entries(self, commit_sha: bytes | None, directory: str) -> dict[str, tuple[int, bytes]]:
+        """The entries directly in `directory` at a commit: name → (mode, sha); {} if none."""
+        found = self.tree_lookup(commit_sha, directory)
+        if found is None or not stat.S_ISDIR(found[0]):
+            return {}
+        tree = self.objects[found[1]]
+        assert isinstance(tree, Tree)
+        return {e.path.decode(): (e.mode, e.sha) for e in tree.iteritems()}
 
     def walk(self, commit_sha: bytes | None, prefix: str) -> dict[str, tuple[int, bytes]]:
         """Every file below directory `prefix` at a commit: path → (mode, blob id)."""
@@ -301,7 +320,8 @@ class GitRepo:
         with (
             DeadIntents(self.state_dir) as dead,
             index_intent(self.state_dir, [change.path for change in changes]),
-            IndexUpdate(self.index_path, self.state_dir, durable=self.durable) as index,
+            IndexUpdate(self.index_path, self.state_dir, durable=self.durable,
+                        split=self.split_index) as index,
         ):
             sha = self._commit(MAIN, changes, message, extra_parents=extra_parents)
             index.apply({**self._entries_at(sha, dead.paths), **index_changes})
@@ -313,7 +333,8 @@ class GitRepo:
         with HEAD (see `agentfs/store/git/intents.py`)."""
         with DeadIntents(self.state_dir) as dead:
             if dead:
-                with IndexUpdate(self.index_path, self.state_dir, durable=self.durable) as index:
+                with IndexUpdate(self.index_path, self.state_dir, durable=self.durable,
+                                 split=self.split_index) as index:
                     # HEAD is read under the index lock: main cannot move meanwhile
                     index.apply(self._entries_at(self.head(), dead.paths))
 

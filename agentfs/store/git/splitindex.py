@@ -1,0 +1,152 @@
+"""Git's split index: most entries in a shared file, the changes in `.git/index`.
+
+With a split index, `.git/index` holds only the entries that differ from a
+shared index `.git/sharedindex.<sha>` and a `link` extension naming it, with
+two EWAH bitmaps over the shared entries: which are deleted and which are
+replaced (a replacing entry is stored with an empty name, in bitmap order);
+the other entries of `.git/index` are added. Git reads, writes and keeps this
+form (`git update-index --split-index`; see gitformat-index(5)), so agentfs
+can rewrite a small `.git/index` each step and the shared file only once
+the changes grow (`agentfs/store/git/rawindex.py:RawIndex.encode`).
+
+Shared index files are never changed once written (they are named by their
+checksum). One is deleted only when the index no longer names it and it is
+older than `SHARED_EXPIRE_S`, so a reader that has just read the old
+`.git/index` still finds it (Git itself keeps them two weeks).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from pathlib import Path
+
+from agentfs.store.atomic import fsync_dir, open_creating
+
+__all__ = ["SHARED_EXPIRE_S", "decode_ewah", "encode_ewah", "remove_expired", "write_shared"]
+
+#: Shared index files not named by the index are deleted once this old (seconds).
+SHARED_EXPIRE_S = 600
+
+_RUNNING_BITS = 32
+_LITERAL_MAX = (1 << 31) - 1
+_RUN_MAX = (1 << _RUNNING_BITS) - 1
+
+
+def encode_ewah(bits: list[int]) -> bytes:
+    """The EWAH serialization Git reads (ewah/ewah_io.c) of the set `bits` (sorted)."""
+    words: dict[int, int] = {}
+    for bit in bits:
+        words[bit // 64] = words.get(bit // 64, 0) | (1 << (bit % 64))
+    buffer: list[int] = []
+    rlw = 0
+    position = 0  # words encoded so far
+    order = sorted(words)
+    at = 0
+    while at < len(order):
+        end = at
+        while end + 1 < len(order) and order[end + 1] == order[end] + 1:
+            end += 1
+        run = order[at] - position
+        while run > _RUN_MAX:  # a run longer than one marker word holds
+            buffer.append(_RUN_MAX << 1)
+            run -= _RUN_MAX
+        literals = [words[i] for i in order[at : end + 1]]
+        for start in range(0, len(literals), _LITERAL_MAX):
+            chunk = literals[start : start + _LITERAL_MAX]
+            rlw = len(buffer)
+            buffer.append((run << 1) | (len(chunk) << (1 + _RUNNING_BITS)))
+            buffer.extend(chunk)
+            run = 0
+        position = order[end] + 1
+        at = end + 1
+    if not buffer:
+        buffer.append(0)
+    bit_size = bits[-1] + 1 if bits else 0
+    return (
+        struct.pack(">LL", bit_size, len(buffer))
+        + struct.pack(f">{len(buffer)}Q", *buffer)
+        + struct.pack(">L", rlw)
+    )
+
+
+def decode_ewah(data: bytes, offset: int) -> tuple[list[int], int]:
+    """The set bits of the EWAH bitmap at `offset`, and the offset after it.
+
+    Raises:
+        ValueError: the bitmap is cut short.
+    """
+    if len(data) < offset + 8:
+        raise ValueError("EWAH bitmap cut short")
+    _bit_size, count = struct.unpack_from(">LL", data, offset)
+    end = offset + 8 + 8 * count + 4
+    if len(data) < end:
+        raise ValueError("EWAH bitmap cut short")
+    words = struct.unpack_from(f">{count}Q", data, offset + 8)
+    bits: list[int] = []
+    position = 0  # in words
+    at = 0
+    while at < count:
+        marker = words[at]
+        run = (marker >> 1) & _RUN_MAX
+        literals = marker >> (1 + _RUNNING_BITS)
+        if marker & 1:
+            bits.extend(range(position * 64, (position + run) * 64))
+        position += run
+        for word in words[at + 1 : at + 1 + literals]:
+            while word:
+                low = word & -word
+                bits.append(position * 64 + low.bit_length() - 1)
+                word ^= low
+            position += 1
+        at += 1 + literals
+    return bits, end
+
+
+def shared_path(git_dir: Path, sha: bytes) -> Path:
+    """The shared index file of checksum `sha` (20 bytes)."""
+    return git_dir / f"sharedindex.{sha.hex()}"
+
+
+def write_shared(git_dir: Path, data: bytes, *, durable: bool) -> bytes:
+    """Write a shared index (a whole index whose last 20 bytes are its checksum) under
+    its name, unless it exists; returns the checksum."""
+    sha = data[-20:]
+    target = shared_path(git_dir, sha)
+    if target.exists():
+        os.utime(target)  # in use again: not expired
+        return sha
+    tmp = git_dir / f"sharedindex.{sha.hex()}.{os.getpid()}.tmp"
+    fd = open_creating(tmp, os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    if durable:
+        fsync_dir(git_dir)
+    return sha
+
+
+def remove_expired(git_dir: Path, keep: bytes) -> None:
+    """Delete shared index files other than `keep` (a checksum) older than
+    `SHARED_EXPIRE_S`, and temp files of writers that died."""
+    now = time.time()
+    try:
+        names = os.listdir(git_dir)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if not name.startswith("sharedindex.") or name == f"sharedindex.{keep.hex()}":
+            continue
+        path = git_dir / name
+        try:
+            if now - os.stat(path).st_mtime > SHARED_EXPIRE_S:
+                path.unlink()
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,121 @@
+"""Upgrading a trace written in an older format, in place, before a run goes on.
+
+Format 1 kept every message file directly in `messages/`; format 2 keeps them
+in folders of `SHARD_SIZE` sequences (`agentfs/store/message_dir.py`). The
+upgrade moves each message file found directly in `messages/` into its
+folder, then commits the moves of committed files, unchanged, as one
+`upgrade` commit (with `trace.json`'s `format_version`, when trace.json is
+as committed). It only renames: a moved file that differs from its commit
+(an edit) or was never committed (a file a person put there) is left to
+recovery, which commits it as an `edit` or adopts it, from its folder.
+
+Killed at any instant, the next run finishes it: renames already done are
+found as a committed file missing from `messages/` whose folder holds the
+same bytes, and nothing is committed until the ref moves once.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import TYPE_CHECKING
+
+from dulwich.objects import Blob
+from pydantic import ValidationError
+
+from agentfs.store.atomic import fsync_dir
+from agentfs.store.commits import Step
+from agentfs.store.message_dir import SHARD_SIZE, message_relpath
+from agentfs.store.messages import parse_file_name
+from agentfs.store.meta import FORMAT_VERSION, TraceMeta, dump_meta
+
+if TYPE_CHECKING:
+    from agentfs.store.trace import Trace
+
+__all__ = ["upgrade"]
+
+
+def upgrade(trace: Trace) -> bytes | None:
+    """Bring the trace's files to the current format; returns the `upgrade` commit, or
+    None if there was nothing to commit. The caller holds the trace's lock."""
+    moved = _move_loose_files(trace)
+    head = trace.repo.head()
+    messages = trace.rel(trace.messages_dir)
+    flat = {
+        name: sha for name, (mode, sha) in trace.repo.entries(head, messages).items()
+        if not stat.S_ISDIR(mode) and parse_file_name(name) is not None
+    }
+    if not flat and not moved:
+        return None
+    paths: list[str] = []
+    for name, sha in sorted(flat.items()):
+        rel = message_relpath(name)
+        if (trace.messages_dir / name).exists() or _blob_id(trace.messages_dir / rel) != sha:
+            continue  # not moved (its place is taken), or edited: recovery's to commit
+        paths += [f"{messages}/{name}", f"{messages}/{rel}"]
+    if not paths:
+        return None
+    if _meta_as_committed(trace, head):
+        trace.save_meta()  # the version changes: part of the upgrade
+        paths.append(trace.rel(trace.meta_path))
+    step = Step(
+        trace.id, "upgrade", trace.meta.head,
+        summary=f"{len(paths) // 2} message files moved into folders of {SHARD_SIZE}",
+    )
+    return trace.repo.commit_worktree(paths, step.message())
+
+
+def _meta_as_committed(trace: Trace, head: bytes | None) -> bool:
+    """True if trace.json on disk is as committed, or as committed but for the new
+    version (written by an upgrade killed before its commit)."""
+    committed = trace.repo.read_file(head, trace.rel(trace.meta_path))
+    if committed is None:
+        return False
+    try:
+        meta = TraceMeta.model_validate_json(committed)
+        on_disk = trace.meta_path.read_bytes()
+    except (ValidationError, OSError):
+        return False
+    if meta.format_version >= FORMAT_VERSION:
+        return False
+    meta.format_version = FORMAT_VERSION
+    return on_disk in (committed, dump_meta(meta))
+
+
+def _move_loose_files(trace: Trace) -> int:
+    """Rename each message file directly in `messages/` into its folder, unless a file
+    is there already; returns how many were moved."""
+    moved = 0
+    folders: set[str] = set()
+    try:
+        entries = list(os.scandir(trace.messages_dir))
+    except FileNotFoundError:
+        return 0
+    for entry in entries:
+        if parse_file_name(entry.name) is None or not entry.is_file(follow_symlinks=False):
+            continue  # folders, symlinks and other names: the listing reports them
+        rel = message_relpath(entry.name)
+        target = trace.messages_dir / rel
+        if os.path.lexists(target):
+            continue  # two files for one message: the listing names both
+        target.parent.mkdir(exist_ok=True)
+        os.rename(entry.path, target)
+        folders.add(rel.partition("/")[0])
+        moved += 1
+    if moved and trace.repo.durable:
+        for folder in folders:
+            fsync_dir(trace.messages_dir / folder)
+        fsync_dir(trace.messages_dir)
+    return moved
+
+
+def _blob_id(path: os.PathLike[str]) -> bytes | None:
+    """The blob id of the regular file at `path` (never through a symlink), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return Blob.from_string(f.read()).id
