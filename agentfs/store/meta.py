@@ -1,4 +1,5 @@
-"""`trace.json`: a trace's metadata and runtime context, read and written here only."""
+"""`trace.json`: a trace's metadata and runtime context, validated and written here
+only (the bytes are read as JSON by `agentfs/store/metafile.py:read_meta_json`)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentfs.errors import AgentfsError, TraceNotFound, validation_problems
+from agentfs.errors import AgentfsError, validation_problems
 from agentfs.store.atomic import atomic_write
+from agentfs.store.metafile import FORMAT_VERSION, read_meta_json
 
 __all__ = ["FORMAT_VERSION", "TraceMeta", "load_meta", "save_meta"]
-
-#: Version of the on-disk trace format this agentfs writes and reads.
-FORMAT_VERSION = 1
-
 
 class TraceMeta(BaseModel):
     """Contents of `trace.json`: the trace's metadata and runtime context."""
@@ -46,21 +44,7 @@ def load_meta(path: Path, git_path: str) -> TraceMeta:
       TraceNotFound: the file does not exist.
       AgentfsError: it is not valid JSON, is from a newer agentfs, or has bad fields.
     """
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise TraceNotFound(f"{path}: missing", hint="is this a trace?") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise AgentfsError(
-            f"{path}: not valid JSON ({exc})",
-            hint=f"fix it, or restore it with `git checkout -- {git_path}`",
-        ) from None
-    version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else None
-    if isinstance(version, int) and version > FORMAT_VERSION:
-        raise AgentfsError(
-            f"{path}: written by a newer agentfs (format {version})",
-            hint="upgrade agentfs to read this trace",
-        )
+    data = read_meta_json(path, git_path)
     try:
         return TraceMeta.model_validate(data)
     except ValidationError as exc:
