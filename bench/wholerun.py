@@ -58,7 +58,7 @@ NOTES = "notes.md"
 
 
 def run(results: Results, quick: bool, scratch: Path) -> None:
-    iterations, reps = (10, 2) if quick else (40, 3)
+    iterations, reps = (10, 2) if quick else (30, 3)
     templates = {size: prepare(scratch / f"template-{size}", size) for size in SIZES}
     inproc: dict[int, list[dict[str, float]]] = {size: [] for size in SIZES}
     command: dict[int, list[dict[str, float]]] = {size: [] for size in SIZES}
