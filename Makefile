@@ -11,7 +11,7 @@ test: .venv/bin/agentfs
 	.venv/bin/python -m pytest
 
 bench: .venv/bin/agentfs
-	.venv/bin/python -m bench
+	.venv/bin/pip install -q -e '.[bench]' && .venv/bin/python -m bench
 
 lint: .venv/bin/agentfs
 	.venv/bin/pip install -q ruff mypy && .venv/bin/ruff check agentfs tests && .venv/bin/mypy agentfs

@@ -8,8 +8,10 @@ without a traceback.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
+if TYPE_CHECKING:  # imported by its callers; errors.py stays cheap to import
+    from pydantic import ValidationError
 
 
 class AgentfsError(Exception):

@@ -7,12 +7,13 @@ import importlib
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 from bench.report import Results
 
 #: Benchmark modules, in the order they run; each has `run(results, quick, scratch)`.
-SUITES = ["persistence", "load", "memory", "cache", "watcher"]
+SUITES = ["startup", "wholerun", "persistence", "load", "memory", "cache", "watcher"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(SUITES)}")
     results = Results(quick=args.quick)
+    failed: list[str] = []
     started = time.perf_counter()
     args.scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="run-", dir=args.scratch) as session:
@@ -45,14 +47,20 @@ def main(argv: list[str] | None = None) -> int:
             suite_started = time.perf_counter()
             scratch = Path(session) / name  # fixtures shared between suites go beside
             scratch.mkdir()
-            module.run(results, args.quick, scratch)
+            try:
+                module.run(results, args.quick, scratch)
+            except Exception:  # noqa: BLE001 -- the other suites' figures are still worth having
+                traceback.print_exc()
+                failed.append(name)
             print(f"   ({time.perf_counter() - suite_started:.0f} s)", flush=True)
     seconds = time.perf_counter() - started
     print()
     print(results.table())
     results.save(args.out, seconds, args.scratch)
     print(f"\n{len(results.figures)} figures in {seconds:.0f} s, written to {args.out}")
-    return 0
+    if failed:
+        print(f"failed (see the tracebacks above): {', '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

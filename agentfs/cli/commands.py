@@ -4,42 +4,31 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from agentfs.cli.render import message_record, show_text
-from agentfs.core.goals import GoalTree
-from agentfs.core.project import Project, init_workspace
-from agentfs.core.request import preview_request
-from agentfs.core.runner import StopReason
-from agentfs.core.status import workspace_status
-from agentfs.errors import ConfigError
-from agentfs.models.base import Model
-from agentfs.models.resolve import ProviderSettings, resolve_model
-from agentfs.resources import example_workspace_dir
-from agentfs.skills import load_skills
-from agentfs.store.messages import load_dropped, parse_dropped
-from agentfs.store.steplog import trace_log
-from agentfs.store.trace import Trace
-from agentfs.store.workspace import GOALS_FILE, check_trace_id
-from agentfs.tools.sandbox import choose_sandbox
-from agentfs.tools.subprocesses import safe_environment
-from agentfs.watch.observe import observe
-from agentfs.watch.watcher import Watcher
+if TYPE_CHECKING:
+    from agentfs.core.project import Project
+    from agentfs.models.base import Model
+    from agentfs.models.resolve import ProviderSettings
+    from agentfs.store.trace import Trace
+
+# Module level: the standard library and click only. Each command imports what it
+# uses when it runs, so `agentfs --help` and `agentfs status` start fast (they
+# load neither pydantic nor dulwich nor the runner; tests/cli/test_startup.py).
 
 EXAMPLE_TRACE = "demo"
 
 
 def _settings() -> ProviderSettings:
     """Provider secrets from the environment; nothing else reads it."""
+    from agentfs.models.resolve import ProviderSettings
+
     return ProviderSettings(
         anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
         anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
@@ -48,6 +37,8 @@ def _settings() -> ProviderSettings:
 
 def _say_if_bash_is_not_sandboxed(project: Project) -> None:
     """One line on stderr when bash is on and its commands are not sandboxed."""
+    from agentfs.tools.sandbox import choose_sandbox
+
     tools = project.config.tools
     notice = choose_sandbox(tools.bash_sandbox).notice() if tools.bash else None
     if notice:
@@ -56,6 +47,8 @@ def _say_if_bash_is_not_sandboxed(project: Project) -> None:
 
 def _project(trace_ref: str | None = None) -> Project:
     """The workspace around the current directory, or around a trace path."""
+    from agentfs.core.project import Project
+
     start = Path(trace_ref) if trace_ref and os.path.exists(trace_ref) else None
     return Project.open(start)
 
@@ -80,6 +73,8 @@ def init(directory: Path) -> None:
     inbox/ and knowledge/, and commits them. In an existing repository or
     workspace only what is missing is added; nothing is overwritten.
     """
+    from agentfs.core.project import init_workspace
+
     workspace, created = init_workspace(directory)
     if created:
         click.echo(f"initialized workspace {workspace.root} (added {', '.join(created)})")
@@ -105,6 +100,9 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
     Makes traces/TRACE/ with trace.json, the system message and the user
     message, as two commits. Run it with `agentfs run TRACE`.
     """
+    from agentfs.store.messages import load_dropped, parse_dropped
+    from agentfs.store.workspace import check_trace_id
+
     if (message is None) == (file is None):
         raise click.UsageError("give the first message with exactly one of -m TEXT or -f FILE")
     check_trace_id(trace_id)
@@ -156,6 +154,9 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
     Model: --model, else the trace's, else the preset's, else `model` in
     agentfs.toml.
     """
+    from agentfs.core.runner import StopReason
+    from agentfs.tools.subprocesses import safe_environment
+
     if list(messages).count("-") > 1:
         raise click.UsageError("standard input can be read once: give -m - at most once")
     messages = tuple(_text_or_stdin(m) for m in messages)
@@ -211,6 +212,8 @@ def _trace_settings(trace: Trace | None, preset: str | None, inject_skills: tupl
 def _thinking_options(project: Project, budget: int | None, off: bool) -> dict[str, Any]:
     """`RunnerOptions` fields for --thinking BUDGET / --no-thinking: the workspace's
     configuration with `[thinking]` replaced, checked as agentfs.toml is."""
+    from agentfs.errors import ConfigError
+
     if budget is not None and off:
         raise click.UsageError("--thinking and --no-thinking do not go together")
     if budget is None and not off:
@@ -237,6 +240,8 @@ def _say_waiting(project: Project, trace_id: str) -> None:
 
 def _trace_id(project: Project, ref: str, *, creating: bool) -> str:
     """The id of an existing trace, or of a new one when `creating`."""
+    from agentfs.store.workspace import check_trace_id
+
     if creating and "/" not in ref and ref not in project.workspace.trace_ids():
         return check_trace_id(ref)
     return project.workspace.resolve_trace(ref)
@@ -246,6 +251,8 @@ def _choose_model(project: Project, trace_model: str | None, preset: str | None,
                   flag: str | None) -> Model:
     """The model by `Project.model_name`'s precedence; a --model path is relative to
     the current directory, others to the workspace."""
+    from agentfs.models.resolve import resolve_model
+
     name = project.model_name(trace_model, preset, flag)
     base = Path.cwd() if flag else project.workspace.root
     return resolve_model(name, base_dir=base, settings=_settings())
@@ -364,6 +371,9 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     compression may leave out a finished goal's execution details (the files
     stay as they are).
     """
+    from agentfs.cli.render import message_record, show_text
+    from agentfs.core.request import preview_request
+
     if as_sent and show_all:
         raise click.UsageError("--as-sent and --all do not go together")
     project = _project(trace_ref)
@@ -395,6 +405,8 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def log(trace_ref: str, max_count: int | None, as_json: bool) -> None:
     """List TRACE's commits on main, newest first: commit, kind, sequence, summary."""
+    from agentfs.store.steplog import trace_log
+
     project = _project(trace_ref)
     trace = project.trace(trace_ref)
     if as_json:
@@ -431,10 +443,13 @@ def rewind(trace_ref: str, sequence: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def status(as_json: bool) -> None:
     """List the workspace's traces: head, running or idle, pending inbox files."""
-    project = _project()
-    report = workspace_status(project)
+    from agentfs.core.status import workspace_status
+    from agentfs.store.workspace import find_workspace
+
+    workspace = find_workspace(None)
+    report = workspace_status(workspace)
     if as_json:
-        click.echo(json.dumps({"workspace": str(project.workspace.root),
+        click.echo(json.dumps({"workspace": str(workspace.root),
                                "traces": [row.record() for row in report.traces],
                                "inbox": report.inbox, "inbox_rejected": report.inbox_rejected},
                               indent=2))
@@ -463,6 +478,9 @@ def status(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print goals.json's content as JSON.")
 def goals(trace_ref: str, summaries: bool, as_json: bool) -> None:
     """Print TRACE's goal tree (goals.json): [ ] open, [x] done, [-] abandoned."""
+    from agentfs.core.goals import GoalTree
+    from agentfs.store.workspace import GOALS_FILE
+
     project = _project(trace_ref)
     trace = project.trace(trace_ref)
     tree = GoalTree.load(trace.dir / GOALS_FILE)
@@ -480,6 +498,8 @@ def skills(as_json: bool) -> None:
 
     Invalid skill files are listed with what to fix; the command then exits 1.
     """
+    from agentfs.skills import load_skills
+
     project = _project()
     catalog = load_skills(project.workspace.skills_dir)
     if as_json:
@@ -525,6 +545,13 @@ def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float |
     Ctrl-C or SIGTERM lets running traces finish their current step, then
     exits 0.
     """
+    import signal
+
+    from agentfs.core.project import Project
+    from agentfs.tools.subprocesses import safe_environment
+    from agentfs.watch.observe import observe
+    from agentfs.watch.watcher import Watcher
+
     project = Project.open(workspace)
     thinking_options = _thinking_options(project, thinking, no_thinking)
     _choose_model(project, None, None, model)  # a missing key or script fails now, not per run
@@ -577,6 +604,13 @@ def demo(directory: Path | None) -> None:
 
     Runs offline on the replay model; your own repositories are not touched.
     """
+    import shutil
+    import tempfile
+
+    from agentfs.core.project import Project, init_workspace
+    from agentfs.resources import example_workspace_dir
+    from agentfs.tools.subprocesses import safe_environment
+
     source = example_workspace_dir()
     if directory is None:
         directory = Path(tempfile.mkdtemp(prefix="agentfs-demo-"))

@@ -1,14 +1,23 @@
 """What `agentfs status` reports: each trace's head, whether it runs, waits or
-failed, and the files waiting in (or put aside from) the inboxes."""
+failed, and the files waiting in (or put aside from) the inboxes.
+
+It stays cheap however long the traces are: per trace it reads `trace.json`,
+tries the lock and lists the inbox, never a message file, and it imports
+neither pydantic nor dulwich (a `trace.json` that does not look right is
+handed to `agentfs/store/meta.py:load_meta` for its error).
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from agentfs.core.project import Project
 from agentfs.errors import AgentfsError
 from agentfs.store.inbox import rejected_names, waiting
+from agentfs.store.metafile import read_meta_json
+from agentfs.store.tracelock import is_locked
+from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, Workspace
 
 __all__ = ["TraceStatus", "WorkspaceStatus", "workspace_status"]
 
@@ -41,22 +50,35 @@ class WorkspaceStatus:
     inbox_rejected: list[str] = field(default_factory=list)
 
 
-def workspace_status(project: Project) -> WorkspaceStatus:
+def workspace_status(workspace: Workspace) -> WorkspaceStatus:
     """Every trace and both kinds of inbox; a broken trace.json is reported, not raised."""
     rows = []
-    for trace_id in project.workspace.trace_ids():
-        trace = project.trace(trace_id)
-        failed = None
+    for trace_id in workspace.trace_ids():
+        folder = workspace.trace_dir(trace_id)
+        head = failed = problem = None
         try:
-            head, problem = trace.meta.head, None
-            record = trace.meta.context.get("last_error")
-            if isinstance(record, dict):
-                failed = str(record.get("error") or "failed")
+            head, failed = _head_and_failure(workspace, folder / TRACE_FILE)
         except AgentfsError as exc:
-            head, problem = None, str(exc)
+            problem = str(exc)
+        inbox = folder / INBOX_DIR
         rows.append(TraceStatus(
-            trace_id, head, trace.is_running(), [p.name for p in trace.pending_inbox()],
-            rejected_names(trace.inbox_dir), problem, failed,
+            trace_id, head, is_locked(workspace.lock_dir, trace_id),
+            [p.name for p in waiting(inbox)], rejected_names(inbox), problem, failed,
         ))
-    inbox = project.workspace.inbox_dir
+    inbox = workspace.inbox_dir
     return WorkspaceStatus(rows, [p.name for p in waiting(inbox)], rejected_names(inbox))
+
+
+def _head_and_failure(workspace: Workspace, path: Path) -> tuple[int | None, str | None]:
+    """`head` and the last run's error (`context.last_error`) from `trace.json`."""
+    data = read_meta_json(path, workspace.relpath(path))
+    head = data.get("head") if isinstance(data, dict) else "?"
+    context = data.get("context", {}) if isinstance(data, dict) else None
+    if not (head is None or type(head) is int) or not isinstance(context, dict):
+        from agentfs.store.meta import load_meta  # its error says what is wrong
+
+        meta = load_meta(path, workspace.relpath(path))
+        head, context = meta.head, meta.context
+    record = context.get("last_error")
+    failed = str(record.get("error") or "failed") if isinstance(record, dict) else None
+    return head, failed

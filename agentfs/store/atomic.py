@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -47,7 +46,7 @@ def _write(path: Path, data: bytes, tmp_dir: Path | None, sync_dir: bool) -> Non
 
 
 def _temp_name(path: Path) -> str:
-    return f"{os.getpid()}-{secrets.token_hex(4)}-{path.name}.tmp"
+    return f"{os.getpid()}-{os.urandom(4).hex()}-{path.name}.tmp"
 
 
 def _write_via(tmp: Path, path: Path, data: bytes, sync_dir: bool) -> None:

@@ -1,4 +1,5 @@
-"""`trace.json`: a trace's metadata and runtime context, read and written here only."""
+"""`trace.json`: a trace's metadata and runtime context, validated and written here
+only (the bytes are read as JSON by `agentfs/store/metafile.py:read_meta_json`)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentfs.errors import AgentfsError, TraceNotFound, validation_problems
+from agentfs.errors import AgentfsError, validation_problems
 from agentfs.store.atomic import atomic_write
+from agentfs.store.metafile import FORMAT_VERSION, read_meta_json
 
 __all__ = [
     "FORMAT_VERSION", "QueueStep", "SideQueue", "TraceMeta", "dump_meta", "load_meta", "save_meta",
 ]
-
-#: Version of the on-disk trace format this agentfs writes (it reads 1 and 2; 1
-#: is upgraded in place by `agentfs/store/upgrade.py`). 2: message files in folders.
-FORMAT_VERSION = 2
-
 
 class QueueStep(BaseModel):
     """One side branch of a queue: its type, where it is, and its Git branch."""
@@ -80,21 +77,7 @@ def load_meta(path: Path, git_path: str) -> TraceMeta:
       TraceNotFound: the file does not exist.
       AgentfsError: it is not valid JSON, is from a newer agentfs, or has bad fields.
     """
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise TraceNotFound(f"{path}: missing", hint="is this a trace?") from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise AgentfsError(
-            f"{path}: not valid JSON ({exc})",
-            hint=f"fix it, or restore it with `git checkout -- {git_path}`",
-        ) from None
-    version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else None
-    if isinstance(version, int) and version > FORMAT_VERSION:
-        raise AgentfsError(
-            f"{path}: written by a newer agentfs (format {version})",
-            hint="upgrade agentfs to read this trace",
-        )
+    data = read_meta_json(path, git_path)
     try:
         return TraceMeta.model_validate(data)
     except ValidationError as exc:

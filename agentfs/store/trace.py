@@ -110,10 +110,10 @@ class Trace:
         save_meta(self.meta_path, self.meta, tmp_dir=self.tmp_dir, durable=self.repo.durable)
 
     def lock(self) -> TraceLock:
-        return TraceLock(self.workspace.state_dir / "locks", self.id)
+        return TraceLock(self.workspace.lock_dir, self.id)
 
     def is_running(self) -> bool:
-        return is_locked(self.workspace.state_dir / "locks", self.id)
+        return is_locked(self.workspace.lock_dir, self.id)
 
     @property
     def tmp_dir(self) -> Path:

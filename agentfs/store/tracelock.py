@@ -11,7 +11,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from types import TracebackType
@@ -40,7 +39,7 @@ class TraceLock:
                 f"trace {self.trace_id!r} is being run{who}",
                 hint="wait for that run to finish, or stop it (Ctrl-C) first",
             ) from None
-        record = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        record = {"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(record).encode(), 0)
         self._fd = fd

@@ -63,6 +63,11 @@ class Workspace:
         return self.root / ".git" / "agentfs"
 
     @property
+    def lock_dir(self) -> Path:
+        """Where the per-trace runner locks are (`agentfs/store/tracelock.py`)."""
+        return self.state_dir / "locks"
+
+    @property
     def ingest_dir(self) -> Path:
         """Where dropped files are staged while they become messages (exactly once)."""
         return self.state_dir / "ingest"

@@ -155,7 +155,7 @@ def assistants(project, trace_id: str = "t") -> list:
 @pytest.fixture
 def cli_model(monkeypatch, server):
     """`agentfs run --model anthropic:...` gets the quick provider on the fake."""
-    monkeypatch.setattr("agentfs.cli.commands.resolve_model",
+    monkeypatch.setattr("agentfs.models.resolve.resolve_model",  # imported when a command runs
                         lambda name, base_dir, settings: quick_model(server))
     return {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.base_url}
 
