@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from agentfs.cli.render import message_record, show_text
+from agentfs.core.actions import rewind as rewind_trace
 from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
 from agentfs.core.project import Project, init_workspace
@@ -422,14 +423,11 @@ def rewind(trace_ref: str, sequence: int) -> None:
     """
     project = _project(trace_ref)
     trace = project.trace(trace_ref)
-    with trace.lock():
-        trace.recover()
-        previous = trace.meta.head
-        moved = trace.rewind(sequence)
-    if moved is None:
+    done = rewind_trace(trace, sequence)
+    if not done.moved:
         click.echo(f"{trace.id}: already at #{sequence}; nothing to do")
     else:
-        click.echo(f"{trace.id}: head moved from #{previous} to #{sequence}")
+        click.echo(f"{trace.id}: head moved from #{done.previous} to #{sequence}")
 
 
 @cli.command()
@@ -649,3 +647,6 @@ def demo(directory: Path | None) -> None:
 
 
 # Commands defined in their own modules register here, one line each.
+from agentfs.cli.serve import serve
+
+cli.add_command(serve)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
+from agentfs.store.branches import branch_prefix
 from agentfs.store.messages import Message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
@@ -60,7 +61,7 @@ def side_calls(trace: Trace, branch_type: str) -> int:
 
 
 def next_branch(trace: Trace, branch_type: str) -> str:
-    prefix = f"agentfs/{trace.id}/{branch_type}-"
+    prefix = f"{branch_prefix(trace.id)}{branch_type}-"
     taken = {name[len(prefix) :] for name in trace.repo.branches(prefix)}
     number = 1
     while str(number) in taken:
