@@ -94,8 +94,7 @@ def create_app(project: Project, choose_model: ChooseModel, *, token: str | None
 
     @app.exception_handler(RequestValidationError)
     async def bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [{"where": ".".join(str(p) for p in e.get("loc", ())), "problem": e["msg"]}
-                    for e in exc.errors()]
+        problems = [_problem(e) for e in exc.errors()]
         text = "; ".join(f"{p['where']}: {p['problem']}" for p in problems)
         return _error(422, f"bad request: {text}", "see GET /openapi.json for the shapes",
                       problems=problems)
@@ -103,7 +102,9 @@ def create_app(project: Project, choose_model: ChooseModel, *, token: str | None
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         hint = "GET /openapi.json lists the API" if exc.status_code in (404, 405) else None
-        return _error(exc.status_code, str(exc.detail), hint)
+        response = _error(exc.status_code, str(exc.detail), hint)
+        response.headers.update(exc.headers or {})  # e.g. Allow, with a 405
+        return response
 
     @app.exception_handler(OSError)
     async def io_error(request: Request, exc: OSError) -> JSONResponse:
@@ -111,6 +112,15 @@ def create_app(project: Project, choose_model: ChooseModel, *, token: str | None
         return _error(500, f"{exc.strerror or exc}{where}", None)
 
     return Guard(app, GuardSettings(max_body, token, loopback)), server
+
+
+def _problem(error: dict[str, Any]) -> dict[str, str]:
+    """One problem of a bad request: where (`body.field`) and what."""
+    if error.get("type") == "json_invalid":  # loc is ("body", character offset)
+        at = error["loc"][1] if len(error.get("loc", ())) > 1 else "?"
+        detail = (error.get("ctx") or {}).get("error", "")
+        return {"where": "body", "problem": f"not valid JSON: {detail} (at character {at})"}
+    return {"where": ".".join(str(p) for p in error.get("loc", ())), "problem": error["msg"]}
 
 
 def _error(status: int, error: str, hint: str | None, **extra: Any) -> JSONResponse:

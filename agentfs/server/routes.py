@@ -29,9 +29,9 @@ from agentfs.server.runs import BackgroundRuns, RunRequest
 from agentfs.store.messages import parse_dropped
 from agentfs.store.steplog import trace_log
 from agentfs.store.trace import Trace
-from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, check_trace_id
+from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, TRACE_ID, check_trace_id
 
-__all__ = ["ApiError", "ChooseModel", "Server", "build_router"]
+__all__ = ["ApiError", "ChooseModel", "ErrorBody", "Server", "build_router"]
 
 #: (trace's model, its preset, the model the request names) → the model to call.
 ChooseModel = Callable[[str | None, str | None, str | None], Model]
@@ -79,28 +79,60 @@ class Server:
 
 # --- bodies -----------------------------------------------------------------------
 
+#: A model name's form (`agentfs/models/resolve.py:resolve_model` checks the rest).
+MODEL_NAME = r"^[A-Za-z0-9_-]+:.+$"
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: str = Field(description="What went wrong, naming the trace, file or field")
+    hint: str | None = Field(description="How to fix it")
+    problems: list[dict[str, str]] | None = Field(
+        default=None, description="For a bad body (422): each field and its problem")
+
+
+#: The statuses any route may answer besides its own (see docs/api.md#errors).
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text} for status, text in {
+        401: "A token is required and missing or wrong",
+        403: "A request from another web site's page",
+        404: "No such trace or message",
+        409: "The trace is busy, or its state refuses the request",
+        413: "The body is over the server's --max-body",
+        415: "The body is not JSON",
+        421: "A Host other than a loopback name, on a loopback address",
+        422: "A bad body or parameter",
+        500: "agentfs.toml or a script it names is broken, or the disk failed",
+        502: "The model failed after its retries",
+    }.items()
+}
+
+
 class NewTrace(_Body):
-    id: str = Field(description="The new trace's id: 1-64 letters, digits, '-' or '_'")
+    id: str = Field(pattern=f"^{TRACE_ID.pattern}$",
+                    description="The new trace's id: 1-64 letters, digits, '-' or '_'")
     text: str = Field(min_length=1, description="The first user message (Markdown; "
                       "frontmatter optional, as in a dropped file)")
-    preset: str | None = Field(default=None, description="Preset from agentfs.toml")
-    model: str | None = Field(default=None, description="The trace's default model")
+    preset: str | None = Field(default=None, min_length=1, description="Preset from agentfs.toml")
+    model: str | None = Field(default=None, pattern=MODEL_NAME, description="The trace's default model")
 
 
 class PostMessage(_Body):
     text: str = Field(min_length=1, description="The user message (Markdown; frontmatter "
                       "optional, read as a file dropped into the trace's inbox)")
     run: bool = Field(default=False, description="Start a run once it is posted")
-    model: str | None = Field(default=None, description="Model for that run")
+    model: str | None = Field(default=None, pattern=MODEL_NAME, description="Model for that run")
 
 
 class RunBody(_Body):
     max_iterations: int | None = Field(default=None, ge=1, description="Model calls at most")
-    model: str | None = Field(default=None, description="replay:PATH or anthropic:MODEL-ID "
+    model: str | None = Field(default=None, pattern=MODEL_NAME,
+                              description="replay:PATH or anthropic:MODEL-ID "
                               "(default: the trace's, its preset's, agentfs.toml's)")
     inject_skills: list[str] = Field(default_factory=list,
                                      description="Skills to keep in the model's context")
@@ -111,13 +143,14 @@ class RewindBody(_Body):
 
 
 class ModelBody(_Body):
-    model: str | None = Field(default=None, description="Model to use (default as for runs)")
+    model: str | None = Field(default=None, pattern=MODEL_NAME,
+                              description="Model to use (default as for runs)")
 
 
 # --- routes -----------------------------------------------------------------------
 
 def build_router(server: Server) -> APIRouter:
-    api = APIRouter(prefix="/api")
+    api = APIRouter(prefix="/api", responses=ERRORS)
     project = server.project
 
     @api.get("/traces", summary="Traces with their status (`agentfs status --json`)")
@@ -137,6 +170,8 @@ def build_router(server: Server) -> APIRouter:
         if body.id in project.workspace.trace_ids():
             raise ApiError(409, f"trace {body.id!r} exists",
                            f"post to it: POST /api/traces/{body.id}/messages")
+        if body.model is not None:
+            server.model(None, body.model)  # a name this server cannot use is a 422 now
         first = parse_dropped(Path("<api>"), body.text.encode())
         trace = project.new_trace(body.id, first, preset=body.preset, model=body.model)
         server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
@@ -260,12 +295,14 @@ def build_router(server: Server) -> APIRouter:
                 "branch": summary.source_branch}
 
     @api.post("/traces/{trace_id}/reflect", status_code=201,
+              responses={501: {"model": ErrorBody, "description": "Not available yet"}},
               summary="Reflect now on a side branch (not available yet: 501)")
     def reflect(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
         server.trace(trace_id)
         raise _not_yet("reflection")
 
     @api.post("/traces/{trace_id}/evaluate-knowledge", status_code=201,
+              responses={501: {"model": ErrorBody, "description": "Not available yet"}},
               summary="Judge pending knowledge now on a side branch (not available yet: 501)")
     def evaluate(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
         server.trace(trace_id)

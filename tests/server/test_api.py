@@ -129,7 +129,7 @@ def test_errors_are_json_with_the_right_status(served: Served):
         check(client.get("/api/nothing-here"), 404, "Not Found")
         headers = {"content-type": "application/json"}
         check(client.post("/api/traces/t/messages", content=b"{not json", headers=headers),
-              422, "JSON")
+              422, "body: not valid JSON")
         check(client.post("/api/traces/t/messages", json={"text": 5}), 422, "text")
         check(client.post("/api/traces/t/messages", json={"text": ""}), 422, "text")
         check(client.post("/api/traces/t/messages", json={"text": "x", "extra": 1}), 422,
@@ -140,7 +140,9 @@ def test_errors_are_json_with_the_right_status(served: Served):
         check(client.post("/api/traces/t/run", json={"max_iterations": 0}), 422,
               "max_iterations")
         check(client.post("/api/traces/t/run", json={"model": "nosuch:model"}), 422, "nosuch")
-        check(client.post("/api/traces", json={"id": "../x", "text": "hi"}), 422, "invalid")
+        check(client.post("/api/traces", json={"id": "../x", "text": "hi"}), 422, "body.id")
+        check(client.post("/api/traces", json={"id": "u", "text": "hi", "model": "nope"}), 422,
+              "model")
         check(client.post("/api/traces", json={"id": "t", "text": "hi"}), 409, "exists")
         check(client.post("/api/traces/t/compress", json={}), 409, "summary would not")
         check(client.post("/api/traces/t/stop"), 409, "not running")
