@@ -29,7 +29,7 @@ class RunRequest:
 
 @dataclass
 class _Run:
-    thread: threading.Thread
+    thread: threading.Thread | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
     outcome: dict[str, Any] | None = None  # the `run_finished` or `run_failed` event
@@ -68,7 +68,7 @@ class BackgroundRuns:
             if self.project.trace(trace_id).is_running():
                 raise TraceLocked(f"trace {trace_id!r} is being run by another process",
                                   hint="wait for that run to finish, or stop it first")
-            run = _Run(threading.Thread(target=lambda: None))
+            run = _Run()
             run.thread = threading.Thread(target=self._run, args=(request, run),
                                           name=f"agentfs-run-{trace_id}", daemon=True)
             self._runs[trace_id] = run
@@ -96,7 +96,8 @@ class BackgroundRuns:
         for run in runs:
             run.stop.set()
         for run in runs:
-            run.thread.join(timeout)
+            if run.thread is not None:
+                run.thread.join(timeout)
 
     def _run(self, request: RunRequest, run: _Run) -> None:
         trace_id = request.trace_id
