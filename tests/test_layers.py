@@ -23,8 +23,9 @@ ALLOWED: dict[str, set[str]] = {
     "core": {"errors", "store", "models", "skills", "tools", "config"},
     "testing": {"errors", "store", "models"},
     "watch": {"errors", "store", "models", "core", "config"},
+    "server": {"errors", "store", "models", "core", "config"},
     "cli": {"errors", "store", "models", "core", "tools", "watch", "skills", "config",
-            "resources"},
+            "resources", "server"},
     "__init__": {"errors", "store", "models", "core", "tools", "config", "skills", "testing"},
     "__main__": {"cli"},
 }

@@ -423,7 +423,8 @@ class _Chat:
                 click.echo("  [stopped: /compress or `agentfs compress` finishes what was "
                            "started]", err=True)
                 return True
-        from agentfs.cli.sidework import echo_report, report_record
+        from agentfs.cli.sidework import echo_report
+        from agentfs.core.sidework import report_record
 
         echo_report(report_record(self.project, self.trace_id, report), as_json=False)
         return True

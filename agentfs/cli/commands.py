@@ -371,8 +371,9 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     compression may leave out a finished goal's execution details (the files
     stay as they are).
     """
-    from agentfs.cli.render import message_record, show_text
+    from agentfs.cli.render import show_text
     from agentfs.core.request import preview_request
+    from agentfs.core.tracetree import message_record
 
     if as_sent and show_all:
         raise click.UsageError("--as-sent and --all do not go together")
@@ -427,16 +428,15 @@ def rewind(trace_ref: str, sequence: int) -> None:
     Later messages stay on disk, off the main path (`agentfs show --all`);
     the next run continues from SEQUENCE.
     """
+    from agentfs.core.actions import rewind as rewind_trace
+
     project = _project(trace_ref)
     trace = project.trace(trace_ref)
-    with trace.lock():
-        trace.recover()
-        previous = trace.meta.head
-        moved = trace.rewind(sequence)
-    if moved is None:
+    done = rewind_trace(trace, sequence)
+    if not done.moved:
         click.echo(f"{trace.id}: already at #{sequence}; nothing to do")
     else:
-        click.echo(f"{trace.id}: head moved from #{previous} to #{sequence}")
+        click.echo(f"{trace.id}: head moved from #{done.previous} to #{sequence}")
 
 
 @cli.command()
@@ -638,9 +638,11 @@ def demo(directory: Path | None) -> None:
 
 # Commands defined in their own modules register here, one line each.
 from agentfs.cli.chat import chat
+from agentfs.cli.serve import serve
 from agentfs.cli.sidework import compress, knowledge, reflect
 
 cli.add_command(chat)
 cli.add_command(compress)
 cli.add_command(reflect)
 cli.add_command(knowledge)
+cli.add_command(serve)

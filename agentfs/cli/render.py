@@ -5,28 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentfs.core.tracetree import message_record
 from agentfs.store.messages import Message
 
+__all__ = ["message_record", "show_text"]  # message_record: `show --json` uses it
+
 PREVIEW_LINES = 12
-
-
-def message_record(message: Message, on_path: bool) -> dict[str, Any]:
-    """The JSON shape of one message in `agentfs show --json`."""
-    return {
-        "id": message.id,
-        "sequence": message.sequence,
-        "parent_sequence": message.parent_sequence,
-        "role": message.role,
-        "text": message.text,
-        "tool_calls": [c.model_dump() for c in message.tool_calls or []],
-        "tool_call_id": message.tool_call_id,
-        "is_error": bool(message.is_error),
-        "synthetic": message.synthetic,
-        "goal_id": message.goal_id,
-        "model": message.model,
-        "file": message.file_name(),
-        "on_path": on_path,
-    }
 
 
 def show_text(messages: list[tuple[Message, bool]], *, full: bool = False) -> str:

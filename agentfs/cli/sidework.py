@@ -13,10 +13,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from agentfs.core.knowledge import KnowledgeItem
     from agentfs.core.project import Project
     from agentfs.core.runner import Runner
-    from agentfs.core.sidequeue import QueueReport
 
 MODEL_HELP = "Model for the side branches: replay:PATH or anthropic:MODEL-ID."
 
@@ -31,29 +29,6 @@ def _runner(project: Project, trace_id: str, model: str | None) -> Runner:
     trace = project.trace(trace_id)
     chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
     return project.runner(chosen, command_env=safe_environment(os.environ))
-
-
-def _item_record(item: KnowledgeItem) -> dict[str, Any]:
-    return {**item.model_dump(), "body": item.body}
-
-
-def report_record(project: Project, trace_id: str, report: QueueReport) -> dict[str, Any]:
-    """The branches a queue merged, with what each brought to main."""
-    from agentfs.core.knowledge import parse_item
-
-    root, repo = project.workspace.root, project.repo
-
-    def item(head: str | None, path: str) -> dict[str, Any]:
-        """The item as the branch left it (a later branch may have judged it since)."""
-        data = repo.read_file(head.encode() if head else repo.head(), path)
-        assert data is not None
-        return _item_record(parse_item(root / path, data))
-
-    return {"trace": trace_id, "branches": [{
-        "type": merged.step.type, "branch": merged.step.branch, "head": merged.step.head,
-        "messages": [m.sequence for m in merged.messages],
-        "items": [item(merged.step.head, path) for path in merged.files],
-    } for merged in report.merged]}
 
 
 def echo_report(record: dict[str, Any], as_json: bool) -> None:
@@ -88,6 +63,7 @@ def compress(trace_ref: str, model: str | None, as_json: bool) -> None:
     finished by running it again.
     """
     from agentfs.cli.commands import _project
+    from agentfs.core.sidework import report_record
 
     project = _project(trace_ref)
     trace_id = project.workspace.resolve_trace(trace_ref)
@@ -108,6 +84,7 @@ def reflect(trace_ref: str, model: str | None, as_json: bool) -> None:
     as second parent. Judge them with `agentfs knowledge evaluate`.
     """
     from agentfs.cli.commands import _project
+    from agentfs.core.sidework import report_record
 
     project = _project(trace_ref)
     trace_id = project.workspace.resolve_trace(trace_ref)
@@ -133,12 +110,13 @@ def knowledge(ctx: click.Context, status_filter: str | None, as_json: bool) -> N
         return
     from agentfs.cli.commands import _project
     from agentfs.core.knowledge import load_items
+    from agentfs.core.sidework import item_record
 
     project = _project()
     items = [i for i in load_items(project.workspace.knowledge_dir)
              if status_filter is None or i.status == status_filter]
     if as_json:
-        click.echo(json.dumps([_item_record(i) for i in items], indent=2))
+        click.echo(json.dumps([item_record(i) for i in items], indent=2))
         return
     if not items:
         click.echo("no knowledge items")
@@ -162,9 +140,10 @@ def evaluate(trace_ref: str | None, model: str | None, as_json: bool) -> None:
     """
     from agentfs.cli.commands import _project
     from agentfs.core.reflection import KNOWLEDGE_EVAL
+    from agentfs.core.sidework import pending_by_trace, report_record
 
     project = _project(trace_ref)
-    groups = _groups(project, trace_ref)
+    groups = pending_by_trace(project, trace_ref)
     if not groups:
         click.echo("no pending knowledge items: nothing to evaluate", err=True)
         if as_json:
@@ -181,27 +160,3 @@ def evaluate(trace_ref: str | None, model: str | None, as_json: bool) -> None:
         return
     for record in records:
         echo_report(record, False)
-
-
-def _groups(project: Project, trace_ref: str | None) -> dict[str, list[str] | None]:
-    """Trace id → the pending items to judge there (None: all of them)."""
-    from agentfs.core.knowledge import load_items
-    from agentfs.errors import AgentfsError
-
-    pending = [i for i in load_items(project.workspace.knowledge_dir) if i.status == "pending"]
-    if trace_ref is not None:
-        trace_id = project.workspace.resolve_trace(trace_ref)
-        return {trace_id: None} if pending else {}
-    groups: dict[str, list[str] | None] = {}
-    known = set(project.workspace.trace_ids())
-    orphans = [i.id for i in pending if i.source_trace not in known]
-    if orphans:
-        raise AgentfsError(
-            f"pending item(s) {', '.join(orphans)} come from no trace of this workspace",
-            hint="name a trace to judge them in: agentfs knowledge evaluate TRACE",
-        )
-    for item in pending:
-        ids = groups.setdefault(item.source_trace, [])
-        assert ids is not None
-        ids.append(item.id)
-    return groups

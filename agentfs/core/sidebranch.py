@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
+from agentfs.store.branches import branch_prefix
 from agentfs.store.commits import StepKind, parse_trailers
 from agentfs.store.message_dir import parse_message_relpath
 from agentfs.store.messages import Message, ToolCall, parse_message
@@ -80,7 +81,7 @@ def side_calls(trace: Trace, branch_type: str) -> int:
 
 def next_branch(trace: Trace, branch_type: str) -> str:
     """The first free name `agentfs/<trace>/<type>-<n>`."""
-    prefix = f"agentfs/{trace.id}/{branch_type}-"
+    prefix = f"{branch_prefix(trace.id)}{branch_type}-"
     taken = {name[len(prefix) :] for name in trace.repo.branches(prefix)}
     number = 1
     while str(number) in taken:

@@ -47,6 +47,7 @@ __all__ = [
     "pending_new",
     "read_staged",
     "reject_claim",
+    "take_file",
     "take_waiting",
 ]
 
@@ -137,11 +138,21 @@ def take_waiting(trace: Trace, clock: SettleClock, *, goal_id: str | None = None
             report.unsettled.append(path)
             continue
         clock.forget(path)
-        staged = stage(path, _folder(trace), trace.next_sequence(), trace.rel(path))
-        if staged is None:
-            continue
-        _note(report, path.name, commit_staged(trace, staged, goal_id=goal_id))
+        outcome = take_file(trace, path, goal_id=goal_id)
+        if outcome is not None:
+            _note(report, path.name, outcome)
     return report
+
+
+def take_file(trace: Trace, path: Path, *, goal_id: str | None = None) -> Message | Rejected | None:
+    """Take one file of the trace's `inbox/` now, settled or not (its writer knows it
+    is complete, e.g. it was written atomically): claimed, then committed as the next
+    user message or put aside. None if another process took it first. The caller
+    holds the trace's lock."""
+    staged = stage(path, _folder(trace), trace.next_sequence(), trace.rel(path))
+    if staged is None:
+        return None
+    return commit_staged(trace, staged, goal_id=goal_id)
 
 
 def finish_staged(trace: Trace) -> IngestReport:

@@ -1,0 +1,135 @@
+"""`agentfs serve`: the trace API and the viewer page over HTTP (the `serve` extra)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+INSTALL = "pip install 'agentfs-workspace[serve]'"
+DEFAULT_MAX_BODY = 1024 * 1024
+
+
+@click.command()
+@click.argument("workspace", type=click.Path(file_okay=False, path_type=Path), required=False)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; one other than 127.0.0.1/localhost/::1 needs a token.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8321, show_default=True,
+              help="Port to listen on; 0 picks a free one (the URL printed says which).")
+@click.option("--token", envvar="AGENTFS_SERVE_TOKEN",
+              help="Require `Authorization: Bearer TOKEN` on every API call "
+              "(or set AGENTFS_SERVE_TOKEN).")
+@click.option("--new-token", is_flag=True, help="Make up a token, print it, and require it.")
+@click.option("--model", help="Model for runs and compressions started here "
+              "(default: each trace's, else agentfs.toml's).")
+@click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY,
+              show_default=True, help="Largest request body accepted, in bytes.")
+def serve(workspace: Path | None, host: str, port: int, token: str | None, new_token: bool,
+          model: str | None, max_body: int) -> None:
+    """Serve WORKSPACE's traces over HTTP: the trace API and a viewer page at /.
+
+    The API (docs/api.md, schema at /openapi.json) lists traces, reads their
+    messages, side branches and goals, posts user messages through the
+    trace's inbox, starts and stops runs (events as server-sent events),
+    compresses and rewinds, with the same locks as the commands. It listens on
+    127.0.0.1 unless --host says otherwise; any other address needs --token or
+    --new-token. Ctrl-C lets runs finish their current step, then exits.
+    """
+    try:
+        import uvicorn
+
+        from agentfs.server.app import create_app
+        from agentfs.server.guard import is_loopback
+    except ImportError as exc:
+        raise click.ClickException(
+            f"agentfs serve needs the serve extra ({exc.name or exc} is missing): {INSTALL}"
+        ) from None
+    from agentfs.cli.commands import _choose_model
+    from agentfs.core.project import Project
+    from agentfs.models.base import Model
+    from agentfs.tools.subprocesses import safe_environment
+
+    if token is not None and new_token:
+        raise click.UsageError("--token and --new-token do not go together")
+    if new_token:
+        token = secrets.token_urlsafe(32)
+    loopback = is_loopback(host)
+    if not loopback and not token:
+        raise click.UsageError(
+            f"--host {host} lets other machines reach this workspace: give --token TOKEN "
+            "(or AGENTFS_SERVE_TOKEN) or --new-token, or listen on 127.0.0.1")
+    if token is not None and len(token) < 16:
+        raise click.UsageError("--token: use at least 16 characters (or --new-token)")
+    project = Project.open(workspace)
+
+    def choose(trace_model: str | None, preset: str | None, requested: str | None) -> Model:
+        return _choose_model(project, trace_model, preset, requested or model)
+
+    app, server = create_app(project, choose, token=token, loopback=loopback,
+                             max_body=max_body,
+                             runner_options={"command_env": safe_environment(os.environ)})
+    early: list[int] = []  # Ctrl-C before the server runs: it stops as soon as it does
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: early.append(signum))
+    sock = _listen(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    url = f"http://{shown}:{bound_port}/"
+    click.echo(f"agentfs serve: {url} (workspace {project.workspace.root})")
+    if token and new_token:
+        click.echo(f"token: {token}\npage: {url}#token={token}")
+    sys.stdout.flush()
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            server.hub.close()  # end the event streams, so connections can close
+            server.runs.stop_all(timeout=0)  # runs stop after their current step
+            super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            """Ctrl-C and SIGTERM stop the server, which then exits 0 (uvicorn's own
+            handler raises the signal again once it stopped)."""
+            saved = {sig: signal.signal(sig, self.handle_exit)
+                     for sig in (signal.SIGINT, signal.SIGTERM)}
+            if early:
+                self.handle_exit(early[0], None)
+            try:
+                yield
+            finally:
+                for sig, handler in saved.items():
+                    signal.signal(sig, handler)
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=5)
+    try:
+        Server(config).run(sockets=[sock])
+    finally:
+        click.echo("agentfs serve: stopping; runs finish their current step", err=True)
+        server.hub.close()
+        server.runs.stop_all()
+        sock.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on `host:port` (port 0: a free one)."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") \
+            from None
+    sock.set_inheritable(True)
+    return sock

@@ -1,0 +1,100 @@
+"""What a person does to a trace between runs, each under the trace's lock, the
+same way from the command line and from `agentfs serve`: post a user message,
+rewind."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from agentfs.core.goals import GoalTree
+from agentfs.errors import AgentfsError, TraceLocked
+from agentfs.store.atomic import atomic_write
+from agentfs.store.history import unanswered_calls
+from agentfs.store.ingest import Rejected, finish_staged, take_file
+from agentfs.store.trace import Trace
+from agentfs.store.workspace import GOALS_FILE
+
+__all__ = ["Posted", "Rewound", "post_message", "rewind"]
+
+
+@dataclass(frozen=True)
+class Posted:
+    """Where a posted message is: `committed` as message `sequence`, `queued` in the
+    inbox for the run that holds the trace, or `taken` by that run already."""
+
+    status: Literal["committed", "queued", "taken"]
+    file: str  # the inbox file it was written to, relative to the workspace
+    sequence: int | None = None
+
+
+@dataclass(frozen=True)
+class Rewound:
+    previous: int | None  # the head before
+    sequence: int  # the head now
+    moved: bool  # False: the head was there already, nothing committed
+
+
+def post_message(trace: Trace, text: str, *, patience: float = 10.0,
+                 run_holds_it: Callable[[], bool] = lambda: False) -> Posted:
+    """Post a user message through the inbox's door: written atomically into
+    `traces/ID/inbox/`, then taken at once as the next user message (one `user`
+    commit), as `agentfs run` takes inbox files.
+
+    If a run holds the trace (`run_holds_it()`, or the lock stays taken for
+    `patience` seconds), the file stays in the inbox and that run takes it at its
+    next step; it is never lost. Likewise if the head waits for tool results (the
+    next run finishes that step first). The text is read as a dropped file is:
+    frontmatter optional.
+
+    Raises:
+      AgentfsError: the text cannot be a message (the file is put aside in
+        `inbox/.rejected/` with a note), or recovery refused an edit of the trace.
+    """
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")
+    file = trace.inbox_dir / f"{stamp}-{secrets.token_hex(4)}.md"
+    file.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(file, text.encode(), tmp_dir=trace.tmp_dir, sync_dir=trace.repo.durable)
+    name = trace.rel(file)
+    deadline = time.monotonic() + patience
+    while True:
+        if not file.exists():
+            return Posted("taken", name)
+        try:
+            with trace.lock():
+                return _take(trace, file, name)
+        except TraceLocked:
+            if run_holds_it() or time.monotonic() > deadline:
+                return Posted("queued", name)
+            time.sleep(0.02)  # another post or a short command (rewind) holds it
+
+
+def _take(trace: Trace, file, name: str) -> Posted:
+    trace.reload()
+    trace.recover()
+    finish_staged(trace)
+    if unanswered_calls(trace.main_path()):
+        return Posted("queued", name)  # the tool step comes first: the next run does both
+    focus = GoalTree.load(trace.dir / GOALS_FILE).focus
+    outcome = take_file(trace, file, goal_id=focus)
+    if outcome is None:
+        return Posted("taken", name)
+    if isinstance(outcome, Rejected):
+        raise AgentfsError(f"the message was not taken: {outcome.reason}",
+                           hint=f"it was put aside in {trace.rel(outcome.moved_to)}")
+    return Posted("committed", name, outcome.sequence)
+
+
+def rewind(trace: Trace, sequence: int) -> Rewound:
+    """Move the trace's head back to message `sequence` (a `rewind` commit), after
+    committing what is on disk (see `agentfs/store/trace.py:Trace.rewind`)."""
+    with trace.lock():
+        trace.reload()
+        trace.recover()
+        previous = trace.meta.head
+        moved = trace.rewind(sequence)
+    return Rewound(previous, sequence, moved is not None)

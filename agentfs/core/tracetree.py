@@ -1,0 +1,112 @@
+"""A trace as a tree, for viewers (`agentfs show --json`, `agentfs serve`).
+
+Every message file of the trace hangs below its parent. The main path is one
+line through that tree; a compression summary hangs below the first user
+message beside the originals it replaced; a rewind leaves the messages after
+it on a fork off the path. Side branches (reflection, knowledge evaluation,
+compression) are read from Git and placed beside the message they continued.
+Records are plain JSON-ready dicts; nothing here writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentfs.core.goals import GoalTree
+from agentfs.errors import AgentfsError
+from agentfs.store.branches import SideBranch, side_branches
+from agentfs.store.history import parent_of
+from agentfs.store.messages import Message, Synthetic
+from agentfs.store.trace import Trace
+from agentfs.store.workspace import GOALS_FILE
+
+__all__ = ["message_record", "trace_tree"]
+
+
+def message_record(message: Message, on_path: bool) -> dict[str, Any]:
+    """The JSON shape of one message (`agentfs show --json`, the HTTP API)."""
+    return {
+        "id": message.id,
+        "sequence": message.sequence,
+        "parent_sequence": message.parent_sequence,
+        "role": message.role,
+        "text": message.text,
+        "tool_calls": [c.model_dump() for c in message.tool_calls or []],
+        "tool_call_id": message.tool_call_id,
+        "is_error": bool(message.is_error),
+        "synthetic": message.synthetic,
+        "goal_id": message.goal_id,
+        "model": message.model,
+        "file": message.file_name(),
+        "on_path": on_path,
+    }
+
+
+def trace_tree(trace: Trace) -> dict[str, Any]:
+    """Every message of the trace with its place in the tree, the side branches, and
+    the goal tree.
+
+    Each message record (`message_record`) adds `parent` (its parent in the tree,
+    also for a hand-written file without `parent_sequence`), `source_branch` (for a
+    summary) and `replaced_by` (for a message off the path because a compression
+    summary replaced it: that summary's sequence). `path` lists the main path's
+    sequences in order.
+    """
+    messages = trace.messages()
+    path = trace.main_path(messages)
+    on_path = {m.sequence for m in path}
+    branches = side_branches(trace.repo, trace.id)
+    replaced = _replaced(trace, messages, on_path, branches)
+    ordered = list(messages)
+    records = []
+    for message in messages.values():
+        record = message_record(message, message.sequence in on_path)
+        record["parent"] = parent_of(message, ordered)
+        record["source_branch"] = message.source_branch
+        record["replaced_by"] = replaced.get(message.sequence)
+        records.append(record)
+    goals = GoalTree.load(trace.dir / GOALS_FILE)
+    return {
+        "trace": trace.id,
+        "head": trace.meta.head,
+        "model": trace.meta.model,
+        "preset": trace.meta.preset,
+        "path": [m.sequence for m in path],
+        "messages": records,
+        "branches": [_branch_record(b, messages) for b in branches],
+        "goals": {**goals.model_dump(mode="json"), "text": goals.to_prompt(include_summary=True)},
+    }
+
+
+def _replaced(trace: Trace, messages: dict[int, Message], on_path: set[int],
+              branches: list[SideBranch]) -> dict[int, int]:
+    """Off-path message → the summary that replaced it: the messages of the path the
+    compression summarized, after the ones the summary keeps (system, first user)."""
+    starts = {b.name: b.from_sequence for b in branches}
+    replaced: dict[int, int] = {}
+    for summary in messages.values():
+        if summary.synthetic != Synthetic.SUMMARY or summary.source_branch not in starts:
+            continue
+        start = starts[summary.source_branch]
+        try:
+            before = trace.path_to(start, messages)
+            kept = {m.sequence for m in trace.path_to(summary.parent_sequence, messages)}
+        except AgentfsError:
+            continue  # edited since: the tree still shows every message, unmarked
+        for message in before:
+            if message.sequence not in kept and message.sequence not in on_path:
+                replaced.setdefault(message.sequence, summary.sequence)
+    return replaced
+
+
+def _branch_record(branch: SideBranch, messages: dict[int, Message]) -> dict[str, Any]:
+    outcome = next((m.sequence for m in messages.values() if m.source_branch == branch.name),
+                   None)
+    return {
+        "name": branch.name,
+        "type": branch.type,
+        "head": branch.head,
+        "from_sequence": branch.from_sequence,
+        "summary": outcome,
+        "messages": [message_record(m, False) for m in branch.messages],
+    }

@@ -1,0 +1,127 @@
+"""The ASGI application: the trace API (`agentfs/server/routes.py`), the viewer
+page (`agentfs/server/static/`), the guard in front of both, and errors as
+JSON."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from agentfs.core.project import Project
+from agentfs.errors import (
+    AgentfsError,
+    ConfigError,
+    MessageFileError,
+    ModelError,
+    TraceLocked,
+    TraceNotFound,
+)
+from agentfs.server.events import EventHub
+from agentfs.server.guard import Guard, GuardSettings
+from agentfs.server.routes import ApiError, ChooseModel, Server, build_router
+from agentfs.server.runs import BackgroundRuns
+
+__all__ = ["create_app", "status_of"]
+
+STATIC = files("agentfs.server") / "static"
+#: The page loads only its own files: a message that slipped through unescaped
+#: still could not run a script or load anything.
+SECURITY_HEADERS = {
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+def status_of(exc: AgentfsError) -> int:
+    """The HTTP status of an agentfs error."""
+    if isinstance(exc, TraceNotFound):
+        return 404
+    if isinstance(exc, TraceLocked):
+        return 409
+    if isinstance(exc, MessageFileError):
+        return 422
+    if isinstance(exc, ModelError):
+        return 502  # the model failed after its retries, or cannot be set up
+    if isinstance(exc, ConfigError):
+        return 500  # agentfs.toml or a script it names is broken: the server's side
+    return 409  # a valid request the trace's state refuses (e.g. nothing to compress)
+
+
+def create_app(project: Project, choose_model: ChooseModel, *, token: str | None,
+               loopback: bool, max_body: int, runner_options: dict[str, Any] | None = None,
+               ) -> tuple[Guard, Server]:
+    """The application over `project`, behind its guard, and what its routes share
+    (the runs, to stop them when the server stops).
+
+    `choose_model(trace_model, preset, requested)` returns the model to call;
+    `token`, when given, is required on every API call; `loopback`: the server
+    is bound to a loopback address (only loopback Host names are served).
+    """
+    hub = EventHub()
+    runs = BackgroundRuns(project, hub, runner_options)
+    server = Server(project, choose_model, hub, runs, runner_options or {})
+    app = FastAPI(title="agentfs", version="1", docs_url=None, redoc_url=None,
+                  description="The trace API of an agentfs workspace (docs/api.md).")
+    app.state.agentfs = server
+    app.include_router(build_router(server))
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+
+    @app.get("/", include_in_schema=False)
+    def page() -> FileResponse:
+        return FileResponse(str(STATIC / "index.html"), media_type="text/html")
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next: Any) -> Any:
+        response = await call_next(request)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return _error(exc.status, exc.error, exc.hint)
+
+    @app.exception_handler(AgentfsError)
+    async def agentfs_error(request: Request, exc: AgentfsError) -> JSONResponse:
+        return _error(status_of(exc), exc.message, exc.hint)
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [_problem(e) for e in exc.errors()]
+        text = "; ".join(f"{p['where']}: {p['problem']}" for p in problems)
+        return _error(422, f"bad request: {text}", "see GET /openapi.json for the shapes",
+                      problems=problems)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        hint = "GET /openapi.json lists the API" if exc.status_code in (404, 405) else None
+        response = _error(exc.status_code, str(exc.detail), hint)
+        response.headers.update(exc.headers or {})  # e.g. Allow, with a 405
+        return response
+
+    @app.exception_handler(OSError)
+    async def io_error(request: Request, exc: OSError) -> JSONResponse:
+        where = f" ({exc.filename})" if exc.filename else ""
+        return _error(500, f"{exc.strerror or exc}{where}", None)
+
+    return Guard(app, GuardSettings(max_body, token, loopback)), server
+
+
+def _problem(error: dict[str, Any]) -> dict[str, str]:
+    """One problem of a bad request: where (`body.field`) and what."""
+    if error.get("type") == "json_invalid":  # loc is ("body", character offset)
+        at = error["loc"][1] if len(error.get("loc", ())) > 1 else "?"
+        detail = (error.get("ctx") or {}).get("error", "")
+        return {"where": "body", "problem": f"not valid JSON: {detail} (at character {at})"}
+    return {"where": ".".join(str(p) for p in error.get("loc", ())), "problem": error["msg"]}
+
+
+def _error(status: int, error: str, hint: str | None, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": error, "hint": hint, **extra}, status_code=status)

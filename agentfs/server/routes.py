@@ -1,0 +1,335 @@
+"""The trace API: each route parses its body, calls the core function the
+matching command calls (under the same trace lock), and returns JSON.
+
+Errors are `{"error": ..., "hint": ...}` with the status that says what went
+wrong (see `agentfs/server/app.py:create_app`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentfs.core.actions import post_message, rewind
+from agentfs.core.goals import GoalTree
+from agentfs.core.knowledge import load_items
+from agentfs.core.project import Project
+from agentfs.core.sidework import item_record, pending_by_trace, report_record
+from agentfs.core.status import workspace_status
+from agentfs.core.tracetree import message_record, trace_tree
+from agentfs.errors import AgentfsError, ConfigError, ModelError, TraceNotFound
+from agentfs.models.base import Model
+from agentfs.server.events import EventHub, sse
+from agentfs.server.runs import BackgroundRuns, RunRequest
+from agentfs.store.messages import parse_dropped
+from agentfs.store.steplog import trace_log
+from agentfs.store.trace import Trace
+from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, TRACE_ID, check_trace_id
+
+__all__ = ["ApiError", "ChooseModel", "ErrorBody", "Server", "build_router"]
+
+#: (trace's model, its preset, the model the request names) → the model to call.
+ChooseModel = Callable[[str | None, str | None, str | None], Model]
+
+
+class ApiError(Exception):
+    """A refusal with its HTTP status."""
+
+    def __init__(self, status: int, error: str, hint: str | None = None) -> None:
+        super().__init__(error)
+        self.status, self.error, self.hint = status, error, hint
+
+
+@dataclass
+class Server:
+    """What the routes share: the workspace, how to choose models, the runs."""
+
+    project: Project
+    choose_model: ChooseModel
+    hub: EventHub
+    runs: BackgroundRuns
+    runner_options: dict[str, Any]
+
+    def trace(self, trace_id: str) -> Trace:
+        """An existing trace by id (never a path), or 404."""
+        try:
+            check_trace_id(trace_id)
+        except AgentfsError as exc:
+            raise TraceNotFound(exc.message, hint=exc.hint) from None
+        if not (self.project.workspace.trace_dir(trace_id) / TRACE_FILE).is_file():
+            raise TraceNotFound(f"no trace {trace_id!r}", hint="GET /api/traces lists the traces")
+        return self.project.trace(trace_id)
+
+    def model(self, trace: Trace | None, requested: str | None) -> Model:
+        """The model as `agentfs run` chooses it; a bad `model` in the body is a 422."""
+        meta = trace.meta if trace is not None else None
+        try:
+            return self.choose_model(meta.model if meta else None, meta.preset if meta else None,
+                                     requested)
+        except (ConfigError, ModelError) as exc:
+            if requested:
+                raise ApiError(422, f"model {requested!r}: {exc.message}", exc.hint) from None
+            raise
+
+
+# --- bodies -----------------------------------------------------------------------
+
+#: A model name's form (`agentfs/models/resolve.py:resolve_model` checks the rest).
+MODEL_NAME = r"^[A-Za-z0-9_-]+:.+$"
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ErrorBody(BaseModel):
+    """Every error response."""
+
+    error: str = Field(description="What went wrong, naming the trace, file or field")
+    hint: str | None = Field(description="How to fix it")
+    problems: list[dict[str, str]] | None = Field(
+        default=None, description="For a bad body (422): each field and its problem")
+
+
+#: The statuses any route may answer besides its own (see docs/api.md#errors).
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text} for status, text in {
+        401: "A token is required and missing or wrong",
+        403: "A request from another web site's page",
+        404: "No such trace or message",
+        409: "The trace is busy, or its state refuses the request",
+        413: "The body is over the server's --max-body",
+        415: "The body is not JSON",
+        421: "A Host other than a loopback name, on a loopback address",
+        422: "A bad body or parameter",
+        500: "agentfs.toml or a script it names is broken, or the disk failed",
+        502: "The model failed after its retries",
+    }.items()
+}
+
+
+class NewTrace(_Body):
+    id: str = Field(pattern=f"^{TRACE_ID.pattern}$",
+                    description="The new trace's id: 1-64 letters, digits, '-' or '_'")
+    text: str = Field(min_length=1, description="The first user message (Markdown; "
+                      "frontmatter optional, as in a dropped file)")
+    preset: str | None = Field(default=None, min_length=1, description="Preset from agentfs.toml")
+    model: str | None = Field(default=None, pattern=MODEL_NAME, description="The trace's default model")
+
+
+class PostMessage(_Body):
+    text: str = Field(min_length=1, description="The user message (Markdown; frontmatter "
+                      "optional, read as a file dropped into the trace's inbox)")
+    run: bool = Field(default=False, description="Start a run once it is posted")
+    model: str | None = Field(default=None, pattern=MODEL_NAME, description="Model for that run")
+
+
+class RunBody(_Body):
+    max_iterations: int | None = Field(default=None, ge=1, description="Model calls at most")
+    model: str | None = Field(default=None, pattern=MODEL_NAME,
+                              description="replay:PATH or anthropic:MODEL-ID "
+                              "(default: the trace's, its preset's, agentfs.toml's)")
+    inject_skills: list[str] = Field(default_factory=list,
+                                     description="Skills to keep in the model's context")
+
+
+class RewindBody(_Body):
+    sequence: int = Field(ge=0, description="The message to make the head")
+
+
+class ModelBody(_Body):
+    model: str | None = Field(default=None, pattern=MODEL_NAME,
+                              description="Model to use (default as for runs)")
+
+
+# --- routes -----------------------------------------------------------------------
+
+def build_router(server: Server) -> APIRouter:
+    api = APIRouter(prefix="/api", responses=ERRORS)
+    project = server.project
+
+    @api.get("/traces", summary="Traces with their status (`agentfs status --json`)")
+    def list_traces() -> dict[str, Any]:
+        report = workspace_status(project.workspace)
+        return {"workspace": str(project.workspace.root),
+                "traces": [{**row.record(), "server_run": server.runs.running(row.trace)}
+                           for row in report.traces],
+                "inbox": report.inbox, "inbox_rejected": report.inbox_rejected}
+
+    @api.post("/traces", status_code=201, summary="Create a trace (`agentfs new`)")
+    def create_trace(body: NewTrace) -> dict[str, Any]:
+        try:
+            check_trace_id(body.id)
+        except AgentfsError as exc:
+            raise ApiError(422, exc.message, exc.hint) from None
+        if body.id in project.workspace.trace_ids():
+            raise ApiError(409, f"trace {body.id!r} exists",
+                           f"post to it: POST /api/traces/{body.id}/messages")
+        if body.model is not None:
+            server.model(None, body.model)  # a name this server cannot use is a 422 now
+        first = parse_dropped(Path("<api>"), body.text.encode())
+        trace = project.new_trace(body.id, first, preset=body.preset, model=body.model)
+        server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
+                                                   "head": trace.meta.head})
+        return {"trace": trace.id, "head": trace.meta.head}
+
+    @api.get("/traces/{trace_id}", summary="One trace: head, model, whether it runs")
+    def get_trace(trace_id: str) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        meta = trace.meta
+        return {"trace": trace.id, "head": meta.head, "model": meta.model,
+                "preset": meta.preset, "created_at": meta.created_at,
+                "running": trace.is_running(), "server_run": server.runs.running(trace.id),
+                "pending_inbox": [trace.rel(p) for p in trace.pending_inbox()],
+                "last_error": meta.context.get("last_error")}
+
+    @api.get("/traces/{trace_id}/messages",
+             summary="The main path, or with all=true every message (`agentfs show --json`)")
+    def get_messages(trace_id: str, all: bool = False) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        messages = trace.messages()
+        on_path = {m.sequence for m in trace.main_path(messages)}
+        return {"trace": trace.id, "head": trace.meta.head,
+                "messages": [message_record(m, m.sequence in on_path)
+                             for m in messages.values() if all or m.sequence in on_path]}
+
+    @api.get("/traces/{trace_id}/tree",
+             summary="Every message with its place, side branches, goals (the viewer's data)")
+    def get_tree(trace_id: str) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        return {**trace_tree(trace), "running": trace.is_running(),
+                "server_run": server.runs.running(trace.id)}
+
+    @api.get("/traces/{trace_id}/log", summary="The trace's commits, newest first (`agentfs log`)")
+    def get_log(trace_id: str, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        return {"trace": trace.id, "steps": [vars(s) for s in trace_log(project.repo, trace.id,
+                                                                          limit)]}
+
+    @api.post("/traces/{trace_id}/messages", status_code=201,
+              summary="Post a user message (through the trace's inbox)",
+              responses={202: {"description": "Queued for the run that holds the trace"}})
+    def post(trace_id: str, body: PostMessage) -> JSONResponse:
+        trace = server.trace(trace_id)
+        posted = post_message(trace, body.text,
+                              run_holds_it=lambda: server.runs.running(trace.id))
+        record: dict[str, Any] = {"trace": trace.id, "status": posted.status,
+                                  "file": posted.file, "sequence": posted.sequence}
+        if posted.status == "committed":
+            server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
+                                                       "head": posted.sequence})
+        if body.run and posted.status == "committed":
+            record["run"] = server.runs.start(RunRequest(trace.id, server.model(trace, body.model)))
+        return JSONResponse(record, status_code=201 if posted.status == "committed" else 202)
+
+    @api.post("/traces/{trace_id}/run", summary="Start a run on a thread of the server",
+              responses={202: {"description": "Running; follow GET .../events"}})
+    def start_run(trace_id: str, body: RunBody | None = None) -> JSONResponse:
+        body = body or RunBody()
+        trace = server.trace(trace_id)
+        outcome = server.runs.start(RunRequest(
+            trace.id, server.model(trace, body.model), max_iterations=body.max_iterations,
+            inject_skills=tuple(body.inject_skills)))
+        return JSONResponse(outcome, status_code=202 if outcome.get("status") == "running"
+                            else 200)
+
+    @api.post("/traces/{trace_id}/stop", status_code=202,
+              summary="Stop the server's run of the trace after its current step")
+    def stop_run(trace_id: str) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        if not server.runs.stop(trace.id):
+            raise ApiError(409, f"this server is not running trace {trace.id!r}",
+                           "a run another process started stops with Ctrl-C there")
+        return {"trace": trace.id, "status": "stopping"}
+
+    @api.get("/traces/{trace_id}/events", summary="Run events as server-sent events",
+             response_class=StreamingResponse)
+    async def events(trace_id: str, request: Request) -> StreamingResponse:
+        trace = server.trace(trace_id)  # cheap: a stat and a regex
+        hello = {"trace": trace.id, "server_run": server.runs.running(trace.id)}
+
+        def look() -> tuple[int, int] | None:
+            try:
+                st = trace.meta_path.stat()
+            except OSError:
+                return None
+            return st.st_mtime_ns, st.st_size
+
+        async def body():
+            async for kind, data in server.hub.stream(trace.id, hello, look):
+                if await request.is_disconnected():
+                    return
+                yield sse(kind, data)
+
+        return StreamingResponse(body(), media_type="text/event-stream",
+                                 headers={"cache-control": "no-store"})
+
+    @api.post("/traces/{trace_id}/rewind", summary="Move the head back (`agentfs rewind`)")
+    def rewind_trace(trace_id: str, body: RewindBody) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        if body.sequence not in trace.messages():
+            raise ApiError(404, f"trace {trace.id!r} has no message #{body.sequence}",
+                           f"GET /api/traces/{trace.id}/messages?all=true lists them")
+        done = rewind(trace, body.sequence)
+        if done.moved:
+            server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "rewind",
+                                                       "head": done.sequence})
+        return {"trace": trace.id, "previous": done.previous, "head": done.sequence,
+                "moved": done.moved}
+
+    def side_work(trace_id: str, body: ModelBody | None, work: str,
+                  items: list[str] | None = None) -> dict[str, Any]:
+        """Run `work` (compress, reflect, evaluate_knowledge) through the trace's queue."""
+        trace = server.trace(trace_id)
+        runner = project.runner(server.model(trace, (body or ModelBody()).model),
+                                **server.runner_options)
+        if work == "evaluate_knowledge":
+            report = runner.evaluate_knowledge(trace.id, items)
+        else:
+            report = getattr(runner, work)(trace.id)
+        record = report_record(project, trace.id, report)
+        if report.merged:
+            server.hub.publish(trace.id, "committed", {
+                "trace": trace.id, "kind": work, "head": server.trace(trace_id).meta.head})
+        return record
+
+    @api.post("/traces/{trace_id}/compress", status_code=201,
+              summary="Compress now on a side branch (`agentfs compress --json`)")
+    def compress(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
+        return side_work(trace_id, body, "compress")
+
+    @api.post("/traces/{trace_id}/reflect", status_code=201,
+              summary="Reflect now on a side branch (`agentfs reflect --json`)")
+    def reflect(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
+        return side_work(trace_id, body, "reflect")
+
+    @api.post("/traces/{trace_id}/evaluate-knowledge", status_code=201,
+              summary="Judge the pending knowledge items on a side branch of the trace "
+                      "(`agentfs knowledge evaluate TRACE --json`)")
+    def evaluate(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
+        server.trace(trace_id)
+        if not pending_by_trace(project, trace_id):
+            raise ApiError(409, "no pending knowledge items: nothing to evaluate",
+                           "reflection (POST .../reflect) writes pending items")
+        return side_work(trace_id, body, "evaluate_knowledge")
+
+    @api.get("/traces/{trace_id}/goals", summary="The goal tree (`agentfs goals --json`)")
+    def goals(trace_id: str) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        tree = GoalTree.load(trace.dir / GOALS_FILE)
+        return {**tree.model_dump(mode="json"), "text": tree.to_prompt(include_summary=True)}
+
+    @api.get("/knowledge", summary="Knowledge items (`agentfs knowledge --json`)")
+    def knowledge(status: Literal["pending", "accepted", "rejected"] | None = None,
+                  ) -> dict[str, Any]:
+        items = [i for i in load_items(project.workspace.knowledge_dir)
+                 if status is None or i.status == status]
+        return {"items": [item_record(i) for i in items]}
+
+    return api

@@ -1,0 +1,470 @@
+// The trace viewer: lists traces, shows one as a tree (main path, compression
+// summaries with their originals, side branches, messages left off the path
+// by rewinds, goals), follows its events live, and posts, rewinds, compresses.
+// Every piece of trace text goes through textContent or agentfsMarkdown.
+"use strict";
+
+(function () {
+  const $ = (id) => document.getElementById(id);
+  const state = { trace: null, data: null, follow: null, refreshTimer: null };
+
+  // --- the token (only when the server asks for one) -------------------------
+
+  function takeTokenFromUrl() {
+    const params = new URLSearchParams(location.hash.slice(1));
+    const token = params.get("token");
+    if (token) {
+      sessionStorage.setItem("agentfs-token", token);
+      params.delete("token");
+      history.replaceState(null, "", location.pathname + (params.toString() ? "#" + params : ""));
+    }
+  }
+
+  function authHeaders() {
+    const token = sessionStorage.getItem("agentfs-token");
+    return token ? { authorization: "Bearer " + token } : {};
+  }
+
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    sessionStorage.setItem("agentfs-token", $("token-input").value.trim());
+    $("token-form").hidden = true;
+    start();
+  });
+
+  // --- the API -----------------------------------------------------------------
+
+  async function api(method, path, body) {
+    const headers = authHeaders();
+    if (body !== undefined) headers["content-type"] = "application/json";
+    const response = await fetch(path, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    let data = null;
+    try { data = await response.json(); } catch (e) { data = { error: response.statusText }; }
+    if (response.status === 401) $("token-form").hidden = false;
+    if (!response.ok) {
+      const error = new Error(data.error + (data.hint ? " (" + data.hint + ")" : ""));
+      error.status = response.status;
+      throw error;
+    }
+    return data;
+  }
+
+  function notify(text, ok) {
+    const notice = $("notice");
+    notice.textContent = text;
+    notice.className = ok ? "notice ok" : "notice";
+    notice.hidden = !text;
+  }
+
+  async function act(work, done) {
+    try {
+      const result = await work();
+      if (done) notify(done(result), true);
+      await refresh();
+      return result;
+    } catch (error) {
+      notify(error.message, false);
+      return null;
+    }
+  }
+
+  // --- the trace list ------------------------------------------------------------
+
+  async function loadTraces() {
+    const data = await api("GET", "/api/traces");
+    $("workspace").textContent = data.workspace;
+    const nav = $("traces");
+    nav.replaceChildren();
+    if (!data.traces.length) {
+      const p = document.createElement("p");
+      p.className = "muted";
+      p.textContent = "No traces yet: agentfs new TRACE -m '...'";
+      nav.append(p);
+    }
+    for (const row of data.traces) {
+      const a = document.createElement("a");
+      a.href = "#trace=" + encodeURIComponent(row.trace);
+      a.dataset.trace = row.trace;
+      if (row.trace === state.trace) a.className = "current";
+      a.textContent = row.trace + " ";
+      const note = document.createElement("span");
+      note.className = "state";
+      note.textContent = "#" + row.head + (row.running ? " running" : "")
+        + (row.pending_inbox.length ? " · " + row.pending_inbox.length + " waiting" : "");
+      a.append(note);
+      nav.append(a);
+    }
+  }
+
+  function chosenTrace() {
+    return new URLSearchParams(location.hash.slice(1)).get("trace");
+  }
+
+  // --- one trace -------------------------------------------------------------------
+
+  async function refresh() {
+    if (!state.trace) return;
+    const data = await api("GET", "/api/traces/" + encodeURIComponent(state.trace) + "/tree");
+    state.data = data;
+    renderTrace(data);
+    loadTraces().catch(() => {});
+  }
+
+  function refreshSoon() {
+    clearTimeout(state.refreshTimer);
+    state.refreshTimer = setTimeout(() => refresh().catch((e) => notify(e.message)), 150);
+  }
+
+  function renderTrace(data) {
+    $("empty").hidden = true;
+    $("trace").hidden = false;
+    $("trace-title").textContent = data.trace;
+    const badge = $("trace-state");
+    badge.textContent = (data.running ? "running" : "idle") + " · head #" + data.head;
+    badge.className = data.running ? "badge running" : "badge";
+    renderGoals(data.goals);
+    $("tree").replaceChildren(buildTree(data));
+  }
+
+  function renderGoals(goals) {
+    const box = $("goal-tree");
+    box.replaceChildren();
+    if (!goals.goals.length) {
+      box.textContent = "No goals yet.";
+      return;
+    }
+    const list = (items) => {
+      const ul = document.createElement("ul");
+      for (const goal of items) {
+        const li = document.createElement("li");
+        const mark = goal.status === "done" ? "[x] " : goal.status === "abandoned" ? "[-] " : "[ ] ";
+        li.textContent = mark + goal.id + " " + goal.title;
+        if (goal.status !== "open") li.className = "goal-done";
+        if (goal.id === goals.focus) li.className = "goal-focus";
+        if (goal.summary) {
+          const s = document.createElement("div");
+          s.className = "muted";
+          s.textContent = goal.summary;
+          li.append(s);
+        }
+        if (goal.children.length) li.append(list(goal.children));
+        ul.append(li);
+      }
+      return ul;
+    };
+    box.append(list(goals.goals));
+  }
+
+  // --- the tree ----------------------------------------------------------------------
+
+  function buildTree(data) {
+    const bySeq = new Map(data.messages.map((m) => [m.sequence, m]));
+    const children = new Map();
+    for (const m of data.messages) {
+      if (!children.has(m.parent)) children.set(m.parent, []);
+      children.get(m.parent).push(m.sequence);
+    }
+    const branchesFrom = new Map();
+    for (const b of data.branches) {
+      if (!branchesFrom.has(b.from_sequence)) branchesFrom.set(b.from_sequence, []);
+      branchesFrom.get(b.from_sequence).push(b);
+    }
+    const onPath = new Set(data.path);
+    const callNames = new Map();
+    for (const m of [...data.messages, ...data.branches.flatMap((b) => b.messages)]) {
+      for (const c of m.tool_calls) callNames.set(c.id, c.name);
+    }
+    const ctx = { data, bySeq, children, branchesFrom, onPath, callNames };
+    const root = document.createDocumentFragment();
+    data.path.forEach((seq, i) => {
+      root.append(card(ctx, bySeq.get(seq)));
+      attachments(ctx, seq, data.path[i + 1], root);
+    });
+    const top = (children.get(null) || []).filter((s) => !onPath.has(s));
+    for (const seq of top) root.append(fork(ctx, seq));
+    return root;
+  }
+
+  function subtreeSize(ctx, seq) {
+    let size = 0;
+    const stack = [seq];
+    while (stack.length) {
+      const s = stack.pop();
+      size += 1;
+      stack.push(...(ctx.children.get(s) || []));
+    }
+    return size;
+  }
+
+  // What hangs beside message `seq` besides `next`: side branches that continued it,
+  // and messages left off the path below it (originals go into their summary's card).
+  function attachments(ctx, seq, next, container) {
+    for (const branch of ctx.branchesFrom.get(seq) || []) container.append(branchBox(ctx, branch));
+    for (const child of ctx.children.get(seq) || []) {
+      if (child === next || ctx.bySeq.get(child).replaced_by !== null) continue;
+      container.append(fork(ctx, child));
+    }
+  }
+
+  // Messages from `seq` down: the longest line of the same kind (the originals of one
+  // summary, or messages off the path) first, other lines folded beside it.
+  function chain(ctx, seq, container) {
+    const kind = ctx.bySeq.get(seq).replaced_by;
+    let current = seq;
+    while (current !== undefined) {
+      container.append(card(ctx, ctx.bySeq.get(current)));
+      const kids = (ctx.children.get(current) || []).filter(
+        (k) => ctx.bySeq.get(k).replaced_by === kind && !ctx.onPath.has(k));
+      let next;
+      for (const k of kids) if (next === undefined || subtreeSize(ctx, k) > subtreeSize(ctx, next)) next = k;
+      attachments(ctx, current, next, container);
+      current = next;
+    }
+  }
+
+  function folded(cls, title, fill) {
+    const details = document.createElement("details");
+    details.className = cls;
+    const summary = document.createElement("summary");
+    summary.textContent = title;
+    const inner = document.createElement("div");
+    details.append(summary, inner);
+    let filled = false;
+    details.addEventListener("toggle", () => {
+      if (details.open && !filled) { filled = true; fill(inner); }
+    });
+    return details;
+  }
+
+  function fork(ctx, seq) {
+    const n = subtreeSize(ctx, seq);
+    const first = ctx.bySeq.get(seq);
+    const why = first.synthetic === "summary" ? "a summary no longer on the path (rewound)"
+      : n + " message" + (n > 1 ? "s" : "") + " left off the path (rewound or edited)";
+    return folded("fork", "#" + seq + "…: " + why, (inner) => chain(ctx, seq, inner));
+  }
+
+  function branchBox(ctx, branch) {
+    const outcome = branch.summary !== null ? " → summary #" + branch.summary : "";
+    const title = branch.type + " side branch " + branch.name + " ("
+      + branch.messages.length + " messages)" + outcome;
+    return folded("branch branch-" + branch.type, title, (inner) => {
+      for (const m of branch.messages) inner.append(card(ctx, m, true));
+    });
+  }
+
+  function card(ctx, m, onBranch) {
+    const article = document.createElement("article");
+    const classes = ["msg", "role-" + m.role];
+    if (!m.on_path && !onBranch) classes.push("off-path");
+    if (m.synthetic === "summary") classes.push("summary");
+    if (m.sequence === ctx.data.head && !onBranch) classes.push("head");
+    article.className = classes.join(" ");
+    article.id = (onBranch ? "b-" : "m-") + m.sequence;
+    article.dataset.sequence = m.sequence;
+    const header = document.createElement("header");
+    const label = document.createElement("span");
+    let text = "#" + m.sequence + " " + m.role;
+    if (m.synthetic) text += " (" + m.synthetic + ")";
+    if (m.model) text += " · " + m.model;
+    if (m.goal_id) text += " · goal " + m.goal_id;
+    if (!m.on_path && !onBranch) text += " · off the path";
+    label.textContent = text;
+    header.append(label);
+    if (!onBranch && m.sequence !== ctx.data.head) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "rewind";
+      button.textContent = "Rewind here";
+      button.title = "Make #" + m.sequence + " the head (later messages stay, off the path)";
+      button.addEventListener("click", () => rewindTo(m.sequence));
+      header.append(button);
+    }
+    article.append(header);
+    if (m.role === "tool") {
+      const name = ctx.callNames.get(m.tool_call_id) || "tool";
+      const details = document.createElement("details");
+      details.className = "result" + (m.is_error ? " error" : "");
+      const summary = document.createElement("summary");
+      summary.textContent = "result of " + name + (m.is_error ? " (error)" : "")
+        + " · " + m.text.split("\n").length + " lines";
+      const pre = document.createElement("pre");
+      pre.className = "data";
+      pre.textContent = m.text;
+      details.append(summary, pre);
+      article.append(details);
+    } else if (m.role === "system") {
+      article.append(folded("result", "system prompt", (inner) => {
+        const body = document.createElement("div");
+        body.className = "body";
+        body.append(window.agentfsMarkdown.render(m.text));
+        inner.append(body);
+      }));
+    } else if (m.text) {
+      const body = document.createElement("div");
+      body.className = "body";
+      body.append(window.agentfsMarkdown.render(m.text));
+      article.append(body);
+    }
+    for (const call of m.tool_calls) {
+      const details = document.createElement("details");
+      details.className = "call";
+      const summary = document.createElement("summary");
+      const args = JSON.stringify(call.input);
+      summary.textContent = "→ " + call.name + "(" + (args.length > 80 ? args.slice(0, 77) + "…" : args) + ")"
+        + (call.synthetic ? " [" + call.synthetic + "]" : "");
+      const pre = document.createElement("pre");
+      pre.className = "data";
+      pre.textContent = JSON.stringify(call.input, null, 2);
+      details.append(summary, pre);
+      article.append(details);
+    }
+    if (m.synthetic === "summary" && !onBranch) {
+      const originals = (ctx.children.get(m.parent) || []).filter(
+        (s) => s !== m.sequence && ctx.bySeq.get(s).replaced_by === m.sequence);
+      const count = ctx.data.messages.filter((x) => x.replaced_by === m.sequence).length;
+      if (originals.length) {
+        article.append(folded("originals", "Show the " + count + " messages this summary replaced",
+          (inner) => { for (const s of originals) chain(ctx, s, inner); }));
+      } else if (m.on_path === false) {
+        const note = document.createElement("p");
+        note.className = "muted";
+        note.textContent = "Its originals are on the main path again.";
+        article.append(note);
+      }
+    }
+    return article;
+  }
+
+  // --- actions --------------------------------------------------------------------------
+
+  function tracePath(suffix) {
+    return "/api/traces/" + encodeURIComponent(state.trace) + suffix;
+  }
+
+  function rewindTo(sequence) {
+    return act(() => api("POST", tracePath("/rewind"), { sequence }),
+      (r) => r.moved ? "head moved from #" + r.previous + " to #" + r.head : "already there");
+  }
+
+  async function send(run) {
+    const text = $("message").value;
+    if (!text.trim()) return;
+    const result = await act(() => api("POST", tracePath("/messages"), { text, run }),
+      (r) => r.status === "committed" ? "posted as #" + r.sequence
+        : "queued: the running trace takes it at its next step");
+    if (result) $("message").value = "";
+  }
+
+  $("composer").addEventListener("submit", (event) => { event.preventDefault(); send(false); });
+  $("send-run").addEventListener("click", () => send(true));
+  $("run").addEventListener("click", () => act(() => api("POST", tracePath("/run"), {}),
+    (r) => r.status === "running" ? "running" : "run " + (r.stop || r.status)));
+  $("stop").addEventListener("click", () => act(() => api("POST", tracePath("/stop")),
+    () => "stopping after the current step"));
+  $("compress").addEventListener("click", () => act(() => api("POST", tracePath("/compress"), {}),
+    (r) => r.branches.filter((b) => b.type === "compression")
+      .map((b) => "compressed: summary #" + b.messages[b.messages.length - 1] + " from " + b.branch)
+      .join("; ") || "nothing was compressed"));
+
+  // --- live events (server-sent events read with fetch, so the token can go along) -----
+
+  function showLive(kind, data) {
+    const live = $("live");
+    if (kind === "run_started") {
+      live.hidden = false;
+      $("live-text").textContent = "";
+      $("live-events").replaceChildren();
+    }
+    if (kind === "text") {
+      live.hidden = false;
+      $("live-text").textContent += data.text;
+      return;
+    }
+    const line = {
+      tool_call: () => "→ " + data.name,
+      tool_result: () => (data.is_error ? "✗ " : "✓ ") + (data.name || "result"),
+      ingested: () => "ingested " + data.file + " as #" + data.sequence,
+      compressed: () => "compressed: summary #" + data.sequence,
+      run_finished: () => "run finished: " + data.stop,
+      run_failed: () => "run failed: " + data.error,
+      retry: () => "retrying: " + data.reason,
+    }[kind];
+    if (line) {
+      const li = document.createElement("li");
+      li.textContent = line();
+      $("live-events").append(li);
+    }
+    if (kind === "assistant") $("live-text").textContent = "";
+    if (kind === "run_finished" || kind === "run_failed") {
+      notify(line(), kind === "run_finished");
+    }
+  }
+
+  async function follow(trace) {
+    if (state.follow) state.follow.abort();
+    const control = new AbortController();
+    state.follow = control;
+    while (!control.signal.aborted) {
+      try {
+        const response = await fetch("/api/traces/" + encodeURIComponent(trace) + "/events",
+          { headers: authHeaders(), signal: control.signal });
+        if (!response.ok) throw new Error("events: " + response.status);
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            const block = buffer.slice(0, end);
+            buffer = buffer.slice(end + 2);
+            let kind = "message", data = "";
+            for (const line of block.split("\n")) {
+              if (line.startsWith("event: ")) kind = line.slice(7);
+              else if (line.startsWith("data: ")) data += line.slice(6);
+            }
+            if (!data) continue;
+            const parsed = JSON.parse(data);
+            showLive(kind, parsed);
+            if (kind !== "text" && kind !== "ready") refreshSoon();
+          }
+        }
+      } catch (error) {
+        if (control.signal.aborted) return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 2000));  // the server went away: retry
+    }
+  }
+
+  // --- start ------------------------------------------------------------------------------
+
+  async function show(trace) {
+    state.trace = trace;
+    if (!trace) {
+      $("trace").hidden = true;
+      $("empty").hidden = false;
+      return;
+    }
+    $("live").hidden = true;
+    await refresh();
+    follow(trace);
+  }
+
+  async function start() {
+    try {
+      await loadTraces();
+      await show(chosenTrace());
+    } catch (error) {
+      notify(error.message, false);
+    }
+  }
+
+  window.addEventListener("hashchange", () => show(chosenTrace()).catch((e) => notify(e.message)));
+  takeTokenFromUrl();
+  start();
+})();

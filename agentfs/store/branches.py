@@ -1,0 +1,67 @@
+"""A trace's side branches read back from Git: `agentfs/<trace>/<type>-<n>`.
+
+A side branch starts at main's head and holds, besides main's files, the
+messages written there only (a reflection, a knowledge evaluation, a
+compression's request and answer). They are never in main's work tree, so
+they are read from the branch's commit: the message files it has and main's
+head has not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentfs.errors import AgentfsError
+from agentfs.store.git.repo import GitRepo
+from agentfs.store.messages import Message, parse_file_name, parse_message
+from agentfs.store.workspace import MESSAGES_DIR, TRACES_DIR
+
+__all__ = ["SideBranch", "branch_prefix", "side_branches"]
+
+
+def branch_prefix(trace_id: str) -> str:
+    """Where a trace's side branches are, under `refs/heads/`."""
+    return f"agentfs/{trace_id}/"
+
+
+@dataclass(frozen=True)
+class SideBranch:
+    """One side branch: its name, type, head commit and own messages, by sequence."""
+
+    name: str
+    type: str
+    head: str
+    messages: list[Message]
+
+    @property
+    def from_sequence(self) -> int | None:
+        """The main-path message the branch continues (its first message's parent)."""
+        return self.messages[0].parent_sequence if self.messages else None
+
+
+def side_branches(repo: GitRepo, trace_id: str) -> list[SideBranch]:
+    """The trace's side branches, oldest first (by their first message); files on a
+    branch that cannot be read as messages are left out."""
+    folder = f"{TRACES_DIR}/{trace_id}/{MESSAGES_DIR}"
+    on_main = repo.walk(repo.head(), folder)
+    found = []
+    for name in repo.branches(branch_prefix(trace_id)):
+        head = repo.head(b"refs/heads/" + name.encode())
+        if head is None:
+            continue
+        messages = []
+        for path in repo.walk(head, folder):
+            file_name = path.rsplit("/", 1)[-1]
+            if path in on_main or parse_file_name(file_name) is None:
+                continue
+            data = repo.read_file(head, path)
+            try:
+                messages.append(parse_message(repo.root / path, data or b""))
+            except AgentfsError:
+                continue
+        messages.sort(key=lambda m: m.sequence)
+        kind = messages[0].branch_type if messages and messages[0].branch_type else (
+            name.rsplit("/", 1)[-1].rsplit("-", 1)[0])
+        found.append(SideBranch(name, kind, head.decode(), messages))
+    found.sort(key=lambda b: (b.messages[0].sequence if b.messages else 0, b.name))
+    return found

@@ -1,0 +1,320 @@
+"""The trace API over real HTTP, against `agentfs serve` in its own process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import assert_git_clean, git, run_cli
+from tests.server.conftest import (
+    Served,
+    compressed_and_rewound,
+    read_lines,
+    start_server,
+    stop_server,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def events(response) -> Iterator[tuple[str, dict]]:
+    """Server-sent events from a streamed response (keep-alives skipped)."""
+    kind, data = "", ""
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: "):
+            data += line[6:]
+        elif not line and data:
+            yield kind, json.loads(data)
+            kind, data = "", ""
+
+
+def user_texts(client, trace: str) -> list[str]:
+    shown = client.get(f"/api/traces/{trace}/messages", params={"all": "true"}).json()
+    return [m["text"] for m in shown["messages"] if m["role"] == "user"]
+
+
+def test_list_read_post_rewind_compress(served: Served):
+    root = served.root
+    run_cli("new", "t", "-m", "Read notes.md please", cwd=root)
+    with served.client() as client:
+        listed = client.get("/api/traces").json()
+        assert [(t["trace"], t["head"], t["running"]) for t in listed["traces"]] == [("t", 2, False)]
+
+        ran = client.post("/api/traces/t/run", json={})
+        assert ran.status_code in (200, 202)
+        posted = client.post("/api/traces/t/messages", json={"text": "and *then*?"})
+        if posted.status_code == 202:  # the run still held the trace: it took the message
+            pytest.fail(f"a finished run should not hold the trace: {posted.json()}")
+        assert posted.status_code == 201 and posted.json()["status"] == "committed"
+        sequence = posted.json()["sequence"]
+
+        shown = client.get("/api/traces/t/messages").json()
+        assert shown["head"] == sequence
+        assert [m["role"] for m in shown["messages"]] == [
+            "system", "user", "assistant", "tool", "assistant", "user"]
+        assert shown["messages"][-1]["text"] == "and *then*?"
+        # the same records as the command line's `show --json`
+        cli = json.loads(run_cli("show", "t", "--json", cwd=root).stdout)
+        assert cli == shown
+
+        rewound = client.post("/api/traces/t/rewind", json={"sequence": 5}).json()
+        assert rewound == {"trace": "t", "previous": sequence, "head": 5, "moved": True}
+        everything = client.get("/api/traces/t/messages", params={"all": "true"}).json()
+        assert [m["on_path"] for m in everything["messages"]][-1] is False
+        again = client.post("/api/traces/t/messages", json={"text": "again", "run": True}).json()
+        assert again["sequence"] == sequence + 1 and again["run"]["stop"] == "end_turn"
+
+        compressed = client.post("/api/traces/t/compress", json={})
+        assert compressed.status_code == 201, compressed.text
+        [merged] = compressed.json()["branches"]  # the same record as `compress --json`
+        summary = {"sequence": merged["messages"][-1], "branch": merged["branch"]}
+        assert summary["branch"] == "agentfs/t/compression-1"
+        tree = client.get("/api/traces/t/tree").json()
+        assert tree["path"] == [1, 2, summary["sequence"]]
+        replaced = [m["sequence"] for m in tree["messages"]
+                    if m["replaced_by"] == summary["sequence"]]
+        assert replaced == [3, 4, 5, sequence + 1, sequence + 2]
+        [branch] = tree["branches"]
+        assert branch["type"] == "compression" and branch["from_sequence"] == sequence + 2
+        assert branch["summary"] == summary["sequence"]
+        assert [m["role"] for m in branch["messages"]] == ["user", "assistant"]
+
+        goals = client.get("/api/traces/t/goals").json()
+        assert goals["goals"] == [] and "text" in goals
+        assert client.get("/api/knowledge").json() == {"items": []}
+        log = client.get("/api/traces/t/log", params={"limit": 3}).json()["steps"]
+        assert [s["kind"] for s in log] == ["summary", "queue", "assistant"]
+
+        refused = client.post("/api/traces/t/evaluate-knowledge", json={})
+        assert refused.status_code == 409 and refused.json()["hint"]  # nothing pending
+        reflected = client.post("/api/traces/t/reflect", json={})
+        assert reflected.status_code == 201, reflected.text
+        [lesson] = reflected.json()["branches"][0]["items"]
+        assert lesson["status"] == "pending" and lesson["title"] == "Read the notes first"
+        judged = client.post("/api/traces/t/evaluate-knowledge", json={})
+        assert judged.status_code == 201, judged.text
+        [verdict] = judged.json()["branches"][-1]["items"]
+        assert verdict["id"] == lesson["id"] and verdict["status"] == "accepted"
+        [item] = client.get("/api/knowledge").json()["items"]
+        assert item["status"] == "accepted"
+    assert_git_clean(root)
+
+
+def test_the_tree_shows_a_compression_its_originals_and_rewinds(served: Served):
+    compressed_and_rewound(served.root)
+    with served.client() as client:
+        tree = client.get("/api/traces/t/tree").json()
+    by_seq = {m["sequence"]: m for m in tree["messages"]}
+    assert tree["path"] == [1, 2, 12]
+    assert by_seq[12]["synthetic"] == "summary" and by_seq[12]["parent"] == 2
+    assert sorted(s for s, m in by_seq.items() if m["replaced_by"] == 12) == [3, 4, 5, 8, 9]
+    off = sorted(s for s, m in by_seq.items() if not m["on_path"] and m["replaced_by"] is None)
+    assert off == [6, 7, 13, 14]  # left off by the two rewinds
+    assert by_seq[6]["parent"] == 5 and by_seq[13]["parent"] == 12
+    [branch] = tree["branches"]
+    assert branch["from_sequence"] == 9 and [m["sequence"] for m in branch["messages"]] == [10, 11]
+    assert 10 not in by_seq  # side-branch messages are never in main's work tree
+
+
+def test_errors_are_json_with_the_right_status(served: Served):
+    run_cli("new", "t", "-m", "hi", cwd=served.root)
+    with served.client() as client:
+        def check(response, status: int, words: str) -> None:
+            assert response.status_code == status, response.text
+            body = response.json()
+            assert set(body) >= {"error", "hint"} and words in body["error"], body
+
+        check(client.get("/api/traces/nope"), 404, "no trace 'nope'")
+        check(client.get("/api/traces/..%2F..%2Fetc/messages"), 404, "")
+        check(client.post("/api/traces/nope/messages", json={"text": "x"}), 404, "nope")
+        check(client.post("/api/traces/t/rewind", json={"sequence": 99}), 404, "#99")
+        check(client.get("/api/nothing-here"), 404, "Not Found")
+        headers = {"content-type": "application/json"}
+        check(client.post("/api/traces/t/messages", content=b"{not json", headers=headers),
+              422, "body: not valid JSON")
+        check(client.post("/api/traces/t/messages", json={"text": 5}), 422, "text")
+        check(client.post("/api/traces/t/messages", json={"text": ""}), 422, "text")
+        check(client.post("/api/traces/t/messages", json={"text": "x", "extra": 1}), 422,
+              "extra")
+        check(client.post("/api/traces/t/messages", json=["text"]), 422, "")
+        check(client.post("/api/traces/t/rewind", json={"sequence": "2"}), 422, "sequence")
+        check(client.post("/api/traces/t/rewind", json={"sequence": -1}), 422, "sequence")
+        check(client.post("/api/traces/t/run", json={"max_iterations": 0}), 422,
+              "max_iterations")
+        check(client.post("/api/traces/t/run", json={"model": "nosuch:model"}), 422, "nosuch")
+        check(client.post("/api/traces", json={"id": "../x", "text": "hi"}), 422, "body.id")
+        check(client.post("/api/traces", json={"id": "u", "text": "hi", "model": "nope"}), 422,
+              "model")
+        check(client.post("/api/traces", json={"id": "t", "text": "hi"}), 409, "exists")
+        check(client.post("/api/traces/t/compress", json={}), 409, "summary would not")
+        check(client.post("/api/traces/t/stop"), 409, "not running")
+        check(client.post("/api/traces/t/messages", content=b'{"text": "x"}',
+                          headers={"content-type": "text/plain"}), 415, "JSON")
+        huge = json.dumps({"text": "x" * (2 * 1024 * 1024)}).encode()
+        check(client.post("/api/traces/t/messages", content=huge, headers=headers), 413, "limit")
+        chunked = iter([huge[i:i + 65536] for i in range(0, len(huge), 65536)])
+        check(client.post("/api/traces/t/messages", content=chunked, headers=headers), 413,
+              "limit")
+        check(client.get("/api/traces", headers={"host": "evil.example:80"}), 421, "evil")
+        check(client.post("/api/traces/t/messages", json={"text": "x"},
+                          headers={"origin": "http://evil.example"}), 403, "evil")
+        assert user_texts(client, "t") == ["hi"]  # nothing refused was committed
+        schema = client.get("/openapi.json").json()
+        assert "/api/traces/{trace_id}/messages" in schema["paths"]
+    assert_git_clean(served.root)
+
+
+def test_concurrent_posts_are_each_taken_exactly_once(served: Served):
+    for trace in ("a", "b", "c"):
+        run_cli("new", trace, "-m", f"start {trace}", cwd=served.root)
+    jobs = [("a", f"one trace, message {n}") for n in range(20)]
+    jobs += [(trace, f"{trace}: message {n}") for n in range(7) for trace in ("a", "b", "c")]
+    answers: list = [None] * len(jobs)
+    go = threading.Barrier(len(jobs))
+
+    def post(i: int) -> None:
+        trace, text = jobs[i]
+        with served.client() as client:
+            go.wait()
+            answers[i] = client.post(f"/api/traces/{trace}/messages", json={"text": text})
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [a.status_code for a in answers] == [201] * len(jobs), [a.text for a in answers]
+    with served.client() as client:
+        for trace in ("a", "b", "c"):
+            texts = user_texts(client, trace)
+            expected = [t for tr, t in jobs if tr == trace]
+            assert sorted(texts) == sorted([f"start {trace}", *expected])  # each exactly once
+            state = client.get(f"/api/traces/{trace}").json()
+            assert state["pending_inbox"] == []
+            sequences = [a.json()["sequence"] for a, (tr, _) in zip(answers, jobs) if tr == trace]
+            assert len(set(sequences)) == len(sequences)
+            assert state["head"] == max(sequences)
+    assert_git_clean(served.root)
+
+
+def test_a_run_streams_its_events(served: Served):
+    run_cli("new", "t", "-m", "Read notes.md please", cwd=served.root)
+    with served.client() as client, client.stream("GET", "/api/traces/t/events") as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        seen = events(stream)
+        assert next(seen)[0] == "ready"  # subscribed: nothing from now on is missed
+        started = client.post("/api/traces/t/run", json={})
+        assert started.status_code in (200, 202)
+        kinds, texts = [], []
+        for kind, data in seen:
+            kinds.append(kind)
+            if kind == "text":
+                texts.append(data["text"])
+            if kind in ("run_finished", "run_failed"):
+                break
+    assert kinds[0] == "run_started" and kinds[-1] == "run_finished", kinds
+    assert kinds.count("assistant") == 2 and "tool_call" in kinds and "tool_result" in kinds
+    assert "".join(texts) == "Looking at **notes.md**.Answer 1: `done`."
+    assert data["stop"] == "end_turn" and data["iterations"] == 2
+    assert_git_clean(served.root)
+
+
+def test_stop_ends_the_run_after_its_step_and_a_post_waits_for_it(tmp_path, workspace_root):
+    """The fake Anthropic server holds the run inside its second model call: a post
+    then goes to the inbox for the run, which takes it after that step; stop lets
+    the step finish and ends the run before another model call."""
+    from agentfs.testing import FakeAnthropicServer
+
+    config = workspace_root / "agentfs.toml"
+    config.write_text(config.read_text() + "\nsettle = 0\n")
+    git(workspace_root, "commit", "-qam", "take inbox files at once")
+    gate = threading.Event()
+
+    def held(body: dict) -> dict:
+        assert gate.wait(60), "the test never let the model answer"
+        return {"text": "Reading again.",
+                "tool_calls": [{"name": "read_file", "input": {"path": "notes.md"}}]}
+
+    with FakeAnthropicServer() as fake:
+        fake.enqueue({"text": "Reading.", "tool_calls": [{"name": "read_file",
+                                                          "input": {"path": "notes.md"}}]},
+                     held, {"text": "never asked for"})
+        env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.base_url}
+        served = start_server(workspace_root, "--model", "anthropic:claude-test",
+                              log=tmp_path / "serve.log", env=env)
+        try:
+            with served.client() as client:
+                made = client.post("/api/traces", json={"id": "t", "text": "Read notes.md"})
+                assert made.status_code == 201, made.text
+                with client.stream("GET", "/api/traces/t/events") as stream:
+                    seen = events(stream)
+                    assert next(seen)[0] == "ready"
+                    started = client.post("/api/traces/t/run", json={})
+                    assert started.status_code == 202 and started.json()["status"] == "running"
+                    fake.wait_for_requests(2, timeout=60)  # inside the held model call
+                    assert client.post("/api/traces/t/run", json={}).status_code == 409
+                    posted = client.post("/api/traces/t/messages", json={"text": "meanwhile"})
+                    assert posted.status_code == 202 and posted.json()["status"] == "queued"
+                    assert client.post("/api/traces/t/stop").status_code == 202
+                    gate.set()
+                    for kind, data in seen:
+                        if kind in ("run_finished", "run_failed"):
+                            break
+                assert kind == "run_finished" and data["stop"] == "stopped", data
+                assert data["iterations"] == 2 and len(fake.requests) == 2
+                shown = client.get("/api/traces/t/messages").json()["messages"]
+                roles = [m["role"] for m in shown]  # (+ a context injection: a user waits)
+                assert roles[:6] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+                assert roles[-1] == "user" and shown[-1]["text"] == "meanwhile"
+                assert [m["text"] for m in shown].count("meanwhile") == 1
+                assert client.get("/api/traces/t").json()["pending_inbox"] == []
+        finally:
+            gate.set()
+            assert stop_server(served) == 0, (tmp_path / "serve.log").read_text()
+    assert_git_clean(workspace_root)
+
+
+def test_a_non_loopback_address_needs_a_token(tmp_path, workspace_root):
+    refused = subprocess.run(
+        [sys.executable, "-m", "agentfs", "serve", "--host", "0.0.0.0", "--port", "0"],
+        cwd=workspace_root, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 2
+    assert "--token" in refused.stderr and "--new-token" in refused.stderr
+
+    served = start_server(workspace_root, "--host", "0.0.0.0", "--new-token",
+                          log=tmp_path / "serve.log")
+    try:
+        token_line, page_line = read_lines(served, 2)
+        token = token_line.removeprefix("token: ")
+        assert page_line.endswith(f"#token={token}") and len(token) >= 32
+        port = served.url.rsplit(":", 1)[1]
+        with served.client(base_url=f"http://127.0.0.1:{port}") as client:
+            assert client.get("/api/traces").status_code == 401
+            wrong = client.get("/api/traces", headers={"authorization": "Bearer " + "x" * 43})
+            assert wrong.status_code == 401 and wrong.json()["hint"]
+            right = client.get("/api/traces", headers={"authorization": f"Bearer {token}"})
+            assert right.status_code == 200 and right.json()["traces"] == []
+            assert client.get("/").status_code == 200  # the page holds no data
+    finally:
+        assert stop_server(served) == 0
+
+
+def test_serve_without_the_extra_says_what_to_install(workspace_root, tmp_path):
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    (blocker / "uvicorn.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'uvicorn'\", name='uvicorn')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "agentfs", "serve", "--port", "0"], cwd=workspace_root,
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PYTHONPATH": str(blocker)})
+    assert done.returncode == 1
+    assert "pip install 'agentfs-workspace[serve]'" in done.stderr
