@@ -22,9 +22,10 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"errors", "store", "models", "skills", "config"},
     "core": {"errors", "store", "models", "skills", "tools", "config"},
     "testing": {"errors", "store", "models"},
-    "watch": {"errors", "store", "models", "core", "config"},
+    "remote": {"errors", "store"},
+    "watch": {"errors", "store", "models", "core", "config", "remote"},
     "cli": {"errors", "store", "models", "core", "tools", "watch", "skills", "config",
-            "resources"},
+            "resources", "remote"},
     "__init__": {"errors", "store", "models", "core", "tools", "config", "skills", "testing"},
     "__main__": {"cli"},
 }

@@ -1,0 +1,142 @@
+"""Workers on several clones sharing one real Git server (`git daemon` on loopback):
+every user message answered exactly once, no step committed twice, nothing stuck,
+`git fsck --strict` clean everywhere, through bursts, kill -9 and partitions."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from agentfs.testing.gitserver import GitServer
+from tests.conftest import assert_git_clean, git, run_cli
+from tests.remote.fleet import (
+    answers,
+    drop_round,
+    person_clone,
+    pull,
+    start_worker,
+    steps_twice,
+    wait_for,
+    worker_clone,
+)
+
+TRACES = [f"t{i:02d}" for i in range(20)]
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    with GitServer(tmp_path / "server") as served:
+        yield served
+
+
+def all_answered(person: Path, expected: list[str]) -> bool:
+    pull(person)
+    counts, stuck = answers(person)
+    return not stuck and all(counts[key] >= 1 for key in expected)
+
+
+def check_fleet(person: Path, server: GitServer, clones: list[Path], expected: list[str]) -> None:
+    pull(person)
+    counts, stuck = answers(person)
+    lost = [key for key in expected if counts[key] == 0]
+    duplicated = [key for key, n in counts.items() if n > 1]
+    assert (lost, duplicated, stuck) == ([], [], []), "lost, duplicated, stuck"
+    assert steps_twice(person) == []
+    assert_git_clean(person)
+    git(server.base / "ws.git", "fsck", "--strict", "--no-dangling")
+    for clone in clones:
+        git(clone, "fsck", "--strict", "--no-dangling")
+        assert git(clone, "status", "--porcelain") == ""
+
+
+def stop_all(workers: list[subprocess.Popen]) -> None:
+    for proc in workers:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in workers:
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode in (0, -signal.SIGKILL), err.decode()[-2000:]
+
+
+def test_sync_then_one_worker_answers_a_message_and_a_new_trace(tmp_path, server):
+    url = server.create("ws")
+    person = person_clone(tmp_path, url, ("a",))
+    clone = worker_clone(tmp_path, url, "w1")
+    (person / "traces" / "a" / "inbox" / "q.md").write_text("question\n")
+    (person / "inbox" / "job.md").write_text("new job\n")
+    assert "pushed" in run_cli("sync", cwd=person).stdout
+    done = run_cli("watch", "--remote", "origin", "--once", "--lease", "5", "--json",
+                   cwd=clone, isolated=True)
+    assert '"event": "released"' in done.stdout
+    run_cli("sync", cwd=person)
+    counts, stuck = answers(person)
+    assert counts["a: question"] == 1 and counts["job: new job"] == 1, counts
+    assert stuck == []
+    assert not (person / "inbox" / "job.md").exists()
+    assert git(url_dir(server), "for-each-ref", "refs/agentfs/claims/") == ""  # released
+    check_fleet(person, server, [clone], ["a: question", "job: new job"])
+
+
+def url_dir(server: GitServer) -> Path:
+    return server.base / "ws.git"
+
+
+def test_a_burst_of_100_messages_over_20_traces_is_answered_once_by_three_workers(
+        tmp_path, server):
+    url = server.create("ws")
+    person = person_clone(tmp_path, url, tuple(TRACES))
+    clones = [worker_clone(tmp_path, url, f"w{i}") for i in range(3)]
+    workers = [start_worker(clone) for clone in clones]
+    expected = [f"{t}: hello" for t in TRACES]
+    try:
+        for round_no in range(5):  # the person syncs while the workers push
+            expected += drop_round(person, TRACES, round_no)
+            run_cli("sync", cwd=person)
+        wait_for(lambda: all_answered(person, expected), 300, "every message answered")
+    finally:
+        stop_all(workers)
+    assert len(expected) == 120
+    check_fleet(person, server, clones, expected)
+
+
+def kill_campaign(tmp_path: Path, server: GitServer, trials: int, seed: int) -> None:
+    """Three workers; at random instants one is killed with SIGKILL and started again."""
+    rng = random.Random(seed)
+    url = server.create("ws")
+    traces = TRACES[:8]
+    person = person_clone(tmp_path, url, tuple(traces), answers=trials + 10)
+    clones = [worker_clone(tmp_path, url, f"w{i}") for i in range(3)]
+    workers = [start_worker(clone) for clone in clones]
+    expected = [f"{t}: hello" for t in traces]
+    kills = 0
+    try:
+        for trial in range(trials):
+            expected += drop_round(person, rng.sample(traces, rng.randint(1, 4)), trial)
+            run_cli("sync", cwd=person)
+            time.sleep(rng.uniform(0.05, 1.2))  # a random instant, not a synchronisation
+            victim = rng.randrange(len(workers))
+            if workers[victim].poll() is None:
+                os.kill(workers[victim].pid, signal.SIGKILL)
+                workers[victim].wait()
+                kills += 1
+            workers[victim] = start_worker(clones[victim])
+        wait_for(lambda: all_answered(person, expected), 300, "every message answered")
+    finally:
+        stop_all(workers)
+    assert kills == trials
+    check_fleet(person, server, clones, expected)
+
+
+def test_workers_killed_at_random_instants_lose_duplicate_and_strand_nothing(tmp_path, server):
+    kill_campaign(tmp_path, server, trials=4, seed=7)
+
+
+@pytest.mark.slow
+def test_twenty_five_kills_in_a_fleet_lose_duplicate_and_strand_nothing(tmp_path, server):
+    kill_campaign(tmp_path, server, trials=25, seed=2026)
