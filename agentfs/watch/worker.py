@@ -29,6 +29,7 @@ from agentfs.errors import AgentfsError, MergeConflict, RemoteError
 from agentfs.models.base import Model
 from agentfs.remote.claims import Claims, Held, new_trace_claim
 from agentfs.remote.publish import Publisher, fetch
+from agentfs.store.git.lockfiles import clear_stale
 from agentfs.store.git.remote import GitRemote, git, identity
 from agentfs.store.history import unanswered_calls
 from agentfs.store.inbox import SettleClock, waiting
@@ -79,7 +80,9 @@ class Worker:
             return self.take_one()
         except RemoteError as exc:
             self.log("unreachable", {"remote": self.remote, "error": exc.message})
-            return False
+        except AgentfsError as exc:  # e.g. a lock another program holds: look again later
+            self.log("error", {"error": str(exc)})
+        return False
 
     def take_one(self) -> bool:
         """Mirror the remote, claim one job and run it. False if there was none."""
@@ -104,11 +107,13 @@ class Worker:
         main = fetch(self.git)
         if main is None:
             return None
+        state = self.root / ".git" / "agentfs"
+        for leftover in ("ingest", "in-flight", "intents"):  # records of unpushed work
+            shutil.rmtree(state / leftover, ignore_errors=True)
+        for target in ("index", "refs/heads/main"):  # a killed worker's locks
+            clear_stale(self.root / ".git" / target, state)
         git(self.root, "reset", "--quiet", "--hard", main)
         git(self.root, "clean", "-fdq", "--", "traces", INBOX_DIR)
-        state = self.root / ".git" / "agentfs"
-        for leftover in ("ingest", "in-flight"):
-            shutil.rmtree(state / leftover, ignore_errors=True)
         return main
 
     def jobs(self) -> list[tuple[str, str | None]]:

@@ -33,9 +33,15 @@ def worker_clone(tmp_path: Path, url: str, name: str) -> Path:
 
 
 def start_worker(root: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "agentfs", "watch", "--remote", "origin", "--lease", LEASE,
-         "--json", *extra], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    """`agentfs watch --remote origin` on clone `root`, logging to `<root>.log`."""
+    with open(log_of(root), "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "agentfs", "watch", "--remote", "origin", "--lease", LEASE,
+             "--json", *extra], cwd=root, stdout=log, stderr=subprocess.STDOUT)
+
+
+def log_of(root: Path) -> Path:
+    return root.with_name(root.name + ".log")
 
 
 def pull(root: Path) -> None:

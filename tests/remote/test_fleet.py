@@ -18,6 +18,7 @@ from tests.conftest import assert_git_clean, git, run_cli
 from tests.remote.fleet import (
     answers,
     drop_round,
+    log_of,
     person_clone,
     pull,
     start_worker,
@@ -55,13 +56,17 @@ def check_fleet(person: Path, server: GitServer, clones: list[Path], expected: l
         assert git(clone, "status", "--porcelain") == ""
 
 
-def stop_all(workers: list[subprocess.Popen]) -> None:
+def stop_all(workers: list[subprocess.Popen], clones: list[Path]) -> None:
+    """SIGTERM each worker: it finishes its job and exits 0 (one signalled before its
+    handler is installed dies of it, like a kill, which the fleet survives too)."""
     for proc in workers:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-    for proc in workers:
-        _, err = proc.communicate(timeout=60)
-        assert proc.returncode in (0, -signal.SIGKILL), err.decode()[-2000:]
+    for proc, clone in zip(workers, clones, strict=True):
+        proc.wait(timeout=60)
+        log = log_of(clone).read_text()
+        assert "Traceback" not in log, log[-3000:]
+        assert proc.returncode in (0, -signal.SIGTERM, -signal.SIGKILL), log[-2000:]
 
 
 def test_sync_then_one_worker_answers_a_message_and_a_new_trace(tmp_path, server):
@@ -100,7 +105,7 @@ def test_a_burst_of_100_messages_over_20_traces_is_answered_once_by_three_worker
             run_cli("sync", cwd=person)
         wait_for(lambda: all_answered(person, expected), 300, "every message answered")
     finally:
-        stop_all(workers)
+        stop_all(workers, clones)
     assert len(expected) == 120
     check_fleet(person, server, clones, expected)
 
@@ -123,12 +128,12 @@ def kill_campaign(tmp_path: Path, server: GitServer, trials: int, seed: int) -> 
             victim = rng.randrange(len(workers))
             if workers[victim].poll() is None:
                 os.kill(workers[victim].pid, signal.SIGKILL)
-                workers[victim].wait()
                 kills += 1
+            workers[victim].wait()
             workers[victim] = start_worker(clones[victim])
         wait_for(lambda: all_answered(person, expected), 300, "every message answered")
     finally:
-        stop_all(workers)
+        stop_all(workers, clones)
     assert kills == trials
     check_fleet(person, server, clones, expected)
 

@@ -31,7 +31,8 @@ _OPTIONS = ("-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "core.autoc
 #: How git reports a ref that no longer held what the push expected (a lost race): the
 #: client's own check, and the server's under its ref lock.
 _LOST_RACE = ("stale info", "fetch first", "non-fast-forward", "atomic push failed",
-              "already exists", "failed to update ref", "failed to lock")
+              "already exists", "failed to update ref", "failed to lock", "cannot lock ref",
+              "but expected")
 
 
 def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
@@ -107,10 +108,9 @@ class GitRemote:
                   and line.count("\t") >= 2]
         if done.returncode == 0 and status and all(s[0] != "!" for s in status):
             return True
-        if status and any(s[0] == "!" for s in status):
-            reasons = " ".join(s[2] for s in status if s[0] == "!")
-            if any(word in reasons for word in _LOST_RACE):
-                return False
+        said = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+        if any(phrase in said for phrase in _LOST_RACE):
+            return False
         problem = done.stderr.decode(errors="replace").strip() or "\n".join(lines)
         raise RemoteError(f"cannot push to {self.remote}: {problem}",
                           hint="check that the remote is reachable and accepts pushes")
