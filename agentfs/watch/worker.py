@@ -34,6 +34,7 @@ from agentfs.store.git.remote import GitRemote, git, identity
 from agentfs.store.history import unanswered_calls
 from agentfs.store.inbox import SettleClock, waiting
 from agentfs.store.ingest import Rejected, finish_staged
+from agentfs.store.messages import load_message
 from agentfs.store.workspace import INBOX_DIR
 
 Log = Callable[[str, dict], None]
@@ -128,8 +129,7 @@ class Worker:
             if self._failed.get(trace_id) == self._tree_of(trace_id):
                 continue
             try:
-                trace = project.trace(trace_id)
-                if trace.pending_inbox() or trace.unfinished():
+                if self._has_work(project, trace_id):
                     found.append((trace_id, trace_id))
             except AgentfsError as exc:
                 self.log("error", {"trace": trace_id, "error": str(exc)})
@@ -148,7 +148,7 @@ class Worker:
             project = Project.open(self.root)
             if trace_id is None:
                 trace_id = self._create(project, held, publisher)
-            if trace_id is not None and self._has_work(project, trace_id):
+            if trace_id is not None and self._works(project, trace_id):
                 self._run(project, trace_id, publisher)
             project.repo.close()
             self._tidy_inboxes(trace_id)
@@ -185,10 +185,20 @@ class Worker:
         return outcome
 
     def _has_work(self, project: Project, trace_id: str) -> bool:
+        """Files in the trace's inbox, an unanswered user message, or tool calls at the
+        head that no pushed step answered (their worker is gone)."""
+        trace = project.trace(trace_id)
+        if trace.pending_inbox() or trace.unfinished():
+            return True
+        head = trace.meta.head
+        path = trace.messages_dir / f"{head:06d}-assistant.md"
+        return head is not None and path.exists() and bool(load_message(path).tool_calls)
+
+    def _works(self, project: Project, trace_id: str) -> bool:
         try:
-            trace = project.trace(trace_id)
-            return bool(trace.pending_inbox() or trace.unfinished())
-        except AgentfsError:
+            return self._has_work(project, trace_id)
+        except AgentfsError as exc:
+            self.log("error", {"trace": trace_id, "error": str(exc)})
             return False
 
     def _run(self, project: Project, trace_id: str, publisher: Publisher) -> None:

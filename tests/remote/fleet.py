@@ -71,6 +71,7 @@ def answers(root: Path) -> tuple[Counter, list[str]]:
             seq = messages[seq].parent_sequence
         chain.reverse()
         block: list[str] = []
+        previous = None
         for message in chain:
             if message.role == "user":
                 block.append(f"{trace_dir.name}: {message.text}")
@@ -78,8 +79,9 @@ def answers(root: Path) -> tuple[Counter, list[str]]:
             elif message.role == "assistant" and block:
                 counts.update(block)
                 block = []
-            elif message.role == "assistant":
+            elif message.role == "assistant" and previous == "assistant":
                 counts[f"answer without a question in {trace_dir.name}"] += 2
+            previous = message.role
         if block:
             stuck.append(f"{trace_dir.name}: ends with user messages {block}")
         inbox = trace_dir / "inbox"

@@ -4,6 +4,7 @@ every user message answered exactly once, no step committed twice, nothing stuck
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from agentfs.core.project import Project
+from agentfs.store.messages import ToolCall
 from agentfs.testing.gitserver import GitServer
 from tests.conftest import assert_git_clean, git, run_cli
 from tests.remote.fleet import (
@@ -145,3 +148,27 @@ def test_workers_killed_at_random_instants_lose_duplicate_and_strand_nothing(tmp
 @pytest.mark.slow
 def test_twenty_five_kills_in_a_fleet_lose_duplicate_and_strand_nothing(tmp_path, server):
     kill_campaign(tmp_path, server, trials=25, seed=2026)
+
+
+def test_a_tool_call_pushed_by_a_worker_that_died_is_answered_interrupted(tmp_path, server):
+    """The remote holds an assistant turn whose tool call has no result (its worker
+    died running it): the next worker answers it "interrupted", never runs it, goes on."""
+    url = server.create("ws")
+    person = person_clone(tmp_path, url, ("a",))
+    project = Project.open(person)
+    trace = project.trace("a")
+    with trace.lock():
+        call = ToolCall(id="toolu_gone_0", name="write_file",
+                        input={"path": "notes.md", "content": "must not be written twice"})
+        trace.commit_step("assistant", [trace.new_message("assistant", "", tool_calls=[call])])
+    project.repo.close()
+    git(person, "push", "-q", "origin", "main")
+    clone = worker_clone(tmp_path, url, "w1")
+    run_cli("watch", "--remote", "origin", "--once", "--lease", "5", cwd=clone, isolated=True)
+    pull(person)
+    shown = json.loads(run_cli("show", "a", "--json", cwd=person).stdout)["messages"]
+    result = next(m for m in shown if m["role"] == "tool")
+    assert result["is_error"] and result["text"].startswith("interrupted"), result
+    assert shown[-1]["role"] == "assistant" and shown[-1]["text"].startswith("answer")
+    assert not (person / "notes.md").exists()
+    check_fleet(person, server, [clone], ["a: hello"])
