@@ -57,9 +57,10 @@ class Publisher:
         return (self.repo.head() != self.done
                 or time.monotonic() - self.renewed_at > self.claims.lease_seconds / 3)
 
-    def publish(self) -> bool:
-        """Push what is new and renew the claims. False if a claim was lost (taken
-        over by another worker): nothing was pushed, and the job must stop.
+    def publish(self, *, release: bool = False) -> bool:
+        """Push what is new and renew the claims (with `release`, delete them: the
+        job's last push). False if a claim was lost (taken over by another worker):
+        nothing was pushed, and the job must stop.
 
         Raises:
           RemoteError: the remote cannot be reached (try again later).
@@ -72,12 +73,15 @@ class Publisher:
         commits = new_commits(self.repo, self.done, local)
         for _ in range(RACES):
             tip = carry(self.repo, commits, self.remote_tip) if commits else self.remote_tip
-            renewals = [self.claims.renewal(held) for held in self.held]
+            if release:
+                renewals = [(RefUpdate(held.ref, None, held.sha), held) for held in self.held]
+            else:
+                renewals = [self.claims.renewal(held) for held in self.held]
             updates = [update for update, _ in renewals]
             if commits:
                 updates.insert(0, RefUpdate(MAIN_REF, tip.decode(), self.remote_tip.decode()))
-            if self.remote.push(updates):
-                self.held = [held for _, held in renewals]
+            if not updates or self.remote.push(updates):
+                self.held = [] if release else [held for _, held in renewals]
                 self.done, self.remote_tip = local, tip
                 self.renewed_at = time.monotonic()
                 return True

@@ -126,8 +126,8 @@ class Worker:
         found: list[tuple[str, str | None]] = [
             (new_trace_claim(ws.relpath(path)), None) for path in waiting(ws.inbox_dir)]
         for trace_id in ws.trace_ids():
-            if self._failed.get(trace_id) == self._tree_of(trace_id):
-                continue
+            if trace_id in self._failed and self._failed[trace_id] == self._tree_of(trace_id):
+                continue  # its run failed, and nothing changed since
             try:
                 if self._has_work(project, trace_id):
                     found.append((trace_id, trace_id))
@@ -265,22 +265,26 @@ class Worker:
                 "taken out of the inbox")
 
     def _final_push(self, publisher: Publisher) -> None:
-        """Push the last steps, retrying while the remote is unreachable and the lease
-        lives (after that, another worker may have taken the job over)."""
+        """Push the last steps and release the claims in one push, retrying while the
+        remote is unreachable and the lease lives (after that, another worker may
+        have taken the job over)."""
         deadline = time.monotonic() + self.lease
+        names = [h.name for h in publisher.held]
         while not publisher.lost:
             try:
-                if publisher.repo.head() == publisher.done or publisher.publish():
+                if publisher.publish(release=True):
+                    self.log("released", {"claims": names})
                     return
             except RemoteError as exc:
                 if time.monotonic() > deadline or self.stopping.is_set():
                     raise
                 self.log("unreachable", {"remote": self.remote, "error": exc.message})
                 self.stopping.wait(min(self.lease / 6, 1.0))
-        self.log("claim_lost", {"claims": [h.name for h in publisher.held]})
+        self.log("claim_lost", {"claims": names})
 
     def _release(self, publisher: Publisher) -> None:
-        if publisher.lost:
+        """After a job that stopped early: release what it still holds."""
+        if publisher.lost or not publisher.held:
             return
         for held in publisher.held:
             try:

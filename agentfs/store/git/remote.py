@@ -72,6 +72,7 @@ class GitRemote:
         self.root = root
         self.remote = remote
         self.timeout = timeout
+        self._empty_tree_written = False
 
     def fetch(self, refspecs: Sequence[str], *, prune: bool = True) -> None:
         """Fetch `refspecs` (forced, `+src:dst`); a missing source ref is no error.
@@ -135,7 +136,9 @@ class GitRemote:
 
     def note_commit(self, text: str) -> str:
         """A parentless commit of the empty tree whose message is `text` (a claim)."""
-        git(self.root, "hash-object", "-w", "-t", "tree", "/dev/null")  # written, not virtual
+        if not self._empty_tree_written:  # written, not only Git's virtual one
+            git(self.root, "hash-object", "-w", "-t", "tree", "/dev/null")
+            self._empty_tree_written = True
         done = git(self.root, *identity(self.root), "commit-tree", EMPTY_TREE,
                    input=text.encode())
         return done.stdout.decode().strip()
