@@ -9,13 +9,16 @@
    ways (a message edited on two machines) is a real conflict: the remote's
    version stays at the path, this clone's is kept beside it, and sync stops
    before pushing, saying which files to look at.
-3. The work tree and the index follow with `git merge --ff-only` (Git keeps the
-   index), and the result is pushed with a compare and swap on `main`.
+3. The result is pushed with a compare and swap on `main` (a push lost to a
+   worker's is merged and tried again), then the work tree and the index follow
+   with `git merge --ff-only` (Git keeps the index).
 """
 
 from __future__ import annotations
 
 import json
+import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,7 @@ __all__ = ["SyncReport", "merge_json", "sync"]
 
 FETCHED = "refs/agentfs/sync/main"
 #: Pushes lost to workers' pushes in a row before sync gives up.
-ATTEMPTS = 20
+ATTEMPTS = 100
 
 
 @dataclass
@@ -61,19 +64,23 @@ def sync(workspace: Workspace, remote: str) -> SyncReport:
                            hint="let them finish (or stop them), then sync")
     report = SyncReport(committed=_commit_local(workspace))
     client = GitRemote(root, remote)
-    for _ in range(ATTEMPTS):
+    ours = client.local_ref(MAIN_REF)
+    if ours is None:
+        raise AgentfsError(f"{root} has no commit on main", hint="run `agentfs init`")
+    has_main = _remote_has_main(root, remote)
+    for attempt in range(ATTEMPTS):
+        # Each attempt is a fetch, a merge in the object store and a push: short, so
+        # that workers pushing steps all the time leave a window; the work tree
+        # follows once, at the end.
         theirs = None
-        if _remote_has_main(root, remote):
+        if has_main:
             client.fetch([f"+{MAIN_REF}:{FETCHED}"], prune=False)
             theirs = client.local_ref(FETCHED)
-        ours = client.local_ref(MAIN_REF)
-        if ours is None:
-            raise AgentfsError(f"{root} has no commit on main", hint="run `agentfs init`")
         tip = ours
         if theirs is not None and theirs != ours:
             base = _merge_base(root, ours, theirs)
             if base == ours:
-                git(root, "merge", "--ff-only", "--quiet", theirs)
+                _check_out(root, theirs)
                 report.pulled = True
                 return report
             if base != theirs:
@@ -82,10 +89,18 @@ def sync(workspace: Workspace, remote: str) -> SyncReport:
         if theirs == tip:
             return report
         if client.push([RefUpdate(MAIN_REF, tip, theirs)]):
+            _check_out(root, tip)
             report.pushed = True
             return report
+        has_main = True
+        time.sleep(random.uniform(0, 0.01 * min(attempt + 1, 20)))
     raise AgentfsError(f"main on {remote} kept moving during {ATTEMPTS} attempts",
                        hint="workers are pushing fast; run `agentfs sync` again")
+
+
+def _check_out(root: Path, tip: str) -> None:
+    """Move main, the index and the work tree to `tip`, a descendant of main."""
+    git(root, "merge", "--ff-only", "--quiet", tip)
 
 
 def _commit_local(workspace: Workspace) -> int:
@@ -119,18 +134,18 @@ def _merge_base(root: Path, ours: str, theirs: str) -> str | None:
 
 
 def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncReport) -> str:
-    """Merge commit of ours and theirs, checked out; raises on a real conflict (after
-    checking out the merge, with both sides kept)."""
+    """The merge commit of ours and theirs (not checked out). On a real conflict it is
+    checked out, with both sides kept, and `MergeConflict` raised: nothing is pushed."""
     repo = GitRepo(root)
     try:
         result = merge(repo, base.encode() if base else None, ours.encode(), theirs.encode(),
                        _resolve, b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
     finally:
         repo.close()
-    git(root, "merge", "--ff-only", "--quiet", result.commit.decode())
     report.resolved = result.resolved
     report.kept_aside = result.kept_aside
     if result.kept_aside:
+        _check_out(root, result.commit.decode())
         lines = "; ".join(f"{path}: yours is at {aside}" if aside
                           else f"{path}: deleted here, changed there (kept)"
                           for path, aside in result.kept_aside.items())

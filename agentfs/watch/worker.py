@@ -61,6 +61,7 @@ class Worker:
         self.claims = Claims(self.git, self.name, self.lease)
         self.stopping = threading.Event()
         self._failed: dict[str, str] = {}  # trace → its tree when its run failed
+        self._mirrored: str | None = None  # the remote's main the clone is, untouched since
 
     # --- the loop ---------------------------------------------------------------
 
@@ -106,8 +107,8 @@ class Worker:
         """Fetch, and make the clone exactly the remote's main: work this clone did not
         push is not done (a killed worker's, or one whose claim was lost)."""
         main = fetch(self.git)
-        if main is None:
-            return None
+        if main is None or main == self._mirrored:
+            return main  # nothing ran here since the last mirror, and the remote is the same
         state = self.root / ".git" / "agentfs"
         for leftover in ("ingest", "in-flight", "intents"):  # records of unpushed work
             shutil.rmtree(state / leftover, ignore_errors=True)
@@ -115,6 +116,7 @@ class Worker:
             clear_stale(self.root / ".git" / target, state)
         git(self.root, "reset", "--quiet", "--hard", main)
         git(self.root, "clean", "-fdq", "--", "traces", INBOX_DIR)
+        self._mirrored = main
         return main
 
     def jobs(self) -> list[tuple[str, str | None]]:
@@ -143,6 +145,7 @@ class Worker:
         publisher: Publisher | None = None
         try:
             base = self.mirror()  # with the claim held: the whole truth about the job
+            self._mirrored = None  # the job changes the clone
             assert base is not None
             publisher = Publisher(self.root, self.git, self.claims, [held], base)
             project = Project.open(self.root)
