@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.core.project import Project
-from agentfs.errors import AgentfsError, MergeConflict, RemoteError
+from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceNotFound
 from agentfs.models.base import Model
 from agentfs.remote.claims import Claims, Held, new_trace_claim
 from agentfs.remote.publish import Publisher, fetch
@@ -35,7 +35,7 @@ from agentfs.store.history import unanswered_calls
 from agentfs.store.inbox import SettleClock, waiting
 from agentfs.store.ingest import Rejected, finish_staged
 from agentfs.store.messages import load_message
-from agentfs.store.workspace import INBOX_DIR
+from agentfs.store.workspace import INBOX_DIR, TRACE_ID, TRACES_DIR
 
 Log = Callable[[str, dict], None]
 
@@ -62,6 +62,7 @@ class Worker:
         self.stopping = threading.Event()
         self._failed: dict[str, str] = {}  # trace → its tree when its run failed
         self._mirrored: str | None = None  # the remote's main the clone is, untouched since
+        self._looked: dict[str, tuple[str, bool]] = {}  # trace → (tree, had work) last look
 
     # --- the loop ---------------------------------------------------------------
 
@@ -82,8 +83,8 @@ class Worker:
             return self.take_one()
         except RemoteError as exc:
             self.log("unreachable", {"remote": self.remote, "error": exc.message})
-        except AgentfsError as exc:  # e.g. a lock another program holds: look again later
-            self.log("error", {"error": str(exc)})
+        except (AgentfsError, OSError) as exc:  # e.g. a lock another program holds
+            self.log("error", {"error": str(exc)})  # look again at the next poll
         return False
 
     def take_one(self) -> bool:
@@ -122,22 +123,41 @@ class Worker:
     def jobs(self) -> list[tuple[str, str | None]]:
         """(claim name, trace id or None for a new trace's file) of the work in the
         clone: files in the workspace `inbox/`, traces with files in their inbox or
-        left unanswered. Shuffled, so that workers do not all race for the first."""
-        project = Project.open(self.root)
-        ws = project.workspace
+        left unanswered. Shuffled, so that workers do not all race for the first.
+
+        A trace is looked at only when its tree changed since the last look (the clone
+        is a mirror: the same tree, the same answer), so an idle poll of a workspace
+        of many traces costs one `git ls-tree`."""
+        project: Project | None = None
         found: list[tuple[str, str | None]] = [
-            (new_trace_claim(ws.relpath(path)), None) for path in waiting(ws.inbox_dir)]
-        for trace_id in ws.trace_ids():
-            if trace_id in self._failed and self._failed[trace_id] == self._tree_of(trace_id):
+            (new_trace_claim(f"{INBOX_DIR}/{path.name}"), None)
+            for path in waiting(self.root / INBOX_DIR)]
+        trees = self._trace_trees()
+        self._looked = {t: v for t, v in self._looked.items() if t in trees}
+        for trace_id, tree in trees.items():
+            if self._failed.get(trace_id) == tree:
                 continue  # its run failed, and nothing changed since
-            try:
-                if self._has_work(project, trace_id):
-                    found.append((trace_id, trace_id))
-            except AgentfsError as exc:
-                self.log("error", {"trace": trace_id, "error": str(exc)})
-        project.repo.close()
+            if self._looked.get(trace_id, ("", False))[0] != tree:
+                project = project or Project.open(self.root)
+                self._looked[trace_id] = (tree, self._works(project, trace_id))
+            if self._looked[trace_id][1]:
+                found.append((trace_id, trace_id))
+        if project is not None:
+            project.repo.close()
         random.shuffle(found)
         return found
+
+    def _trace_trees(self) -> dict[str, str]:
+        """Trace id → the tree of its folder at HEAD, for every trace folder."""
+        listing = git(self.root, "ls-tree", "-z", "HEAD", f"{TRACES_DIR}/").stdout
+        trees = {}
+        for entry in listing.decode(errors="replace").split("\0"):
+            info, _, path = entry.partition("\t")
+            parts = info.split()
+            name = path.removeprefix(f"{TRACES_DIR}/")
+            if len(parts) == 3 and parts[1] == "tree" and TRACE_ID.fullmatch(name):
+                trees[name] = parts[2]
+        return trees
 
     # --- one job ----------------------------------------------------------------
 
@@ -194,12 +214,16 @@ class Worker:
         if trace.pending_inbox() or trace.unfinished():
             return True
         head = trace.meta.head
+        if head is None:
+            return False
         path = trace.messages_dir / f"{head:06d}-assistant.md"
-        return head is not None and path.exists() and bool(load_message(path).tool_calls)
+        return path.exists() and bool(load_message(path).tool_calls)
 
     def _works(self, project: Project, trace_id: str) -> bool:
         try:
             return self._has_work(project, trace_id)
+        except TraceNotFound:
+            return False  # a folder of traces/ that is not a trace
         except AgentfsError as exc:
             self.log("error", {"trace": trace_id, "error": str(exc)})
             return False
@@ -223,7 +247,7 @@ class Worker:
                                 clock=SettleClock(0.0))
         except AgentfsError as exc:
             self.log("error", {"trace": trace_id, "error": str(exc)})
-            self._failed[trace_id] = self._tree_of(trace_id)
+            self._failed[trace_id] = self._looked.get(trace_id, ("", True))[0]
             return
         finally:
             done.set()
@@ -295,11 +319,6 @@ class Worker:
             except RemoteError:
                 pass  # the lease expires on its own
         self.log("released", {"claims": [h.name for h in publisher.held]})
-
-    def _tree_of(self, trace_id: str) -> str:
-        done = git(self.root, "rev-parse", f"HEAD:traces/{trace_id}", check=False)
-        return done.stdout.decode().strip()
-
 
 def _tracked(root: Path, folder: str) -> bool:
     return bool(git(root, "ls-files", "--", folder).stdout)
