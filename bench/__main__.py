@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.report import Results
 
 #: Benchmark modules, in the order they run; each has `run(results, quick, scratch)`.
-SUITES = ["persistence", "load", "memory", "cache", "watcher"]
+SUITES = ["persistence", "load", "memory", "cache", "watcher", "remote"]
 
 
 def main(argv: list[str] | None = None) -> int:
