@@ -114,7 +114,8 @@ def test_a_burst_of_100_messages_over_20_traces_is_answered_once_by_three_worker
 
 
 def kill_campaign(tmp_path: Path, server: GitServer, trials: int, seed: int) -> None:
-    """Three workers; at random instants one is killed with SIGKILL and started again."""
+    """Three workers; at random instants one is killed with SIGKILL and started again.
+    Each trial drops messages into some traces (and sometimes a new trace's file)."""
     rng = random.Random(seed)
     url = server.create("ws")
     traces = TRACES[:8]
@@ -126,6 +127,9 @@ def kill_campaign(tmp_path: Path, server: GitServer, trials: int, seed: int) -> 
     try:
         for trial in range(trials):
             expected += drop_round(person, rng.sample(traces, rng.randint(1, 4)), trial)
+            if rng.random() < 0.5:  # a new trace too
+                (person / "inbox" / f"job-{trial}.md").write_text(f"new {trial}\n")
+                expected.append(f"job-{trial}: new {trial}")
             run_cli("sync", cwd=person)
             time.sleep(rng.uniform(0.05, 1.2))  # a random instant, not a synchronisation
             victim = rng.randrange(len(workers))
