@@ -113,9 +113,23 @@ def test_a_burst_of_100_messages_over_20_traces_is_answered_once_by_three_worker
     check_fleet(person, server, clones, expected)
 
 
+def busy_worker(server: GitServer, workers: list[subprocess.Popen]) -> int | None:
+    """The index of a worker holding a claim on the remote right now (it is mid-job),
+    or None: the kill then hits a random one, idle or starting."""
+    leases = git(url_dir(server), "for-each-ref", "--format=%(contents)", "refs/agentfs/claims/")
+    pids = {p.pid: i for i, p in enumerate(workers)}
+    for line in leases.splitlines():
+        if line.startswith("{"):
+            holder = int(json.loads(line)["worker"].rsplit("-", 1)[1])
+            if holder in pids:
+                return pids[holder]
+    return None
+
+
 def kill_campaign(tmp_path: Path, server: GitServer, trials: int, seed: int) -> None:
-    """Three workers; at random instants one is killed with SIGKILL and started again.
-    Each trial drops messages into some traces (and sometimes a new trace's file)."""
+    """Three workers; at random instants one is killed with SIGKILL (one holding a claim
+    if there is one) and started again. Each trial drops messages into some traces
+    (and sometimes a new trace's file)."""
     rng = random.Random(seed)
     url = server.create("ws")
     traces = TRACES[:8]
@@ -132,7 +146,8 @@ def kill_campaign(tmp_path: Path, server: GitServer, trials: int, seed: int) -> 
                 expected.append(f"job-{trial}: new {trial}")
             run_cli("sync", cwd=person)
             time.sleep(rng.uniform(0.05, 1.2))  # a random instant, not a synchronisation
-            victim = rng.randrange(len(workers))
+            victim = busy_worker(server, workers)
+            victim = rng.randrange(len(workers)) if victim is None else victim
             if workers[victim].poll() is None:
                 os.kill(workers[victim].pid, signal.SIGKILL)
                 kills += 1
