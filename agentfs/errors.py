@@ -60,6 +60,18 @@ class ModelError(AgentfsError):
     """A model could not be set up or failed after its retries."""
 
 
+class RemoteError(AgentfsError):
+    """A git remote could not be reached, or refused what was pushed."""
+
+
+class MergeConflict(AgentfsError):
+    """The same file was changed two ways, on this clone and on the remote."""
+
+    def __init__(self, message: str, paths: list[str], *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.paths = paths
+
+
 def validation_problems(exc: ValidationError) -> str:
     """Pydantic's errors as one line: `field.sub: problem; other: problem`."""
     return "; ".join(

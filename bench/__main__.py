@@ -13,7 +13,8 @@ from pathlib import Path
 from bench.report import Results
 
 #: Benchmark modules, in the order they run; each has `run(results, quick, scratch)`.
-SUITES = ["startup", "wholerun", "persistence", "load", "memory", "cache", "watcher"]
+SUITES = ["startup", "wholerun", "iteration", "persistence", "load", "memory", "cache", "watcher",
+          "remote"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,10 +22,11 @@ ALLOWED: dict[str, set[str]] = {
     "tools": {"errors", "store", "models", "skills", "config"},
     "core": {"errors", "store", "models", "skills", "tools", "config"},
     "testing": {"errors", "store", "models"},
-    "watch": {"errors", "store", "models", "core", "config"},
+    "remote": {"errors", "store"},
+    "watch": {"errors", "store", "models", "core", "config", "remote"},
     "server": {"errors", "store", "models", "core", "config"},
     "cli": {"errors", "store", "models", "core", "tools", "watch", "skills", "config",
-            "resources", "server"},
+            "resources", "server", "remote"},
     "__init__": {"errors", "store", "models", "core", "tools", "config", "skills", "testing"},
     "__main__": {"cli"},
 }

@@ -532,8 +532,13 @@ def skills(as_json: bool) -> None:
               "(default: [thinking] in agentfs.toml).")
 @click.option("--no-thinking", is_flag=True, help="Extended thinking off for every run.")
 @click.option("--json", "as_json", is_flag=True, help="Log JSON lines instead of text.")
+@click.option("--remote", metavar="REMOTE", help="Be a worker of a fleet sharing this Git "
+              "remote (a name or a URL): claim traces there, push their steps (docs/remote.md).")
+@click.option("--lease", type=click.FloatRange(min=1), default=30.0, show_default=True,
+              help="With --remote: seconds a claim lives unless renewed.")
 def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float | None,
-          model: str | None, thinking: int | None, no_thinking: bool, as_json: bool) -> None:
+          model: str | None, thinking: int | None, no_thinking: bool, as_json: bool,
+          remote: str | None, lease: float) -> None:
     """Run traces when files are dropped into inboxes.
 
     A Markdown file saved into traces/ID/inbox/ continues trace ID; one saved
@@ -560,10 +565,15 @@ def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float |
     def model_for(trace_model: str | None, preset: str | None) -> Model:
         return _choose_model(project, trace_model, preset, model)
 
+    runner_options = {"command_env": safe_environment(os.environ), **thinking_options}
+    if remote is not None:
+        from agentfs.cli.remote import run_worker
+
+        run_worker(project.workspace.root, remote, model_for, _watch_logger(as_json),
+                   lease=lease, once=once, runner_options=runner_options)
+        return
     watcher = Watcher(project, model_for, _watch_logger(as_json), settle=settle,
-                      max_parallel=max_parallel,
-                      runner_options={"command_env": safe_environment(os.environ),
-                                      **thinking_options})
+                      max_parallel=max_parallel, runner_options=runner_options)
 
     def stop(signum: int, frame: Any) -> None:
         watcher.stopping.set()
@@ -638,6 +648,7 @@ def demo(directory: Path | None) -> None:
 
 # Commands defined in their own modules register here, one line each.
 from agentfs.cli.chat import chat
+from agentfs.cli.remote import sync
 from agentfs.cli.serve import serve
 from agentfs.cli.sidework import compress, knowledge, reflect
 
@@ -646,3 +657,4 @@ cli.add_command(compress)
 cli.add_command(reflect)
 cli.add_command(knowledge)
 cli.add_command(serve)
+cli.add_command(sync)

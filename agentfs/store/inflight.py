@@ -27,7 +27,9 @@ class InFlight(BaseModel):
     received: list[str] = Field(
         default_factory=list, description="Calls of the turn just received from the model"
     )
-    #: Calls marked one by one as they started, by agentfs before one record per step.
+    #: Calls that may have run though they have no result: marked one by one by
+    #: agentfs before one record per step, and all of a step taken over from a
+    #: worker that is gone (`agentfs/watch/worker.py`).
     started: list[str] = Field(default_factory=list)
     files: dict[str, list[str]] = Field(default_factory=dict)
 
@@ -59,6 +61,10 @@ class InFlightRecord:
 
     def mark_received(self, call_ids: list[str]) -> None:
         self._save(InFlight(received=list(call_ids)))
+
+    def mark_all_started(self, call_ids: list[str]) -> None:
+        """Calls another process received and may have run, every one of them."""
+        self._save(InFlight(received=list(call_ids), started=list(call_ids)))
 
     def record_change(self, call_id: str, path: str) -> None:
         record = self.load()

@@ -136,6 +136,11 @@ class Trace:
         without a result is answered "interrupted" (`agentfs/store/inflight.py`)."""
         self._in_flight.mark_received(call_ids)
 
+    def mark_taken_over(self, call_ids: list[str]) -> None:
+        """Record that the tool calls at the head were received by a process that is
+        gone, which may have run any of them: each is answered "interrupted"."""
+        self._in_flight.mark_all_started(call_ids)
+
     def record_change(self, call_id: str, path: str) -> None:
         """Record durably that a running tool call is about to change a workspace file."""
         self._in_flight.record_change(call_id, path)

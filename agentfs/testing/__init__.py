@@ -9,11 +9,13 @@ from agentfs.testing.fake_anthropic import (
     RecordedRequest,
     sign_thinking,
 )
+from agentfs.testing.gitserver import GitServer
 from agentfs.testing.models import FunctionModel, ScriptedModel
 
 __all__ = [
     "FakeAnthropicServer",
     "FunctionModel",
+    "GitServer",
     "PromptCache",
     "RecordedRequest",
     "ReplayModel",

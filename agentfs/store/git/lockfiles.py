@@ -221,3 +221,16 @@ class GitLockFile:
             fcntl.flock(self._owner_fd, fcntl.LOCK_UN)
             os.close(self._owner_fd)
             self._owner_fd = None
+
+
+def clear_stale(target: Path, state_dir: Path, *, wait: float = WAIT_S) -> None:
+    """Return once nobody holds `<target>.lock`: one a dead agentfs process left is
+    removed, one held by a live process (git's own) is waited for (up to `wait`),
+    so that a `git` command run next finds the file free.
+
+    Raises:
+      GitStateError: another program kept the lock for `wait` seconds.
+    """
+    lock = GitLockFile(target, state_dir, wait=wait)
+    lock.acquire()
+    lock.abort()

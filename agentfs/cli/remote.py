@@ -1,0 +1,55 @@
+"""`agentfs sync`, and the worker behind `agentfs watch --remote` (see docs/remote.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+@click.command()
+@click.argument("remote", default="origin")
+@click.option("--workspace", "-w", type=click.Path(file_okay=False, path_type=Path),
+              help="The workspace (default: the one holding the current directory).")
+def sync(remote: str, workspace: Path | None) -> None:
+    """Commit what waits here, pull the remote's main, push the result.
+
+    REMOTE is a remote's name or a URL (default: origin). Files dropped into
+    inboxes and edits of tracked files are committed first. Work on different
+    traces merges path by path; trace.json and goals.json changed on both
+    sides are merged key by key. A file changed both here and on the remote
+    stops the sync before pushing: the remote's version is at the path, yours
+    beside it as PATH.conflict-SHA; keep one and sync again.
+    """
+    from agentfs.remote.sync import sync as run_sync
+    from agentfs.store.workspace import find_workspace
+
+    report = run_sync(find_workspace(workspace), remote)
+    parts = [f"committed {report.committed} file(s)" if report.committed else "",
+             "pulled" if report.pulled else "", f"pushed to {remote}" if report.pushed else "",
+             f"merged {', '.join(report.resolved)}" if report.resolved else ""]
+    click.echo("; ".join(p for p in parts if p) or "up to date")
+
+
+def run_worker(root: Path, remote: str, model_for: Callable, log: Callable[[str, dict], None],
+               *, lease: float, once: bool, runner_options: dict[str, Any]) -> None:
+    """`agentfs watch --remote`: a worker on the clone at `root` until a signal."""
+    from agentfs.watch.worker import Worker
+
+    worker = Worker(root, remote, model_for, log, lease=lease, runner_options=runner_options)
+
+    def stop(signum: int, frame: Any) -> None:
+        worker.stopping.set()
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    log("worker", {"workspace": str(root), "remote": remote, "name": worker.name,
+                   "pid": os.getpid()})
+    if once:
+        worker.run_once()
+    else:
+        worker.run_forever()

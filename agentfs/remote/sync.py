@@ -1,0 +1,200 @@
+"""`agentfs sync`: a person's clone and the shared remote, brought together.
+
+1. What waits here is committed: files dropped into inboxes and changes to
+   files Git already tracks (a person's edits), one `sync` commit.
+2. The remote's `main` is fetched and merged (`agentfs/store/git/carry.py:merge`):
+   traces are disjoint directories, so work on different traces merges path
+   by path. agentfs' own JSON files (`trace.json`, `goals.json`) changed on
+   both sides are merged key by key (`merge_json`). The same file changed two
+   ways (a message edited on two machines) is a real conflict: the remote's
+   version stays at the path, this clone's is kept beside it, and sync stops
+   before pushing, saying which files to look at.
+3. The result is pushed with a compare and swap on `main` (a push lost to a
+   worker's is merged and tried again), then the work tree and the index follow
+   with `git merge --ff-only` (Git keeps the index).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentfs.errors import AgentfsError, MergeConflict, RemoteError
+from agentfs.remote.publish import MAIN_REF
+from agentfs.store.git.carry import merge
+from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity
+from agentfs.store.git.repo import GitRepo
+from agentfs.store.inbox import waiting
+from agentfs.store.tracelock import is_locked
+from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, Workspace
+
+__all__ = ["SyncReport", "merge_json", "sync"]
+
+FETCHED = "refs/agentfs/sync/main"
+#: Pushes lost to workers' pushes in a row before sync gives up.
+ATTEMPTS = 100
+
+
+@dataclass
+class SyncReport:
+    committed: int = 0  # local files committed before the merge
+    pulled: bool = False  # the remote had commits this clone did not
+    pushed: bool = False
+    resolved: list[str] = field(default_factory=list)
+    kept_aside: dict[str, str] = field(default_factory=dict)
+
+
+def sync(workspace: Workspace, remote: str) -> SyncReport:
+    """Commit, pull and push `workspace` against `remote` (a name or a URL).
+
+    Raises:
+      MergeConflict: files were changed both here and on the remote; both are kept
+        (see `SyncReport.kept_aside` in the error's hint) and nothing was pushed.
+      RemoteError: the remote cannot be reached.
+      AgentfsError: a trace is running here (its files are half-way through a step).
+    """
+    root = workspace.root
+    running = [t for t in workspace.trace_ids() if is_locked(workspace.state_dir / "locks", t)]
+    if running:
+        raise AgentfsError(f"trace(s) {', '.join(running)} are running in {root}",
+                           hint="let them finish (or stop them), then sync")
+    report = SyncReport(committed=_commit_local(workspace))
+    client = GitRemote(root, remote)
+    ours = client.local_ref(MAIN_REF)
+    if ours is None:
+        raise AgentfsError(f"{root} has no commit on main", hint="run `agentfs init`")
+    has_main = _remote_has_main(root, remote)
+    for attempt in range(ATTEMPTS):
+        # Each attempt is a fetch, a merge in the object store and a push: short, so
+        # that workers pushing steps all the time leave a window; the work tree
+        # follows once, at the end.
+        theirs = None
+        if has_main:
+            client.fetch([f"+{MAIN_REF}:{FETCHED}"], prune=False)
+            theirs = client.local_ref(FETCHED)
+        tip = ours
+        if theirs is not None and theirs != ours:
+            base = _merge_base(root, ours, theirs)
+            if base == ours:
+                _check_out(root, theirs)
+                report.pulled = True
+                return report
+            if base != theirs:
+                tip = _merge(root, base, ours, theirs, report)
+                report.pulled = True
+        if theirs == tip:
+            return report
+        if client.push([RefUpdate(MAIN_REF, tip, theirs)]):
+            _check_out(root, tip)
+            report.pushed = True
+            return report
+        has_main = True
+        time.sleep(random.uniform(0, 0.01 * min(attempt + 1, 20)))
+    raise AgentfsError(f"main on {remote} kept moving during {ATTEMPTS} attempts",
+                       hint="workers are pushing fast; run `agentfs sync` again")
+
+
+def _check_out(root: Path, tip: str) -> None:
+    """Move main, the index and the work tree to `tip`, a descendant of main."""
+    git(root, "merge", "--ff-only", "--quiet", tip)
+
+
+def _commit_local(workspace: Workspace) -> int:
+    """Commit the inboxes' waiting files and changes to tracked files; returns how many."""
+    root = workspace.root
+    drops = [workspace.relpath(p) for p in waiting(workspace.inbox_dir)]
+    for trace_id in workspace.trace_ids():
+        drops += [workspace.relpath(p) for p in waiting(workspace.trace_dir(trace_id) / "inbox")]
+    if drops:
+        git(root, "add", "--", *drops)
+    git(root, "add", "-u")
+    names = git(root, "diff", "--cached", "--name-only", "-z").stdout.split(b"\0")
+    count = len([n for n in names if n])
+    if count:
+        git(root, *identity(root), "commit", "-q", "--no-verify", "-m",
+            f"sync: {count} file(s) from {root.name}\n\nAgentfs-Kind: sync")
+    return count
+
+
+def _remote_has_main(root: Path, remote: str) -> bool:
+    done = git(root, "ls-remote", "--heads", remote, "main", check=False)
+    if done.returncode != 0:
+        raise RemoteError(f"cannot reach {remote}: {done.stderr.decode(errors='replace').strip()}",
+                          hint="check the remote's name or URL, and the network")
+    return bool(done.stdout.strip())
+
+
+def _merge_base(root: Path, ours: str, theirs: str) -> str | None:
+    done = git(root, "merge-base", ours, theirs, check=False)
+    return done.stdout.decode().strip() or None
+
+
+def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncReport) -> str:
+    """The merge commit of ours and theirs (not checked out). On a real conflict it is
+    checked out, with both sides kept, and `MergeConflict` raised: nothing is pushed."""
+    repo = GitRepo(root)
+    try:
+        result = merge(repo, base.encode() if base else None, ours.encode(), theirs.encode(),
+                       _resolve, b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
+    finally:
+        repo.close()
+    report.resolved = result.resolved
+    report.kept_aside = result.kept_aside
+    if result.kept_aside:
+        _check_out(root, result.commit.decode())
+        lines = "; ".join(f"{path}: yours is at {aside}" if aside
+                          else f"{path}: deleted here, changed there (kept)"
+                          for path, aside in result.kept_aside.items())
+        raise MergeConflict(
+            f"changed both here and on the remote: {lines}", list(result.kept_aside),
+            hint="the remote's version is at each path; keep the one you want (edit the file, "
+            "delete the .conflict- copy), then run `agentfs sync` again to push")
+    return result.commit.decode()
+
+
+def _resolve(path: str, base: bytes | None, ours: bytes | None,
+             theirs: bytes | None) -> bytes | None:
+    """agentfs' own files merged; anything else changed both ways is a real conflict."""
+    if path.rsplit("/", 1)[-1] in (TRACE_FILE, GOALS_FILE) and ours is not None \
+            and theirs is not None:
+        return merge_json(base, ours, theirs)
+    return None
+
+
+def merge_json(base: bytes | None, ours: bytes, theirs: bytes) -> bytes | None:
+    """Three-way merge of two JSON objects key by key (`trace.json`, `goals.json`):
+    a key changed on one side takes that side. A key changed both ways takes the
+    remote's value when the remote's trace is further along (a higher `head`) or
+    when the values are equal; otherwise None (a real conflict)."""
+    try:
+        old = json.loads(base) if base else {}
+        mine, other = json.loads(ours), json.loads(theirs)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not all(isinstance(x, dict) for x in (old, mine, other)):
+        return None
+    merged: dict[str, Any] = {}
+    for key in [*mine, *(k for k in other if k not in mine)]:
+        a, b, o = mine.get(key, _GONE), other.get(key, _GONE), old.get(key, _GONE)
+        if a == b or b == o:
+            value = a
+        elif a == o or _ahead(other, mine):
+            value = b
+        else:
+            return None
+        if value is not _GONE:
+            merged[key] = value
+    return (json.dumps(merged, indent=2, ensure_ascii=False) + "\n").encode()
+
+
+_GONE = object()
+
+
+def _ahead(theirs: dict, ours: dict) -> bool:
+    head_theirs, head_ours = theirs.get("head"), ours.get("head")
+    return isinstance(head_theirs, int) and (not isinstance(head_ours, int)
+                                             or head_theirs >= head_ours)

@@ -1,0 +1,179 @@
+"""Moving commits onto another tip, path by path, in the object store only.
+
+Traces are disjoint directories, so a worker's steps and the steps other
+workers pushed meanwhile touch different paths. `carry` re-makes each of a
+worker's commits on top of the remote's `main` by applying the paths that
+commit changed, as a rebase would, but without a work tree, an index or a
+merge machinery: a path is a conflict only when the other side changed that
+very path too. `merge` is the same for `agentfs sync`: one three-way merge of
+two tips, where a path changed both ways goes to a resolver first (agentfs'
+own JSON files) and is otherwise kept both ways, one off the path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from dulwich.diff_tree import tree_changes
+from dulwich.objects import Blob, Commit, Tree
+
+from agentfs.errors import MergeConflict
+from agentfs.store.git.repo import GitRepo
+from agentfs.store.git.trees import change_tree
+
+__all__ = ["MergeResult", "carry", "changed_paths", "merge", "new_commits"]
+
+Entry = tuple[int, bytes]  # (mode, hex sha)
+#: (path, base bytes or None, ours, theirs) -> merged bytes, or None: a real conflict
+Resolver = Callable[[str, bytes | None, bytes | None, bytes | None], bytes | None]
+
+
+def new_commits(repo: GitRepo, base: bytes | None, tip: bytes) -> list[bytes]:
+    """Commits from `base` (excluded) to `tip` along first parents, oldest first."""
+    found = []
+    sha: bytes | None = tip
+    while sha is not None and sha != base:
+        found.append(sha)
+        parents = repo.commit(sha).parents
+        sha = parents[0] if parents else None
+    if base is not None and sha != base:
+        raise ValueError(f"{base.decode()} is not a first-parent ancestor of {tip.decode()}")
+    return found[::-1]
+
+
+def changed_paths(repo: GitRepo, old_tree: bytes | None,
+                  new_tree: bytes) -> dict[str, tuple[Entry | None, Entry | None]]:
+    """path → (old entry, new entry) for every file that differs between two trees."""
+    found: dict[str, tuple[Entry | None, Entry | None]] = {}
+    for change in tree_changes(repo.store, old_tree, new_tree):
+        old = None if change.old is None or change.old.sha is None else (
+            change.old.mode, change.old.sha)
+        new = None if change.new is None or change.new.sha is None else (
+            change.new.mode, change.new.sha)
+        path = change.new.path if new is not None else change.old.path
+        found[path.decode()] = (old, new)
+    return found
+
+
+def carry(repo: GitRepo, commits: Sequence[bytes], onto: bytes) -> bytes:
+    """Re-make `commits` (oldest first, each on the previous) on top of `onto`.
+
+    Each keeps its message, author and extra parents (a side branch's head); its
+    tree is `onto`'s with the paths the commit changed applied. Returns the new tip.
+
+    Raises:
+      MergeConflict: a path the commit changes was changed differently since.
+    """
+    tip = onto
+    for sha in commits:
+        commit = repo.commit(sha)
+        parent_tree = repo.commit(commit.parents[0]).tree if commit.parents else None
+        tip_tree = repo.commit(tip).tree
+        changes = []
+        conflicts = []
+        for path, (old, new) in changed_paths(repo, parent_tree, commit.tree).items():
+            current = _entry(repo, tip, path)
+            if current == new:
+                continue
+            if current != old:
+                conflicts.append(path)
+            changes.append(_change(path, new))
+        if conflicts:
+            raise MergeConflict(
+                f"{len(conflicts)} path(s) changed on the remote too: {', '.join(conflicts[:5])}",
+                conflicts, hint="the trace was run elsewhere meanwhile; its claim was lost")
+        tip = _remake(repo, commit, _tree(repo, tip_tree, changes), [tip, *commit.parents[1:]])
+    return tip
+
+
+@dataclass
+class MergeResult:
+    """A merge commit, and the paths kept both ways (the local side beside the path)."""
+
+    commit: bytes
+    resolved: list[str] = field(default_factory=list)  # merged by the resolver
+    kept_aside: dict[str, str] = field(default_factory=dict)  # path → where ours went
+
+
+def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes,
+          resolve: Resolver, message: bytes) -> MergeResult:
+    """Three-way merge of `ours` and `theirs` (parents in that order).
+
+    A path changed only on one side takes that side. A path changed both ways is
+    given to `resolve`; when it cannot merge them, theirs stays at the path and
+    ours is kept beside it as `<path>.conflict-<ours, 12 hex>`: nothing is lost.
+    """
+    base_tree = repo.commit(base).tree if base is not None else None
+    theirs_changed = changed_paths(repo, base_tree, repo.commit(theirs).tree)
+    result = MergeResult(commit=b"")
+    changes = []
+    for path, (old, new) in changed_paths(repo, base_tree, repo.commit(ours).tree).items():
+        if path not in theirs_changed:
+            changes.append(_change(path, new))
+            continue
+        other = theirs_changed[path][1]
+        if other == new:
+            continue
+        merged = resolve(path, _read(repo, old), _read(repo, new), _read(repo, other))
+        if merged is not None:
+            blob = Blob.from_string(merged)
+            repo.objects.add_object(blob)
+            mode = (new or other or (0o100644, b""))[0]
+            changes.append(_change(path, (mode, blob.id)))
+            result.resolved.append(path)
+        elif new is not None:
+            aside = f"{path}.conflict-{ours.decode()[:12]}"
+            changes.append(_change(aside, new))
+            result.kept_aside[path] = aside
+        else:  # deleted here, changed there: theirs stays, and the deletion is history
+            result.kept_aside[path] = ""
+    tree = _tree(repo, repo.commit(theirs).tree, changes)
+    merged_commit = repo.commit(ours)
+    commit = Commit()
+    commit.tree = tree
+    commit.parents = [ours, theirs]
+    commit.author = commit.committer = repo.identity()
+    commit.author_time = commit.commit_time = merged_commit.commit_time
+    commit.author_timezone = commit.commit_timezone = merged_commit.commit_timezone
+    commit.encoding = b"UTF-8"
+    commit.message = message
+    repo.objects.add_object(commit)
+    result.commit = commit.id
+    return result
+
+
+def _entry(repo: GitRepo, commit: bytes, path: str) -> Entry | None:
+    return repo.tree_lookup(commit, path)
+
+
+def _read(repo: GitRepo, entry: Entry | None) -> bytes | None:
+    if entry is None:
+        return None
+    blob = repo.objects[entry[1]]
+    return blob.as_raw_string() if isinstance(blob, Blob) else None
+
+
+def _change(path: str, entry: Entry | None) -> tuple[bytes, int, bytes | None]:
+    if entry is None:
+        return (path.encode(), 0, None)
+    return (path.encode(), entry[0], bytes.fromhex(entry[1].decode()))
+
+
+def _tree(repo: GitRepo, base: bytes, changes: list) -> bytes:
+    tree = change_tree(repo.objects, base, changes) if changes else base
+    return tree if tree is not None else repo.objects.add_raw(Tree.type_num, b"")
+
+
+def _remake(repo: GitRepo, original: Commit, tree: bytes, parents: list[bytes]) -> bytes:
+    commit = Commit()
+    commit.tree = tree
+    commit.parents = parents
+    commit.author, commit.committer = original.author, original.committer
+    commit.author_time, commit.commit_time = original.author_time, original.commit_time
+    commit.author_timezone = original.author_timezone
+    commit.commit_timezone = original.commit_timezone
+    commit.encoding = original.encoding
+    commit.message = original.message
+    repo.objects.add_object(commit)
+    return commit.id

@@ -1,0 +1,144 @@
+"""Talking to a Git remote with the real `git` binary: fetches, and pushes that
+move several refs at once, each only if it still holds the value we saw.
+
+A push is `git push --atomic --porcelain` with one `--force-with-lease=<ref>:<expect>`
+per ref: the server checks every expected value under its ref locks and applies
+all the updates or none (see docs/remote.md, "Refs"). An empty expected value
+means "the ref must not exist", which makes creating a ref a compare-and-swap
+too. Any server speaking the Git protocol (ssh, `git daemon`, smart HTTP) does
+this; there is nothing agentfs-specific on the server.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentfs.errors import GitStateError, RemoteError
+
+__all__ = ["EMPTY_TREE", "GitRemote", "RefUpdate", "git", "identity"]
+
+#: Git's empty tree, present in every repository without being written.
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+#: No auto-gc or maintenance inside agentfs' own git calls (agentfs packs on its own
+#: schedule), and bytes committed as they are.
+_OPTIONS = ("-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "core.autocrlf=false")
+
+
+#: How git reports a ref that no longer held what the push expected (a lost race): the
+#: client's own check, and the server's under its ref lock.
+_LOST_RACE = ("stale info", "fetch first", "non-fast-forward", "atomic push failed",
+              "already exists", "failed to update ref", "failed to lock", "cannot lock ref",
+              "but expected")
+
+
+def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
+        input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """Run `git` in `root`; a failure is a `GitStateError` quoting git's own words."""
+    try:
+        done = subprocess.run(["git", *_OPTIONS, *args], cwd=root, capture_output=True,
+                              timeout=timeout, input=input, check=False)
+    except subprocess.TimeoutExpired:
+        raise RemoteError(f"git {args[0]} did not finish in {timeout:.0f} s") from None
+    if check and done.returncode != 0:
+        raise GitStateError(f"git {' '.join(args[:2])} failed in {root}: "
+                            f"{done.stderr.decode(errors='replace').strip()}")
+    return done
+
+
+def identity(root: Path) -> list[str]:
+    """Options giving `git commit` agentfs' identity when the clone has none configured."""
+    if git(root, "config", "user.email", check=False).returncode == 0:
+        return []
+    return ["-c", "user.name=agentfs", "-c", "user.email=agentfs@localhost"]
+
+
+@dataclass(frozen=True)
+class RefUpdate:
+    """Move `ref` to `new` (hex; None deletes it) if it holds `expect` (None: absent)."""
+
+    ref: str
+    new: str | None
+    expect: str | None
+
+
+class GitRemote:
+    """One remote (a name configured in the clone, or a URL) seen from clone `root`."""
+
+    def __init__(self, root: Path, remote: str, *, timeout: float = 60.0) -> None:
+        self.root = root
+        self.remote = remote
+        self.timeout = timeout
+        self._empty_tree_written = False
+
+    def fetch(self, refspecs: Sequence[str], *, prune: bool = True) -> None:
+        """Fetch `refspecs` (forced, `+src:dst`); a missing source ref is no error.
+
+        Raises:
+          RemoteError: the remote cannot be reached or refused to answer.
+        """
+        args = ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head"]
+        if prune:
+            args.append("--prune")
+        done = git(self.root, *args, self.remote, *refspecs, timeout=self.timeout, check=False)
+        if done.returncode != 0:
+            raise RemoteError(f"cannot fetch from {self.remote}: "
+                              f"{done.stderr.decode(errors='replace').strip()}",
+                              hint="check that the remote is reachable; agentfs retries")
+
+    def push(self, updates: Sequence[RefUpdate]) -> bool:
+        """Apply `updates` on the remote all together, or none of them.
+
+        Returns:
+          True if the remote took them all; False if one ref no longer held its
+          expected value (someone else moved it), so nothing changed.
+
+        Raises:
+          RemoteError: the remote cannot be reached, or refused for another reason.
+        """
+        args = ["push", "--atomic", "--porcelain", "--no-verify", self.remote]
+        for update in updates:
+            args.append(f"--force-with-lease={update.ref}:{update.expect or ''}")
+        args += [f"{update.new or ''}:{update.ref}" for update in updates]
+        done = git(self.root, *args, timeout=self.timeout, check=False)
+        lines = done.stdout.decode(errors="replace").splitlines()
+        status = [line.split("\t") for line in lines if line[:1] in ("!", " ", "*", "-", "+", "=")
+                  and line.count("\t") >= 2]
+        if done.returncode == 0 and status and all(s[0] != "!" for s in status):
+            return True
+        said = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+        if any(phrase in said for phrase in _LOST_RACE):
+            return False
+        problem = done.stderr.decode(errors="replace").strip() or "\n".join(lines)
+        raise RemoteError(f"cannot push to {self.remote}: {problem}",
+                          hint="check that the remote is reachable and accepts pushes")
+
+    # --- local refs and objects (plumbing, in the clone) -------------------------
+
+    def local_ref(self, ref: str) -> str | None:
+        done = git(self.root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}",
+                   check=False)
+        return done.stdout.decode().strip() or None
+
+    def local_refs(self, prefix: str) -> dict[str, tuple[str, str]]:
+        """Refs below `prefix` in the clone: name → (sha, commit message)."""
+        done = git(self.root, "for-each-ref", "--format=%(refname)%00%(objectname)%00"
+                   "%(contents)%00%00", prefix)
+        found: dict[str, tuple[str, str]] = {}
+        for record in done.stdout.decode(errors="replace").split("\0\0"):
+            parts = record.lstrip("\n").split("\0")
+            if len(parts) == 3:
+                found[parts[0]] = (parts[1], parts[2])
+        return found
+
+    def note_commit(self, text: str) -> str:
+        """A parentless commit of the empty tree whose message is `text` (a claim)."""
+        if not self._empty_tree_written:  # written, not only Git's virtual one
+            git(self.root, "hash-object", "-w", "-t", "tree", "/dev/null")
+            self._empty_tree_written = True
+        done = git(self.root, *identity(self.root), "commit-tree", EMPTY_TREE,
+                   input=text.encode())
+        return done.stdout.decode().strip()

@@ -1,0 +1,315 @@
+"""`agentfs watch --remote`: a worker of a fleet sharing one Git remote.
+
+The worker's clone is a mirror of the remote's `main` between jobs. A job is
+one trace (or one file of the workspace `inbox/`, which becomes a trace): the
+worker claims it on the remote (`agentfs/remote/claims.py:Claims.take`),
+fetches again (with the claim held, the remote's `main` is the whole truth
+about the trace), runs it like the local watcher would, and pushes its steps
+as they are committed, each push renewing the claim
+(`agentfs/remote/publish.py:Publisher`). Then it releases the claim and
+mirrors the remote again. One job at a time per worker: run more workers for
+more at once. See docs/remote.md.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentfs.core.project import Project
+from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceNotFound
+from agentfs.models.base import Model
+from agentfs.remote.claims import Claims, Held, new_trace_claim
+from agentfs.remote.publish import Publisher, fetch
+from agentfs.store.git.lockfiles import clear_stale
+from agentfs.store.git.remote import GitRemote, git, identity
+from agentfs.store.history import unanswered_calls
+from agentfs.store.inbox import SettleClock, waiting
+from agentfs.store.ingest import Rejected, finish_staged
+from agentfs.store.workspace import INBOX_DIR, TRACE_ID, TRACES_DIR
+
+Log = Callable[[str, dict], None]
+
+__all__ = ["Worker"]
+
+
+@dataclass
+class Worker:
+    """Takes jobs from `remote` into the clone at `root`; `run_forever()` or `run_once()`."""
+
+    root: Path
+    remote: str
+    model_for: Callable[[str | None, str | None], Model]  # (trace's model, preset) -> model
+    log: Log
+    lease: float = 30.0  # seconds a claim lives without renewal
+    poll: float = 1.0  # seconds between looks at the remote while idle
+    runner_options: dict = field(default_factory=dict)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"{socket.gethostname()}-{os.getpid()}"
+        self.git = GitRemote(self.root, self.remote)
+        self.claims = Claims(self.git, self.name, self.lease)
+        self.stopping = threading.Event()
+        self._failed: dict[str, str] = {}  # trace → its tree when its run failed
+        self._mirrored: str | None = None  # the remote's main the clone is, untouched since
+        self._looked: dict[str, tuple[str, bool]] = {}  # trace → (tree, had work) last look
+
+    # --- the loop ---------------------------------------------------------------
+
+    def run_forever(self) -> None:
+        """Until `stopping` is set: a job when there is one, else a look every `poll`."""
+        while not self.stopping.is_set():
+            if not self._step():
+                self.stopping.wait(self.poll)
+        self.log("stopped", {})
+
+    def run_once(self) -> None:
+        """Take jobs until none is left that this worker may take, then return."""
+        while not self.stopping.is_set() and self._step():
+            pass
+
+    def _step(self) -> bool:
+        try:
+            return self.take_one()
+        except RemoteError as exc:
+            self.log("unreachable", {"remote": self.remote, "error": exc.message})
+        except (AgentfsError, OSError) as exc:  # e.g. a lock another program holds
+            self.log("error", {"error": str(exc)})  # look again at the next poll
+        return False
+
+    def take_one(self) -> bool:
+        """Mirror the remote, claim one job and run it. False if there was none."""
+        if self.mirror() is None:
+            return False
+        seen = self.claims.seen()
+        for name, target in self.jobs():
+            expect = self.claims.free(name, seen)
+            if expect is False:
+                continue
+            held = self.claims.take(name, expect)
+            if held is None:
+                continue
+            self.log("claimed", {"claim": name, "took_over": expect is not None})
+            self._job(held, target)
+            return True
+        return False
+
+    def mirror(self) -> str | None:
+        """Fetch, and make the clone exactly the remote's main: work this clone did not
+        push is not done (a killed worker's, or one whose claim was lost)."""
+        main = fetch(self.git)
+        if main is None or main == self._mirrored:
+            return main  # nothing ran here since the last mirror, and the remote is the same
+        state = self.root / ".git" / "agentfs"
+        for leftover in ("ingest", "in-flight", "intents"):  # records of unpushed work
+            shutil.rmtree(state / leftover, ignore_errors=True)
+        for target in ("index", "refs/heads/main"):  # a killed worker's locks
+            clear_stale(self.root / ".git" / target, state)
+        git(self.root, "reset", "--quiet", "--hard", main)
+        git(self.root, "clean", "-fdq", "--", "traces", INBOX_DIR)
+        self._mirrored = main
+        return main
+
+    def jobs(self) -> list[tuple[str, str | None]]:
+        """(claim name, trace id or None for a new trace's file) of the work in the
+        clone: files in the workspace `inbox/`, traces with files in their inbox or
+        left unanswered. Shuffled, so that workers do not all race for the first.
+
+        A trace is looked at only when its tree changed since the last look (the clone
+        is a mirror: the same tree, the same answer), so an idle poll of a workspace
+        of many traces costs one `git ls-tree`."""
+        project: Project | None = None
+        found: list[tuple[str, str | None]] = [
+            (new_trace_claim(f"{INBOX_DIR}/{path.name}"), None)
+            for path in waiting(self.root / INBOX_DIR)]
+        trees = self._trace_trees()
+        self._looked = {t: v for t, v in self._looked.items() if t in trees}
+        for trace_id, tree in trees.items():
+            if self._failed.get(trace_id) == tree:
+                continue  # its run failed, and nothing changed since
+            if self._looked.get(trace_id, ("", False))[0] != tree:
+                project = project or Project.open(self.root)
+                self._looked[trace_id] = (tree, self._works(project, trace_id))
+            if self._looked[trace_id][1]:
+                found.append((trace_id, trace_id))
+        if project is not None:
+            project.repo.close()
+        random.shuffle(found)
+        return found
+
+    def _trace_trees(self) -> dict[str, str]:
+        """Trace id → the tree of its folder at HEAD, for every trace folder."""
+        listing = git(self.root, "ls-tree", "-z", "HEAD", f"{TRACES_DIR}/").stdout
+        trees = {}
+        for entry in listing.decode(errors="replace").split("\0"):
+            info, _, path = entry.partition("\t")
+            parts = info.split()
+            name = path.removeprefix(f"{TRACES_DIR}/")
+            if len(parts) == 3 and parts[1] == "tree" and TRACE_ID.fullmatch(name):
+                trees[name] = parts[2]
+        return trees
+
+    # --- one job ----------------------------------------------------------------
+
+    def _job(self, held: Held, trace_id: str | None) -> None:
+        publisher: Publisher | None = None
+        try:
+            base = self.mirror()  # with the claim held: the whole truth about the job
+            self._mirrored = None  # the job changes the clone
+            assert base is not None
+            publisher = Publisher(self.root, self.git, self.claims, [held], base)
+            project = Project.open(self.root)
+            if trace_id is None:
+                trace_id = self._create(project, held, publisher)
+            if trace_id is not None and self._works(project, trace_id):
+                self._run(project, trace_id, publisher)
+            project.repo.close()
+            self._tidy_inboxes(trace_id)
+            self._final_push(publisher)
+        except MergeConflict as exc:
+            self.log("error", {"claim": held.name, "error": str(exc)})
+        except RemoteError as exc:
+            self.log("unreachable", {"remote": self.remote, "error": exc.message})
+        finally:
+            if publisher is not None:
+                self._release(publisher)
+                publisher.close()
+
+    def _create(self, project: Project, held: Held, publisher: Publisher) -> str | None:
+        """A new trace from the claimed file of the workspace `inbox/`, its first message
+        ingested at once: the file leaves the inbox in the same push as the trace appears."""
+        path = next((p for p in waiting(project.workspace.inbox_dir)
+                     if new_trace_claim(project.workspace.relpath(p)) == held.name), None)
+        if path is None:
+            return None  # taken meanwhile
+        outcome = project.start_trace(path)
+        if outcome is None or isinstance(outcome, Rejected):
+            return None
+        trace = project.trace(outcome)
+        with trace.lock():
+            finish_staged(trace)
+        seen = self.claims.seen()
+        expect = self.claims.free(outcome, seen)
+        trace_claim = None if expect is False else self.claims.take(outcome, expect)
+        if trace_claim is None:
+            raise MergeConflict(f"trace id {outcome} is claimed by another worker", [outcome])
+        publisher.held.append(trace_claim)
+        self.log("new_trace", {"trace": outcome, "file": path.name})
+        return outcome
+
+    def _has_work(self, project: Project, trace_id: str) -> bool:
+        """Anything a run would take up: files in the trace's inbox, an unanswered user
+        message, unfinished work, or tool calls at the head that no pushed step
+        answered (their worker is gone)."""
+        return not project.trace(trace_id).waits_for_user()
+
+    def _works(self, project: Project, trace_id: str) -> bool:
+        try:
+            return self._has_work(project, trace_id)
+        except TraceNotFound:
+            return False  # a folder of traces/ that is not a trace
+        except AgentfsError as exc:
+            self.log("error", {"trace": trace_id, "error": str(exc)})
+            return False
+
+    def _run(self, project: Project, trace_id: str, publisher: Publisher) -> None:
+        """Run the trace while a thread pushes its steps and renews the claims."""
+        trace = project.trace(trace_id)
+        self._interrupted(trace)
+        done = threading.Event()
+        pusher = threading.Thread(target=self._push_while, args=(publisher, done), daemon=True)
+        pusher.start()
+        started = time.monotonic()
+        self.log("run_started", {"trace": trace_id})
+        try:
+            meta = trace.meta
+            options: dict[str, Any] = {**self.runner_options}
+            runner = project.runner(self.model_for(meta.model, meta.preset),
+                                    stop=lambda: self.stopping.is_set() or publisher.lost,
+                                    **options)
+            result = runner.run(trace_id, inject_skills=meta.context.get("inject_skills", []),
+                                clock=SettleClock(0.0))
+        except AgentfsError as exc:
+            self.log("error", {"trace": trace_id, "error": str(exc)})
+            self._failed[trace_id] = self._looked.get(trace_id, ("", True))[0]
+            return
+        finally:
+            done.set()
+            pusher.join()
+        self.log("run_finished", {"trace": trace_id, "iterations": result.iterations,
+                                  "stop": result.stop,
+                                  "seconds": round(time.monotonic() - started, 3)})
+
+    def _interrupted(self, trace: Any) -> None:
+        """Tool calls at the head that no step answered were in flight on a worker
+        that is gone, which may have run any of them (its results were not pushed):
+        the run answers each "interrupted" and never runs one a second time."""
+        pending = unanswered_calls(trace.main_path())
+        if pending and not trace.in_flight().received:
+            trace.mark_taken_over([call.id for call in pending])
+
+    def _push_while(self, publisher: Publisher, done: threading.Event) -> None:
+        while not done.wait(0.05):
+            if publisher.lost or not publisher.due():
+                continue
+            try:
+                publisher.publish()
+            except RemoteError as exc:  # partitioned: the run goes on, pushed later
+                self.log("unreachable", {"remote": self.remote, "error": exc.message})
+                done.wait(min(self.lease / 3, 2.0))
+            except MergeConflict as exc:
+                self.log("error", {"error": str(exc)})
+                publisher.lost = True
+
+    def _tidy_inboxes(self, trace_id: str | None) -> None:
+        """Commit what left the inboxes without a message (files put aside as rejected),
+        so the remote stops offering them."""
+        folders = [INBOX_DIR] + ([f"traces/{trace_id}/{INBOX_DIR}"] if trace_id else [])
+        folders = [f for f in folders if (self.root / f).exists() or _tracked(self.root, f)]
+        if not folders:
+            return
+        git(self.root, "add", "-A", "--", *folders)
+        if git(self.root, "diff", "--cached", "--quiet", check=False).returncode != 0:
+            git(self.root, *identity(self.root), "commit", "-q", "--no-verify", "-m", f"{trace_id or 'inbox'}: rejected files "
+                "taken out of the inbox")
+
+    def _final_push(self, publisher: Publisher) -> None:
+        """Push the last steps and release the claims in one push, retrying while the
+        remote is unreachable and the lease lives (after that, another worker may
+        have taken the job over)."""
+        deadline = time.monotonic() + self.lease
+        names = [h.name for h in publisher.held]
+        while not publisher.lost:
+            try:
+                if publisher.publish(release=True):
+                    self.log("released", {"claims": names})
+                    return
+            except RemoteError as exc:
+                if time.monotonic() > deadline or self.stopping.is_set():
+                    raise
+                self.log("unreachable", {"remote": self.remote, "error": exc.message})
+                self.stopping.wait(min(self.lease / 6, 1.0))
+        self.log("claim_lost", {"claims": names})
+
+    def _release(self, publisher: Publisher) -> None:
+        """After a job that stopped early: release what it still holds."""
+        if publisher.lost or not publisher.held:
+            return
+        for held in publisher.held:
+            try:
+                self.claims.release(held)
+            except RemoteError:
+                pass  # the lease expires on its own
+        self.log("released", {"claims": [h.name for h in publisher.held]})
+
+def _tracked(root: Path, folder: str) -> bool:
+    return bool(git(root, "ls-files", "--", folder).stdout)

@@ -1,0 +1,104 @@
+"""`agentfs sync` between two people's clones and a real git server: work on different
+traces merges, trace.json merges key by key, and a message edited on both machines
+stops the sync with both versions kept, nothing pushed until the person chooses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentfs.remote.sync import merge_json
+from agentfs.testing.gitserver import GitServer
+from tests.conftest import assert_git_clean, git, run_cli
+from tests.remote.fleet import person_clone, worker_clone
+
+
+@pytest.fixture
+def pair(tmp_path: Path):
+    """Two clones of one workspace (traces a and b) on a git daemon: (first, second, bare)."""
+    with GitServer(tmp_path / "server") as server:
+        url = server.create("ws")
+        first = person_clone(tmp_path, url, ("a", "b"))
+        second = worker_clone(tmp_path, url, "second")
+        yield first, second, server.base / "ws.git"
+
+
+def edit_json(path: Path, **changes) -> None:
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def test_drops_into_different_traces_on_two_clones_merge_and_reach_both(pair):
+    first, second, bare = pair
+    (first / "traces" / "a" / "inbox" / "x.md").write_text("from the first\n")
+    (second / "traces" / "b" / "inbox" / "y.md").write_text("from the second\n")
+    (second / "inbox" / "new.md").write_text("a new trace\n")
+    assert "pushed" in run_cli("sync", cwd=first).stdout
+    assert "pulled; pushed" in run_cli("sync", cwd=second).stdout
+    assert "pulled" in run_cli("sync", cwd=first).stdout
+    for clone in (first, second):
+        assert (clone / "traces" / "a" / "inbox" / "x.md").is_file()
+        assert (clone / "traces" / "b" / "inbox" / "y.md").is_file()
+        assert (clone / "inbox" / "new.md").is_file()
+        assert_git_clean(clone)
+    assert git(first, "rev-parse", "HEAD") == git(second, "rev-parse", "HEAD")
+    assert run_cli("sync", cwd=first).stdout.strip() == "up to date"
+    git(bare, "fsck", "--strict", "--no-dangling")
+
+
+def test_trace_json_changed_on_both_clones_merges_key_by_key(pair):
+    first, second, _ = pair
+    edit_json(first / "traces" / "a" / "trace.json", model="replay:script.json")
+    edit_json(second / "traces" / "a" / "trace.json", preset="careful")
+    run_cli("sync", cwd=first)
+    done = run_cli("sync", cwd=second)
+    assert "merged traces/a/trace.json" in done.stdout
+    merged = json.loads((second / "traces" / "a" / "trace.json").read_text())
+    assert (merged["model"], merged["preset"]) == ("replay:script.json", "careful")
+    assert_git_clean(second)
+
+
+def test_a_message_edited_on_both_clones_keeps_both_and_pushes_nothing(pair):
+    first, second, bare = pair
+    message = "traces/a/messages/000000-000999/000002-user.md"
+    (first / message).write_text("hello, as the first clone says it\n")
+    (second / message).write_text("hello, as the second clone says it\n")
+    run_cli("sync", cwd=first)
+    remote_main = git(bare, "rev-parse", "main")
+    done = run_cli("sync", cwd=second, check=False)
+    assert done.returncode == 1
+    assert message in done.stderr and "conflict-" in done.stderr
+    assert git(bare, "rev-parse", "main") == remote_main  # nothing pushed
+    assert (second / message).read_text() == "hello, as the first clone says it\n"
+    [aside] = (second / "traces" / "a" / "messages" / "000000-000999").glob("000002-user.md.conflict-*")
+    assert aside.read_text() == "hello, as the second clone says it\n"
+    assert_git_clean(second)
+    # the person chooses their own version, then syncs again
+    (second / message).write_text(aside.read_text())
+    aside.unlink()
+    assert "pushed" in run_cli("sync", cwd=second).stdout
+    run_cli("sync", cwd=first)
+    assert (first / message).read_text() == "hello, as the second clone says it\n"
+    git(bare, "fsck", "--strict", "--no-dangling")
+
+
+def test_sync_to_an_unreachable_remote_says_so_and_keeps_the_drops(tmp_path, pair):
+    first, _, _ = pair
+    (first / "traces" / "a" / "inbox" / "x.md").write_text("waits\n")
+    done = run_cli("sync", "git://127.0.0.1:1/nowhere.git", cwd=first, check=False)
+    assert done.returncode == 1 and "cannot reach" in done.stderr
+    assert git(first, "show", "HEAD:traces/a/inbox/x.md") == "waits\n"  # committed here
+
+
+def test_merge_json_takes_each_side_and_the_trace_further_along():
+    base = b'{"head": 4, "model": null, "preset": null}'
+    ours = b'{"head": 4, "model": "m", "preset": null}'
+    theirs = b'{"head": 6, "model": null, "preset": "p"}'
+    assert json.loads(merge_json(base, ours, theirs)) == {"head": 6, "model": "m", "preset": "p"}
+    both = merge_json(b'{"head": 4}', b'{"head": 7}', b'{"head": 6}')
+    assert both is None  # both ran on: a real conflict
+    assert merge_json(None, b"[1]", b"{}") is None
+    assert merge_json(b"{", b"{}", b"{}") is None
