@@ -40,7 +40,10 @@ def _tour() -> list[tuple[str, str]]:
 def test_the_setup_commands_are_the_two_the_developers_guide_promises():
     setup = _setup_commands()
     assert any(line.endswith("agentfs demo") for line in setup)
-    assert any("pytest" in line and "[test]" in line for line in setup)
+    [tests] = [line for line in setup if "pytest" in line]
+    assert "test" in re.search(r"\[([a-z,]+)\]", tests)[1].split(",")
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert tests.split(" && ")[1] in ci, ".ci/run installs what the README's test command does"
     assert all(line.startswith("python3 -m venv .venv && .venv/bin/pip install -e ")
                for line in setup)
 
