@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentfs.cli.options import run_options
+
 if TYPE_CHECKING:
     from agentfs.core.project import Project
     from agentfs.core.runner import Runner
@@ -50,19 +52,7 @@ COMMANDS = {
 @click.option("--max-iterations", type=click.IntRange(min=1),
               help="Stop each answer after this many model calls (default: max_iterations "
               "in agentfs.toml); /resume continues.")
-@click.option("--inject-skill", "inject_skills", multiple=True, metavar="NAME",
-              help="Keep this skill in the model's context (repeatable).")
-@click.option("--skill-recency", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Re-inject a declared skill once it is not among this many latest messages.")
-@click.option("--pending-tools", type=click.Choice(["refuse", "run", "skip"]), default="refuse",
-              show_default=True,
-              help="Tool calls at the head that agentfs did not itself just receive from the "
-              "model: refuse to go on, run them, or answer them as not run.")
-@click.option("--thinking", "thinking", type=int, metavar="BUDGET",
-              help="Extended thinking on for this session, with this many tokens per model "
-              "call (default: [thinking] in agentfs.toml).")
-@click.option("--no-thinking", is_flag=True, help="Extended thinking off for this session.")
-@click.option("-q", "--quiet", is_flag=True, help="Do not print tool calls.")
+@run_options("session")
 def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: int | None,
          inject_skills: tuple[str, ...], skill_recency: int, pending_tools: str,
          thinking: int | None, no_thinking: bool, quiet: bool) -> None:

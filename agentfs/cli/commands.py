@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentfs.cli.options import run_options
+
 if TYPE_CHECKING:
     from agentfs.core.project import Project
     from agentfs.models.base import Model
@@ -125,20 +127,7 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
 @click.option("--max-iterations", type=click.IntRange(min=1),
               help="Stop after this many model calls (default: max_iterations in agentfs.toml).")
 @click.option("--preset", help="Preset from agentfs.toml, for a trace this run creates.")
-@click.option("--inject-skill", "inject_skills", multiple=True, metavar="NAME",
-              help="Keep this skill in the model's context (repeatable).")
-@click.option("--skill-recency", type=click.IntRange(min=1), default=10, show_default=True,
-              help="Re-inject a declared skill once it is not among this many latest messages.")
-@click.option("--pending-tools", type=click.Choice(["refuse", "run", "skip"]), default="refuse",
-              show_default=True,
-              help="Tool calls at the head that agentfs did not itself just receive from the "
-              "model (after an edit or a git checkout): refuse to go on, run them, or answer "
-              "them as not run.")
-@click.option("--thinking", "thinking", type=int, metavar="BUDGET",
-              help="Extended thinking on for this run, with this many tokens per model call "
-              "(at least 1024 and less than max_tokens; default: [thinking] in agentfs.toml).")
-@click.option("--no-thinking", is_flag=True, help="Extended thinking off for this run.")
-@click.option("-q", "--quiet", is_flag=True, help="Do not print tool calls.")
+@run_options("run")
 def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
         max_iterations: int | None, preset: str | None, inject_skills: tuple[str, ...],
         skill_recency: int, pending_tools: str, thinking: int | None, no_thinking: bool,

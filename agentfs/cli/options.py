@@ -1,0 +1,43 @@
+"""Options shared by the commands that run a trace (`agentfs run`, `agentfs chat`),
+defined once so their names, defaults and help cannot drift apart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+__all__ = ["run_options"]
+
+
+def run_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add the options of a run to a command; `what` names it in the help ("run",
+    "session")."""
+    options = [
+        click.option("--inject-skill", "inject_skills", multiple=True, metavar="NAME",
+                     help="Keep this skill in the model's context (repeatable)."),
+        click.option("--skill-recency", type=click.IntRange(min=1), default=10,
+                     show_default=True,
+                     help="Re-inject a declared skill once it is not among this many latest "
+                     "messages."),
+        click.option("--pending-tools", type=click.Choice(["refuse", "run", "skip"]),
+                     default="refuse", show_default=True,
+                     help="Tool calls at the head that agentfs did not itself just receive "
+                     "from the model (after an edit or a git checkout): refuse to go on, run "
+                     "them, or answer them as not run."),
+        click.option("--thinking", "thinking", type=int, metavar="BUDGET",
+                     help=f"Extended thinking on for this {what}, with this many tokens per "
+                     "model call (at least 1024 and less than max_tokens; default: [thinking] "
+                     "in agentfs.toml)."),
+        click.option("--no-thinking", is_flag=True,
+                     help=f"Extended thinking off for this {what}."),
+        click.option("-q", "--quiet", is_flag=True, help="Do not print tool calls."),
+    ]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
