@@ -79,6 +79,25 @@ def write_script(tmp_path: Path) -> Callable[[list[dict]], Path]:
     return write
 
 
+def replay_workspace(root: Path, script: dict, files: dict[str, str] | None = None,
+                     config: dict[str, str] | None = None) -> Path:
+    """`agentfs init ROOT` on the replay model playing `script` (script.json), with
+    `files` written, `config` replacements made in agentfs.toml, all committed."""
+    run_cli("init", str(root), cwd=root.parent)
+    for name, text in (files or {}).items():
+        (root / name).write_text(text)
+    (root / "script.json").write_text(json.dumps(script))
+    toml = root / "agentfs.toml"
+    text = toml.read_text().replace('model = "anthropic:claude-sonnet-4-5"',
+                                    'model = "replay:script.json"')
+    for old, new in (config or {}).items():
+        text = text.replace(old, new)
+    toml.write_text(text)
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "user setup")
+    return root
+
+
 def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True,
             timeout: float = 120, isolated: bool = False) -> subprocess.CompletedProcess:
     """Run the `agentfs` command in `cwd` as a user would, its errors and exit code

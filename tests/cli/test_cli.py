@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_git_clean, git, run_cli
+from tests.conftest import assert_git_clean, git, replay_workspace, run_cli
 
 SCRIPT = {
     "turns": [
@@ -23,16 +23,7 @@ SCRIPT = {
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
-    root = tmp_path / "ws"
-    run_cli("init", str(root), cwd=tmp_path)
-    (root / "notes.md").write_text("some notes\n")
-    (root / "script.json").write_text(json.dumps(SCRIPT))
-    config = root / "agentfs.toml"
-    config.write_text(config.read_text().replace(
-        'model = "anthropic:claude-sonnet-4-5"', 'model = "replay:script.json"'))
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "user setup")
-    return root
+    return replay_workspace(tmp_path / "ws", SCRIPT, {"notes.md": "some notes\n"})
 
 
 def show_json(root: Path, *args: str) -> dict:

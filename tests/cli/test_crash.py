@@ -9,29 +9,27 @@ from pathlib import Path
 from agentfs.core.runner import INTERRUPTED
 from agentfs.store.message_dir import message_relpath
 from agentfs.store.messages import load_message
-from tests.conftest import assert_git_clean, git, kill_runs_at_random, message_paths, run_cli
+from tests.conftest import (
+    assert_git_clean,
+    kill_runs_at_random,
+    message_paths,
+    replay_workspace,
+    run_cli,
+)
 
 TURNS = 200  # long enough that the kills land inside runs on a fast machine
 KILLS = 12
 
 
 def make_workspace(root: Path) -> None:
-    run_cli("init", str(root), cwd=root.parent)
     turns = [
         {"text": f"step {i}", "tool_calls": [
             {"name": "write_file", "input": {"path": f"out/{i}.txt", "content": f"{i}\n"}},
             {"name": "read_file", "input": {"path": f"out/{i}.txt"}}]}
         for i in range(TURNS)
     ] + [{"text": "finished"}]
-    (root / "script.json").write_text(json.dumps({"turns": turns}))
-    config = root / "agentfs.toml"
-    config.write_text(
-        config.read_text()
-        .replace('model = "anthropic:claude-sonnet-4-5"', 'model = "replay:script.json"')
-        .replace("max_iterations = 50", "max_iterations = 500")
-    )
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "setup")
+    replay_workspace(root, {"turns": turns},
+                     config={"max_iterations = 50": "max_iterations = 500"})
     run_cli("new", "t", "-m", "write the files", cwd=root)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import signal
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import git, run_cli
+from tests.conftest import replay_workspace, run_cli
 
 httpx = pytest.importorskip("httpx2", reason="the API tests need the test extra (httpx2)")
 pytest.importorskip("fastapi", reason="agentfs serve needs the serve extra: "
@@ -38,15 +37,7 @@ SCRIPT = {
 
 def make_workspace(root: Path) -> Path:
     """A workspace on the replay model, with notes.md to read."""
-    run_cli("init", str(root), cwd=root.parent)
-    (root / "notes.md").write_text("some notes\n")
-    (root / "script.json").write_text(json.dumps(SCRIPT))
-    config = root / "agentfs.toml"
-    config.write_text(config.read_text().replace(
-        'model = "anthropic:claude-sonnet-4-5"', 'model = "replay:script.json"'))
-    git(root, "add", "-A")
-    git(root, "commit", "-qm", "user setup")
-    return root
+    return replay_workspace(root, SCRIPT, {"notes.md": "some notes\n"})
 
 
 def compressed_and_rewound(root: Path) -> None:
