@@ -89,6 +89,21 @@ def test_commit_worktree_of_a_missing_untracked_path_is_harmless(project: Projec
     assert head(root, "HEAD~1") == before
 
 
+def test_a_file_replaced_by_a_folder_is_committed_as_the_folder(project: Project) -> None:
+    """As `git add -A` does: the file is gone from the commit, the folder's file is in."""
+    root = project.workspace.root
+    (root / "a").write_text("a file\n")
+    project.repo.commit_worktree(["a"], Step("", "edit", summary="file").message())
+    (root / "a").unlink()
+    (root / "a").mkdir()
+    (root / "a" / "inside.txt").write_text("now a folder\n")
+    project.repo.commit_worktree(["a", "a/inside.txt"],
+                                 Step("", "edit", summary="folder").message())
+    assert git(root, "ls-tree", "-r", "--name-only", "HEAD", "a").split() == ["a/inside.txt"]
+    assert_git_clean(root)
+    git(root, "fsck", "--strict")
+
+
 def test_commit_message_subject_and_trailers(project: Project, trace: Trace) -> None:
     root = project.workspace.root
     reply = trace.new_message(

@@ -531,8 +531,9 @@ class _Folders:
         self._fds.clear()
 
     def read(self, path: str) -> _File | Literal["other"] | None:
-        """The file or symlink at `path`; None if there is none; `_OTHER` for anything
-        else (a folder, a fifo).
+        """The file or symlink at `path`; None if there is none (a folder there is not a
+        file either: as with `git add -A`, the file is gone); `_OTHER` for anything else
+        (a fifo, a socket), which Git cannot store.
 
         Raises:
             UnsafePathError: a folder on the way is a symlink.
@@ -545,6 +546,8 @@ class _Folders:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
                 return _File(os.fsencode(os.readlink(name, dir_fd=dir_fd)), stat.S_IFLNK, st)
+            if stat.S_ISDIR(st.st_mode):
+                return None
             if not stat.S_ISREG(st.st_mode):
                 return _OTHER
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
