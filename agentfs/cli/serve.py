@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import signal
-import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    import socket
 
 INSTALL = "pip install 'agentfs-workspace[serve]'"
 DEFAULT_MAX_BODY = 1024 * 1024
@@ -60,6 +61,8 @@ def serve(workspace: Path | None, host: str, port: int, token: str | None, new_t
     if token is not None and new_token:
         raise click.UsageError("--token and --new-token do not go together")
     if new_token:
+        import secrets
+
         token = secrets.token_urlsafe(32)
     loopback = is_loopback(host)
     if not loopback and not token:
@@ -121,6 +124,8 @@ def serve(workspace: Path | None, host: str, port: int, token: str | None, new_t
 
 def _listen(host: str, port: int) -> socket.socket:
     """A listening socket on `host:port` (port 0: a free one)."""
+    import socket
+
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM)[0]
