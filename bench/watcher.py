@@ -242,7 +242,7 @@ def _until(found: Callable[[], float | None], timeout: float, what: str,
 def _check_ingested(root: Path, trace_id: str, prefix: str, expected: int) -> None:
     """Each dropped file is exactly one user message on disk, all of it committed."""
     folder = root / "traces" / trace_id / "messages"
-    texts = Counter(m.text for m in map(load_message, sorted(folder.glob("*-user.md")))
+    texts = Counter(m.text for m in map(load_message, sorted(folder.rglob("*-user.md")))
                     if m.text.startswith(prefix))
     if len(texts) != expected or set(texts.values()) != {1}:
         raise RuntimeError(f"{trace_id}: {sum(texts.values())} messages for {expected} drops "
