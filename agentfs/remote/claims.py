@@ -15,6 +15,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from agentfs.store.git.remote import GitRemote, RefUpdate
 
@@ -82,7 +83,8 @@ class Claims:
         return {ref[len(SEEN_CLAIMS):]: (sha, Lease.parse(text))
                 for ref, (sha, text) in self.remote.local_refs(SEEN_CLAIMS).items()}
 
-    def free(self, name: str, seen: dict[str, tuple[str, Lease | None]]) -> str | None | bool:
+    def free(self, name: str, seen: dict[str, tuple[str, Lease | None]],
+             ) -> str | None | Literal[False]:
         """False if a live lease holds `name`; else the value a take must expect
         (None: no claim; a sha: an expired or broken one, taken over)."""
         if name not in seen:
