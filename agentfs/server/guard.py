@@ -8,6 +8,7 @@ A pure ASGI middleware, so it also guards streamed bodies and the event stream.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
@@ -19,15 +20,19 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: Addresses that only this machine can reach.
-LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
-
 __all__ = ["Guard", "GuardSettings", "error_body", "is_loopback"]
 
 
 def is_loopback(host: str) -> bool:
-    """True for an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
-    return host in LOOPBACK_NAMES or host.startswith("127.")
+    """True for an address only this machine can reach: an IP address in 127.0.0.0/8
+    or ::1, or the name localhost. Any other name is not, even one that starts with
+    `127.` (`127.0.0.1.evil.example` is a DNS name anyone can point anywhere)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
 
 
 def error_body(error: str, hint: str | None = None, **extra: Any) -> bytes:

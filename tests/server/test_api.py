@@ -164,6 +164,11 @@ def test_errors_are_json_with_the_right_status(served: Served):
         check(client.post("/api/traces/t/messages", content=chunked, headers=headers), 413,
               "limit")
         check(client.get("/api/traces", headers={"host": "evil.example:80"}), 421, "evil")
+        # DNS rebinding: a name that merely starts like a loopback address is a name
+        check(client.get("/api/traces", headers={"host": "127.0.0.1.evil.example:80"}), 421,
+              "evil")
+        check(client.post("/api/traces/t/messages", json={"text": "x"},
+                          headers={"origin": "http://127.0.0.1.evil.example"}), 403, "evil")
         check(client.post("/api/traces/t/messages", json={"text": "x"},
                           headers={"origin": "http://evil.example"}), 403, "evil")
         assert user_texts(client, "t") == ["hi"]  # nothing refused was committed
@@ -318,3 +323,12 @@ def test_serve_without_the_extra_says_what_to_install(workspace_root, tmp_path):
         env={**os.environ, "PYTHONPATH": str(blocker)})
     assert done.returncode == 1
     assert "pip install 'agentfs-workspace[serve]'" in done.stderr
+
+
+def test_only_loopback_addresses_and_localhost_count_as_loopback():
+    from agentfs.server.guard import is_loopback
+
+    assert all(map(is_loopback, ["127.0.0.1", "127.8.9.10", "::1", "[::1]", "localhost",
+                                 "LOCALHOST"]))
+    assert not any(map(is_loopback, ["127.0.0.1.evil.example", "127.evil", "0.0.0.0",
+                                     "192.168.1.2", "localhost.evil.example", "", "::"]))
