@@ -77,8 +77,10 @@ def _take(trace: Trace, file, name: str) -> Posted:
     trace.reload()
     trace.recover()
     finish_staged(trace)
-    if unanswered_calls(trace.main_path()):
-        return Posted("queued", name)  # the tool step comes first: the next run does both
+    if trace.meta.side_queue is not None or unanswered_calls(trace.main_path()):
+        # A tool step or a side-branch queue comes first (a new head would abandon the
+        # queue): the next run finishes it, then takes the file.
+        return Posted("queued", name)
     focus = GoalTree.load(trace.dir / GOALS_FILE).focus
     outcome = take_file(trace, file, goal_id=focus)
     if outcome is None:

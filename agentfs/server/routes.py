@@ -23,7 +23,7 @@ from agentfs.core.project import Project
 from agentfs.core.sidework import item_record, pending_by_trace, report_record
 from agentfs.core.status import workspace_status
 from agentfs.core.tracetree import message_record, trace_tree
-from agentfs.errors import AgentfsError, ConfigError, ModelError, TraceNotFound
+from agentfs.errors import AgentfsError, ConfigError, ModelError, TraceLocked, TraceNotFound
 from agentfs.models.base import Model
 from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
@@ -217,6 +217,9 @@ def build_router(server: Server) -> APIRouter:
               responses={202: {"description": "Queued for the run that holds the trace"}})
     def post(trace_id: str, body: PostMessage) -> JSONResponse:
         trace = server.trace(trace_id)
+        # A model that cannot be used is refused before the message is committed: once
+        # it is, the answer is a success (a client retrying an error would post twice).
+        model = server.model(trace, body.model) if body.run else None
         posted = post_message(trace, body.text,
                               run_holds_it=lambda: server.runs.running(trace.id))
         record: dict[str, Any] = {"trace": trace.id, "status": posted.status,
@@ -224,8 +227,11 @@ def build_router(server: Server) -> APIRouter:
         if posted.status == "committed":
             server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
                                                        "head": posted.sequence})
-        if body.run and posted.status == "committed":
-            record["run"] = server.runs.start(RunRequest(trace.id, server.model(trace, body.model)))
+        if model is not None and posted.status == "committed":
+            try:
+                record["run"] = server.runs.start(RunRequest(trace.id, model))
+            except TraceLocked as exc:  # the message is committed all the same
+                record["run"] = {"status": "not started", "error": exc.message, "hint": exc.hint}
         return JSONResponse(record, status_code=201 if posted.status == "committed" else 202)
 
     @api.post("/traces/{trace_id}/run", summary="Start a run on a thread of the server",

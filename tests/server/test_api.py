@@ -171,6 +171,9 @@ def test_errors_are_json_with_the_right_status(served: Served):
                           headers={"origin": "http://127.0.0.1.evil.example"}), 403, "evil")
         check(client.post("/api/traces/t/messages", json={"text": "x"},
                           headers={"origin": "http://evil.example"}), 403, "evil")
+        check(client.post("/api/traces/t/messages", headers=headers,
+                          json={"text": "x", "run": True, "model": "replay:nope.json"}),
+              422, "nope.json")  # refused before the message is committed
         assert user_texts(client, "t") == ["hi"]  # nothing refused was committed
         schema = client.get("/openapi.json").json()
         assert "/api/traces/{trace_id}/messages" in schema["paths"]
