@@ -230,6 +230,7 @@ class Worker:
         pusher.start()
         started = time.monotonic()
         self.log("run_started", {"trace": trace_id})
+        failure: AgentfsError | None = None
         try:
             meta = trace.meta
             options: dict[str, Any] = {**self.runner_options}
@@ -239,12 +240,16 @@ class Worker:
             result = runner.run(trace_id, inject_skills=meta.context.get("inject_skills", []),
                                 clock=SettleClock(0.0))
         except AgentfsError as exc:
-            self.log("error", {"trace": trace_id, "error": str(exc)})
-            self._failed[trace_id] = self._looked.get(trace_id, ("", True))[0]
-            return
+            failure = exc
         finally:
             done.set()
             pusher.join()
+        if failure is not None:
+            self.log("error", {"trace": trace_id, "error": str(failure)})
+            # Not again until its folder changes: the tree as this run left it (a
+            # trace this job created has no earlier look to go by).
+            self._failed[trace_id] = self._trace_trees().get(trace_id, "")
+            return
         self.log("run_finished", {"trace": trace_id, "iterations": result.iterations,
                                   "stop": result.stop,
                                   "seconds": round(time.monotonic() - started, 3)})

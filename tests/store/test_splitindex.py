@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -109,12 +110,28 @@ def test_old_shared_indexes_go_once_expired_the_named_one_stays(repo: GitRepo) -
     past = 0
     for name in old:
         os.utime(repo.git_dir / name, (past, past))
+    in_use = rawindex.load(repo.git_dir / "index")[0].base
+    assert in_use is not None
     while shared_files(repo) == old:  # until the next shared index is written
         step(repo, n := n + 1)
     named = rawindex.load(repo.git_dir / "index")[0].base
     assert named is not None
-    assert shared_files(repo) == [f"sharedindex.{named[0].hex()}"]
+    # the one named until now was in use a moment ago (freshened): it expires later
+    assert shared_files(repo) == sorted({f"sharedindex.{named[0].hex()}",
+                                         f"sharedindex.{in_use[0].hex()}"})
     assert_git_clean(repo.root)
+
+
+def test_a_shared_index_in_use_is_kept_fresh_so_no_process_expires_it(repo: GitRepo) -> None:
+    for n in range(300):
+        step(repo, n)
+    named = rawindex.load(repo.git_dir / "index")[0].base
+    assert named is not None
+    path = repo.git_dir / f"sharedindex.{named[0].hex()}"
+    os.utime(path, (0, 0))  # written long ago, in use ever since
+    step(repo, n + 1)
+    assert rawindex.load(repo.git_dir / "index")[0].base[0] == named[0]  # still the base
+    assert time.time() - path.stat().st_mtime < 60
 
 
 def test_processes_sharing_a_split_index_lose_no_entry(repo: GitRepo) -> None:

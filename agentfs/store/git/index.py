@@ -31,7 +31,7 @@ from dulwich.index import (
 from agentfs.errors import GitStateError
 from agentfs.store.git import rawindex
 from agentfs.store.git.lockfiles import GitLockFile
-from agentfs.store.git.splitindex import remove_expired, write_shared
+from agentfs.store.git.splitindex import freshen, remove_expired, write_shared
 
 _DROP_EXTENSIONS = rawindex.DROPPED_EXTENSIONS
 
@@ -107,6 +107,7 @@ class IndexUpdate:
         if index.base is None and len(index.keys) < SPLIT_AT:
             return index
         if index.base is not None and len(index.delta) <= max_changes(len(index.keys)):
+            freshen(self.index_path.parent, index.base[0])
             return index
         git_dir = self.index_path.parent
         sha = write_shared(git_dir, index.encode_shared(), durable=self.durable)

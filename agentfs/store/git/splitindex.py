@@ -133,6 +133,17 @@ def write_shared(git_dir: Path, data: bytes, *, durable: bool) -> bytes:
     return sha
 
 
+def freshen(git_dir: Path, sha: bytes) -> None:
+    """Mark the shared index `sha` as in use now, as Git does when it writes a split
+    index against it, so that no process expires it while an index names it."""
+    path = shared_path(git_dir, sha)
+    try:
+        if time.time() - os.stat(path).st_mtime > SHARED_EXPIRE_S / 4:
+            os.utime(path)
+    except FileNotFoundError:
+        pass  # the index that names it is refused on read, with a hint
+
+
 def remove_expired(git_dir: Path, keep: bytes) -> None:
     """Delete shared index files other than `keep` (a checksum) older than
     `SHARED_EXPIRE_S`, and temp files of writers that died."""
