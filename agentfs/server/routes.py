@@ -69,6 +69,8 @@ class Server:
     def model(self, trace: Trace | None, requested: str | None) -> Model:
         """The model as `agentfs run` chooses it; a bad `model` in the body is a 422."""
         meta = trace.meta if trace is not None else None
+        if requested and requested.startswith("replay:"):
+            requested = "replay:" + self._replay_path(requested.removeprefix("replay:"))
         try:
             return self.choose_model(meta.model if meta else None, meta.preset if meta else None,
                                      requested)
@@ -76,6 +78,19 @@ class Server:
             if requested:
                 raise ApiError(422, f"model {requested!r}: {exc.message}", exc.hint) from None
             raise
+
+
+    def _replay_path(self, path: str) -> str:
+        """A replay script named over HTTP is a file of the workspace, its path taken
+        from the workspace's root (not the server's working directory): a request
+        cannot make the server open, and describe, any file of the machine."""
+        root = self.project.workspace.root.resolve()
+        target = (root / path).resolve()
+        if not target.is_relative_to(root):
+            raise ApiError(422, f"model 'replay:{path}': a replay script named over HTTP must "
+                           "be a file of the workspace",
+                           "give its path relative to the workspace, e.g. replay:scripts/x.json")
+        return str(target)
 
 
 # --- bodies -----------------------------------------------------------------------

@@ -174,6 +174,8 @@ def test_errors_are_json_with_the_right_status(served: Served):
         check(client.post("/api/traces/t/messages", headers=headers,
                           json={"text": "x", "run": True, "model": "replay:nope.json"}),
               422, "nope.json")  # refused before the message is committed
+        check(client.post("/api/traces/t/run", headers=headers,
+                          json={"model": "replay:../../../etc/passwd"}), 422, "workspace")
         assert user_texts(client, "t") == ["hi"]  # nothing refused was committed
         schema = client.get("/openapi.json").json()
         assert "/api/traces/{trace_id}/messages" in schema["paths"]
