@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 #: The history file, in the workspace's private state (`.git/agentfs/`).
 HISTORY_FILE = "chat_history"
 HISTORY_LENGTH = 1000
+#: Ctrl-C at the prompt, read as a key (`_LineReader`): readline inserts it literally
+#: (quoted-insert, shown as ^C) and ends the line, which `_LineReader.read` recognizes.
+CTRL_C = "\x03"
+CTRL_C_BINDING = r'"\C-c": "\C-v\C-c\C-m"'
 
 COMMANDS = {
     "show": "[--all] [--full] [--as-sent]  the trace's messages, as `agentfs show`",
@@ -154,11 +158,23 @@ class _Abandonable:
 
 class _LineReader:
     """The lines typed at the prompt: edited with readline and kept in a history file
-    when standard input is a terminal, read plainly when it is not."""
+    when standard input is a terminal, read plainly when it is not.
+
+    With GNU readline, Ctrl-C at the prompt is a key, not a signal: the terminal's
+    interrupt character is switched off while the prompt waits, and readline puts the
+    Ctrl-C in the line and ends it (`CTRL_C_BINDING`). A SIGINT there could be lost:
+    Python's readline waits for keys in `select()` and notices a signal only when it
+    interrupts that wait, so one that arrives after the prompt is printed and before
+    the wait began (a second Ctrl-C pressed quickly) is seen only when a line is
+    entered. A key waits in the terminal until it is read. Elsewhere (libedit, a
+    Python without readline) Ctrl-C stays the signal it always was.
+    """
 
     def __init__(self, history: Path) -> None:
         self.history = history
         self.readline: Any = None
+        self.ctrl_c_is_a_key = False
+        self._typed = ""
         if sys.stdin.isatty():
             try:
                 import readline
@@ -166,19 +182,36 @@ class _LineReader:
                 return
             self.readline = readline
             readline.set_history_length(HISTORY_LENGTH)
+            readline.set_auto_history(False)  # `read` adds the lines worth keeping
             try:
                 readline.read_history_file(history)
             except OSError:
                 pass  # no history yet, or unreadable: start a new one
+            if "GNU readline" in (readline.__doc__ or ""):
+                readline.parse_and_bind(CTRL_C_BINDING)
+                self.ctrl_c_is_a_key = True
 
     @property
     def interactive(self) -> bool:
         return sys.stdin.isatty()
 
-    def read(self, prompt: str) -> str:
-        """One line; EOFError at Ctrl-D or end of input, KeyboardInterrupt at Ctrl-C."""
-        line = input(prompt if self.interactive else "")
-        if self.readline is not None and line.strip():
+    def read(self, prompt: str, *, remember: bool = True) -> str:
+        """One line; EOFError at Ctrl-D or end of input, KeyboardInterrupt at Ctrl-C
+        (`typed` then tells what the prompt held), the cursor at the start of a line.
+        A line is kept in the history if `remember`."""
+        self._typed = ""
+        with self._ctrl_c_as_a_key():
+            try:
+                line = input(prompt if self.interactive else "")
+            except KeyboardInterrupt:  # the signal: readline left the cursor on the line
+                self._typed = self.readline.get_line_buffer() if self.readline else ""
+                click.echo("", err=True)
+                raise
+        if self.ctrl_c_is_a_key and CTRL_C in line:
+            self._typed = line.replace(CTRL_C, "")
+            raise KeyboardInterrupt
+        if self.readline is not None and remember and line.strip():
+            self.readline.add_history(line)
             try:
                 self.history.parent.mkdir(parents=True, exist_ok=True)
                 self.readline.append_history_file(1, self.history)
@@ -187,13 +220,28 @@ class _LineReader:
         return line
 
     def typed(self) -> str:
-        """What the prompt held when Ctrl-C came (empty without readline)."""
-        return self.readline.get_line_buffer() if self.readline is not None else ""
+        """What the prompt held at the last Ctrl-C (empty without readline)."""
+        return self._typed
 
-    def forget_last(self) -> None:
-        """Keep an answer to a question out of the history."""
-        if self.readline is not None and self.readline.get_current_history_length():
-            self.readline.remove_history_item(self.readline.get_current_history_length() - 1)
+    @contextmanager
+    def _ctrl_c_as_a_key(self) -> Iterator[None]:
+        """The terminal's interrupt character switched off while the prompt waits."""
+        if not self.ctrl_c_is_a_key:
+            yield
+            return
+        import termios
+
+        fd = sys.stdin.fileno()
+        attributes = termios.tcgetattr(fd)
+        interrupt = attributes[6][termios.VINTR]
+        attributes[6][termios.VINTR] = bytes([os.fpathconf(fd, "PC_VDISABLE")])
+        termios.tcsetattr(fd, termios.TCSANOW, attributes)  # TCSANOW: keys typed stay
+        try:
+            yield
+        finally:
+            attributes = termios.tcgetattr(fd)  # as readline left them
+            attributes[6][termios.VINTR] = interrupt
+            termios.tcsetattr(fd, termios.TCSANOW, attributes)
 
     def close(self) -> None:
         if self.readline is not None:
@@ -265,12 +313,12 @@ class _Chat:
             click.echo("/resume continues it.", err=True)
             return False
         try:
-            answer = reader.read("Resume it now? [Y/n] ").strip().lower()
-        except (EOFError, KeyboardInterrupt):
+            answer = reader.read("Resume it now? [Y/n] ", remember=False).strip().lower()
+        except EOFError:
             answer = "n"
             click.echo("", err=True)
-        else:
-            reader.forget_last()
+        except KeyboardInterrupt:
+            answer = "n"
         if answer in ("", "y", "yes"):
             return True
         click.echo("/resume continues it when you want.", err=True)
@@ -288,7 +336,6 @@ class _Chat:
                 click.echo("", err=True)
                 return
             except KeyboardInterrupt:
-                click.echo("", err=True)
                 if reader.typed().strip():
                     continue  # Ctrl-C drops what was typed, like a shell
                 return

@@ -83,6 +83,9 @@ class Terminal:
             pass
         try:
             return self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the session did not end within {timeout}s; the terminal "
+                                 f"shows:\n{self.screen[-4000:]}") from None
         finally:
             os.close(self.master)
 
@@ -273,7 +276,7 @@ def test_ctrl_c_stops_a_step_cleanly_and_keeps_the_session(tmp_path, terminals, 
 
     # Ctrl-C with something typed drops the line; at an empty prompt it ends the session
     chat.type("never sent")
-    chat.expect("never sent")  # readline has it (the terminal flushes unread input at Ctrl-C)
+    chat.expect("never sent")
     chat.type(CTRL_C)
     chat.expect("t2> ")
     chat.type(CTRL_C)
@@ -287,6 +290,26 @@ def test_ctrl_c_stops_a_step_cleanly_and_keeps_the_session(tmp_path, terminals, 
     # what the model received after the stop is a valid request holding the dropped turn's message
     last_request = server.requests[-1].body
     assert "take your time" in json.dumps(last_request)
+
+
+def test_ctrl_c_twice_quickly_at_the_prompt_drops_the_line_and_ends_the_session(
+        tmp_path, terminals):
+    # at the prompt Ctrl-C is a key readline reads in turn, not a signal that can arrive
+    # before Python's readline waits for keys (and then go unseen until a line is entered)
+    root, model = replay_workspace(tmp_path, "ws")
+    chat = terminals(["t7", "--model", model], root)
+    chat.expect("t7> ")
+    chat.line("hello")
+    chat.expect("Hello! This is the first answer.")
+    chat.expect("t7> ")
+    chat.type("never sent" + CTRL_C.decode() + CTRL_C.decode() + "typed after the end\r")
+    assert chat.ends() == 0
+    assert "t7> never sent^C\nt7> ^C\n" in chat.screen
+    subjects = git(root, "log", "--format=%s")
+    assert "never sent" not in subjects and "typed after" not in subjects
+    assert_git_clean(root)
+    history = (root / ".git" / "agentfs" / "chat_history").read_text().splitlines()
+    assert history == ["hello"]  # neither the dropped line nor the Ctrl-Cs are kept
 
 
 def test_a_trace_left_unanswered_is_offered_for_resuming_and_history_persists(
