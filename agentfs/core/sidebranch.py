@@ -29,9 +29,8 @@ from dataclasses import dataclass, replace
 from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
-from agentfs.store.branches import branch_prefix
+from agentfs.store.branches import branch_prefix, queue_step_files
 from agentfs.store.commits import StepKind, parse_trailers
-from agentfs.store.message_dir import parse_message_relpath
 from agentfs.store.messages import Message, ToolCall, parse_message
 from agentfs.store.meta import QueueStep
 from agentfs.store.trace import Trace
@@ -113,14 +112,26 @@ def branch_files(trace: Trace, step: QueueStep) -> list[Message]:
         return []
     assert step.first is not None
     found = []
-    prefix = trace.rel(trace.messages_dir)
-    for path in trace.repo.walk(head, prefix):
-        parsed = parse_message_relpath(path[len(prefix) + 1:])
-        if parsed is not None and parsed[0] >= step.first:
-            data = trace.repo.read_file(head, path)
-            assert data is not None
-            found.append(parse_message(trace.workspace.root / path, data))
+    for path in queue_step_files(trace.repo, head, trace.rel(trace.messages_dir), step.first):
+        data = trace.repo.read_file(head, path)
+        assert data is not None
+        found.append(parse_message(trace.workspace.root / path, data))
     return sorted(found, key=lambda m: m.sequence)
+
+
+def foreign_branch(trace: Trace, step: QueueStep) -> bool:
+    """Is the branch of the step's name another one: not descending from the main
+    commit the step was started from (`step.base`)? Names are picked from this
+    clone's refs, so a clone that took the queue over may hold an older branch of
+    that name (one it merged or left unmerged itself). A step recorded without
+    `base` (by an older agentfs) takes any branch not already on the main path."""
+    head = branch_head(trace, step)
+    if head is None:
+        return False
+    if step.base is not None:
+        return not trace.repo.descends_from(head, step.base.encode())
+    main = trace.repo.head()
+    return main is not None and head != main and trace.repo.descends_from(main, head)
 
 
 def run_branch(

@@ -250,3 +250,77 @@ def test_a_hand_edited_queue_that_names_no_branch_of_the_trace_is_refused(
     assert "delete its side_queue" in failed.stderr
     assert git(workspace, "branch") == branches
     assert_git_clean(workspace)
+
+
+# --- a branch of the running step's name that is not its branch ----------------------
+
+
+def summarized_twice(workspace: Path, write_script) -> Path:
+    """Trace `t` compressed once (compression-1), then continued by two messages."""
+    script = write_script([{"text": "step", "tool_calls": [{"name": "list_files", "input": {}}]}]
+                          * 3 + [{"text": "all done"}, {"text": "more done"}],
+                          compression=[{"text": "Summary one."}, {"text": "Summary two."}])
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
+    Project.open(workspace).runner(ReplayModel(script)).compress("t")
+    run_cli("run", "t", "-m", "more", "--model", f"replay:{script}", cwd=workspace)
+    return script
+
+
+def queue_naming(root: Path, branch: str, *, base: bool) -> None:
+    """Commit the queue another clone (with no branch of that name) would push."""
+    meta_path = root / "traces/t/trace.json"
+    meta = json.loads(meta_path.read_text())
+    step = {"type": "compression", "state": "running", "branch": branch,
+            "first": meta["next_sequence"]}
+    if base:
+        step["base"] = git(root, "rev-parse", "main").strip()
+    meta["side_queue"] = {"reason": "compress", "head": meta["head"], "steps": [step]}
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    git(root, "commit", "-qam", "t: queue planned by another clone")
+
+
+@pytest.mark.parametrize("base", [True, False], ids=["with-base", "older-queue-without-base"])
+def test_a_queue_step_never_merges_an_older_branch_of_its_name(workspace, write_script, base):
+    """Reviewer's reproduction: the running step names compression-1, which this clone
+    merged long ago; that outcome must not be merged again (the head would go back)."""
+    script = summarized_twice(workspace, write_script)
+    old = git(workspace, "rev-parse", "agentfs/t/compression-1").strip()
+    head_before = json.loads((workspace / "traces/t/trace.json").read_text())["head"]
+    queue_naming(workspace, "agentfs/t/compression-1", base=base)
+
+    report = Project.open(workspace).runner(ReplayModel(script)).compress("t")
+    summary = report.summary
+    assert summary is not None and summary.source_branch == "agentfs/t/compression-2"
+    assert "Summary two." in summary.text and summary.sequence > head_before
+    meta = json.loads((workspace / "traces/t/trace.json").read_text())
+    assert meta["head"] == summary.sequence and "side_queue" not in meta
+    assert git(workspace, "rev-parse", "agentfs/t/compression-1").strip() == old
+    merged = git(workspace, "log", "--format=%P", "-1").split()
+    assert merged[1] == git(workspace, "rev-parse", "agentfs/t/compression-2").strip()
+    subjects = git(workspace, "log", "--format=%s", "-3").splitlines()
+    assert any("agentfs/t/compression-1 is an older branch" in s for s in subjects)
+    assert_git_clean(workspace)
+    git(workspace, "fsck", "--strict")
+
+
+def test_a_clone_taking_a_queue_over_ignores_its_own_older_branch_of_that_name(
+        workspace, write_script, tmp_path):
+    """Fleet: clone B plans a compression naming compression-1 (B has no such branch)
+    and dies; A, which merged its own compression-1 earlier, pulls and finishes it."""
+    from agentfs.core.sidebranch import COMPRESSION
+    from agentfs.core.sidequeue import plan
+    from agentfs.store.trace import Trace
+
+    script = summarized_twice(workspace, write_script)
+    other = tmp_path / "clone-b"
+    git(tmp_path, "clone", "-q", str(workspace), str(other))
+    project_b = Project.open(other)
+    trace_b = Trace(project_b.workspace, project_b.repo, "t")
+    queue = plan(trace_b, "compress", [COMPRESSION])
+    assert queue is not None and queue.steps[0].branch == "agentfs/t/compression-1"
+    git(workspace, "pull", "-q", "--ff-only", str(other), "main")
+
+    summary = Project.open(workspace).runner(ReplayModel(script)).compress("t").summary
+    assert summary is not None and summary.source_branch == "agentfs/t/compression-2"
+    assert "Summary two." in summary.text
+    assert_git_clean(workspace)
