@@ -79,12 +79,20 @@ def side_calls(trace: Trace, branch_type: str) -> int:
 
 
 def next_branch(trace: Trace, branch_type: str) -> str:
-    """The first free name `agentfs/<trace>/<type>-<n>`."""
+    """A free name `agentfs/<trace>/<type>-<n>`, numbered after the last one the trace
+    named (`side_branches` in `trace.json`'s context, committed with the queue step
+    that names it): side branches are never pushed, so a clone that takes a trace
+    over has none of the branches another clone made, but knows their names."""
     prefix = f"{branch_prefix(trace.id)}{branch_type}-"
     taken = {name[len(prefix) :] for name in trace.repo.branches(prefix)}
-    number = 1
+    named = trace.meta.context.get("side_branches")
+    if not isinstance(named, dict):
+        named = trace.meta.context["side_branches"] = {}
+    last = named.get(branch_type)
+    number = (last if isinstance(last, int) and last > 0 else 0) + 1
     while str(number) in taken:
         number += 1
+    named[branch_type] = number
     return f"{prefix}{number}"
 
 
@@ -120,18 +128,28 @@ def branch_files(trace: Trace, step: QueueStep) -> list[Message]:
 
 
 def foreign_branch(trace: Trace, step: QueueStep) -> bool:
-    """Is the branch of the step's name another one: not descending from the main
-    commit the step was started from (`step.base`)? Names are picked from this
-    clone's refs, so a clone that took the queue over may hold an older branch of
-    that name (one it merged or left unmerged itself). A step recorded without
-    `base` (by an older agentfs) takes any branch not already on the main path."""
+    """Is the branch of the step's name another one? The step's branch starts on
+    main's first-parent line at or after the commit the step was started from
+    (`step.base`); an older branch of that name (names are picked from this clone's
+    refs, so a clone that took the queue over may hold one it made itself, merged
+    or not) starts elsewhere. A step recorded without `base` (by an older agentfs)
+    takes any branch not already on main."""
     head = branch_head(trace, step)
-    if head is None:
-        return False
-    if step.base is not None:
-        return not trace.repo.descends_from(head, step.base.encode())
     main = trace.repo.head()
-    return main is not None and head != main and trace.repo.descends_from(main, head)
+    if head is None or main is None:
+        return False
+    if step.base is None:
+        return head != main and trace.repo.descends_from(main, head)
+    fork = head  # down the branch's own commits to the one it started at
+    while len((commit := trace.repo.commit(fork)).parents) == 1 and parse_trailers(
+            commit.message).get("Agentfs-Kind") in (StepKind.BRANCH, StepKind.OUTCOME):
+        fork = commit.parents[0]
+    for sha, _commit in trace.repo.first_parent_log():
+        if sha == fork:
+            return False
+        if sha.decode() == step.base:
+            return True
+    return True
 
 
 def run_branch(

@@ -303,24 +303,50 @@ def test_a_queue_step_never_merges_an_older_branch_of_its_name(workspace, write_
     git(workspace, "fsck", "--strict")
 
 
-def test_a_clone_taking_a_queue_over_ignores_its_own_older_branch_of_that_name(
-        workspace, write_script, tmp_path):
-    """Fleet: clone B plans a compression naming compression-1 (B has no such branch)
-    and dies; A, which merged its own compression-1 earlier, pulls and finishes it."""
+def plan_in_clone(root: Path) -> str:
+    """Plan a compression in the clone at `root`, and die: the branch it names."""
     from agentfs.core.sidebranch import COMPRESSION
     from agentfs.core.sidequeue import plan
     from agentfs.store.trace import Trace
 
-    script = summarized_twice(workspace, write_script)
+    project = Project.open(root)
+    queue = plan(Trace(project.workspace, project.repo, "t"), "compress", [COMPRESSION])
+    assert queue is not None and queue.steps[0].branch is not None
+    return queue.steps[0].branch
+
+
+def test_a_clone_taking_a_queue_over_ignores_its_own_older_branch_of_that_name(
+        workspace, write_script, tmp_path):
+    """Fleet: clone A compressed (compression-1) but its work never reached clone B,
+    which plans a compression naming compression-1 too, pushes and dies. A mirrors
+    the remote's main (its refs under agentfs/ stay) and takes the queue over."""
+    script = write_script([{"text": "step", "tool_calls": [{"name": "list_files", "input": {}}]}]
+                          * 3 + [{"text": "all done"}],
+                          compression=[{"text": "Summary one."}, {"text": "Summary two."}])
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
     other = tmp_path / "clone-b"
     git(tmp_path, "clone", "-q", str(workspace), str(other))
-    project_b = Project.open(other)
-    trace_b = Trace(project_b.workspace, project_b.repo, "t")
-    queue = plan(trace_b, "compress", [COMPRESSION])
-    assert queue is not None and queue.steps[0].branch == "agentfs/t/compression-1"
-    git(workspace, "pull", "-q", "--ff-only", str(other), "main")
+    Project.open(workspace).runner(ReplayModel(script)).compress("t")  # never pushed
+    old = git(workspace, "rev-parse", "agentfs/t/compression-1").strip()
+    assert plan_in_clone(other) == "agentfs/t/compression-1"
+    git(workspace, "fetch", "-q", str(other), "main")
+    git(workspace, "reset", "-q", "--hard", "FETCH_HEAD")  # as a worker's mirror does
 
     summary = Project.open(workspace).runner(ReplayModel(script)).compress("t").summary
     assert summary is not None and summary.source_branch == "agentfs/t/compression-2"
-    assert "Summary two." in summary.text
+    merged = git(workspace, "log", "--format=%P", "-1").split()
+    assert merged[1] == git(workspace, "rev-parse", "agentfs/t/compression-2").strip()
+    assert git(workspace, "rev-parse", "agentfs/t/compression-1").strip() == old
+    assert json.loads((workspace / "traces/t/trace.json").read_text())["head"] == summary.sequence
     assert_git_clean(workspace)
+    git(workspace, "fsck", "--strict")
+
+
+def test_a_clone_names_a_branch_after_those_another_clone_named(
+        workspace, write_script, tmp_path):
+    """Side branches are never pushed, but the names they took are, in trace.json."""
+    summarized_twice(workspace, write_script)
+    other = tmp_path / "clone-b"
+    git(tmp_path, "clone", "-q", str(workspace), str(other))
+    assert not git(other, "branch", "--list", "agentfs/*").strip()
+    assert plan_in_clone(other) == "agentfs/t/compression-2"
