@@ -144,12 +144,12 @@ def foreign_branch(trace: Trace, step: QueueStep) -> bool:
     while len((commit := trace.repo.commit(fork)).parents) == 1 and parse_trailers(
             commit.message).get("Agentfs-Kind") in (StepKind.BRANCH, StepKind.OUTCOME):
         fork = commit.parents[0]
+    started_here = False  # main's line from its head down to `base` must pass the fork
     for sha, _commit in trace.repo.first_parent_log():
-        if sha == fork:
-            return False
+        started_here = started_here or sha == fork
         if sha.decode() == step.base:
-            return True
-    return True
+            return not started_here
+    return True  # `base` is not on main's line (edited, or main was replaced)
 
 
 def run_branch(

@@ -20,9 +20,9 @@ merge cut short before its commit is rolled back by recovery
 (`agentfs/store/recovery.py`) and redone with the same bytes. If the main
 path's head moved meanwhile (a rewind, an edit), the queue is abandoned with a
 `queue` commit: its unfinished branch stays as a record, never merged. A branch
-of the running step's name that does not descend from its `base` is not its
-branch (a clone that took the trace over kept an older one of that name): the
-step gets a free name, in a `queue` commit, and starts.
+of the running step's name that did not start on main at or after its `base`
+is not its branch (a clone that took the trace over kept an older one of that
+name): the step gets a free name, in a `queue` commit, and starts.
 """
 
 from __future__ import annotations

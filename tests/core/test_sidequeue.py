@@ -266,20 +266,21 @@ def summarized_twice(workspace: Path, write_script) -> Path:
     return script
 
 
-def queue_naming(root: Path, branch: str, *, base: bool) -> None:
+def queue_naming(root: Path, branch: str, *, base: str | None) -> None:
     """Commit the queue another clone (with no branch of that name) would push."""
     meta_path = root / "traces/t/trace.json"
     meta = json.loads(meta_path.read_text())
     step = {"type": "compression", "state": "running", "branch": branch,
             "first": meta["next_sequence"]}
-    if base:
-        step["base"] = git(root, "rev-parse", "main").strip()
+    if base is not None:  # "main": main's head, as the clone planning it would record
+        step["base"] = git(root, "rev-parse", "main").strip() if base == "main" else base
     meta["side_queue"] = {"reason": "compress", "head": meta["head"], "steps": [step]}
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     git(root, "commit", "-qam", "t: queue planned by another clone")
 
 
-@pytest.mark.parametrize("base", [True, False], ids=["with-base", "older-queue-without-base"])
+@pytest.mark.parametrize("base", ["main", None, "0" * 40, "not a commit"],
+                         ids=["with-base", "older-queue-without-base", "unknown-base", "bad-base"])
 def test_a_queue_step_never_merges_an_older_branch_of_its_name(workspace, write_script, base):
     """Reviewer's reproduction: the running step names compression-1, which this clone
     merged long ago; that outcome must not be merged again (the head would go back)."""
