@@ -29,9 +29,8 @@ from dataclasses import dataclass, replace
 from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
-from agentfs.store.branches import branch_prefix
+from agentfs.store.branches import branch_prefix, queue_step_files
 from agentfs.store.commits import StepKind, parse_trailers
-from agentfs.store.message_dir import parse_message_relpath
 from agentfs.store.messages import Message, ToolCall, parse_message
 from agentfs.store.meta import QueueStep
 from agentfs.store.trace import Trace
@@ -80,12 +79,20 @@ def side_calls(trace: Trace, branch_type: str) -> int:
 
 
 def next_branch(trace: Trace, branch_type: str) -> str:
-    """The first free name `agentfs/<trace>/<type>-<n>`."""
+    """A free name `agentfs/<trace>/<type>-<n>`, numbered after the last one the trace
+    named (`side_branches` in `trace.json`'s context, committed with the queue step
+    that names it): side branches are never pushed, so a clone that takes a trace
+    over has none of the branches another clone made, but knows their names."""
     prefix = f"{branch_prefix(trace.id)}{branch_type}-"
     taken = {name[len(prefix) :] for name in trace.repo.branches(prefix)}
-    number = 1
+    named = trace.meta.context.get("side_branches")
+    if not isinstance(named, dict):
+        named = trace.meta.context["side_branches"] = {}
+    last = named.get(branch_type)
+    number = (last if isinstance(last, int) and last > 0 else 0) + 1
     while str(number) in taken:
         number += 1
+    named[branch_type] = number
     return f"{prefix}{number}"
 
 
@@ -113,14 +120,36 @@ def branch_files(trace: Trace, step: QueueStep) -> list[Message]:
         return []
     assert step.first is not None
     found = []
-    prefix = trace.rel(trace.messages_dir)
-    for path in trace.repo.walk(head, prefix):
-        parsed = parse_message_relpath(path[len(prefix) + 1:])
-        if parsed is not None and parsed[0] >= step.first:
-            data = trace.repo.read_file(head, path)
-            assert data is not None
-            found.append(parse_message(trace.workspace.root / path, data))
+    for path in queue_step_files(trace.repo, head, trace.rel(trace.messages_dir), step.first):
+        data = trace.repo.read_file(head, path)
+        assert data is not None
+        found.append(parse_message(trace.workspace.root / path, data))
     return sorted(found, key=lambda m: m.sequence)
+
+
+def foreign_branch(trace: Trace, step: QueueStep) -> bool:
+    """Is the branch of the step's name another one? The step's branch starts on
+    main's first-parent line at or after the commit the step was started from
+    (`step.base`); an older branch of that name (names are picked from this clone's
+    refs, so a clone that took the queue over may hold one it made itself, merged
+    or not) starts elsewhere. A step recorded without `base` (by an older agentfs)
+    takes any branch not already on main."""
+    head = branch_head(trace, step)
+    main = trace.repo.head()
+    if head is None or main is None:
+        return False
+    if step.base is None:
+        return head != main and trace.repo.descends_from(main, head)
+    fork = head  # down the branch's own commits to the one it started at
+    while len((commit := trace.repo.commit(fork)).parents) == 1 and parse_trailers(
+            commit.message).get("Agentfs-Kind") in (StepKind.BRANCH, StepKind.OUTCOME):
+        fork = commit.parents[0]
+    started_here = False  # main's line from its head down to `base` must pass the fork
+    for sha, _commit in trace.repo.first_parent_log():
+        started_here = started_here or sha == fork
+        if sha.decode() == step.base:
+            return not started_here
+    return True  # `base` is not on main's line (edited, or main was replaced)
 
 
 def run_branch(

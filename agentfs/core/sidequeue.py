@@ -5,7 +5,8 @@ A queue is planned as a list of branch types (Level 2 compression plans
 `agentfs reflect` plans `reflection` alone) and kept in `trace.json`
 (`agentfs/store/meta.py:SideQueue`). Every transition is a commit on `main`:
 
-- planning it, with the first step `running` and its branch name: kind `queue`;
+- planning it, with the first step `running`, its branch name and the main
+  commit it starts from (`base`): kind `queue`;
 - each step's merge (`agentfs/core/sidebranch.py:take_outcome`), which also marks
   the step `done` with its branch head and the next step `running` (or a
   `knowledge_eval` with nothing pending `skipped`): kind `outcome`, or `summary`
@@ -18,7 +19,10 @@ outcome the branch already holds, and never runs a finished step again. A
 merge cut short before its commit is rolled back by recovery
 (`agentfs/store/recovery.py`) and redone with the same bytes. If the main
 path's head moved meanwhile (a rewind, an edit), the queue is abandoned with a
-`queue` commit: its unfinished branch stays as a record, never merged.
+`queue` commit: its unfinished branch stays as a record, never merged. A branch
+of the running step's name that did not start on main at or after its `base`
+is not its branch (a clone that took the trace over kept an older one of that
+name): the step gets a free name, in a `queue` commit, and starts.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from agentfs.core.sidebranch import (
     branch_files,
     branch_head,
     compression_branch,
+    foreign_branch,
     has_outcome,
     next_branch,
     side_calls,
@@ -120,6 +125,9 @@ def run_queue(work: SideWork) -> QueueReport:
             _abandon(work, queue)
             report.abandoned = True
             break
+        if foreign_branch(trace, step):
+            _rename(work, queue, step)
+            continue
         if not has_outcome(trace, step):
             BRANCHES[step.type](work, step)
         report.merged.append(_merge(work, queue, step))
@@ -183,7 +191,26 @@ def _advance(trace: Trace, queue: SideQueue) -> None:
             continue
         step.state, step.branch, step.first = "running", next_branch(trace, step.type), \
             trace.next_sequence()
+        step.base = _main_commit(trace)
         return
+
+
+def _main_commit(trace: Trace) -> str:
+    """Main's head commit, which the branch of a step started now descends from: the
+    branch starts at the commit recording the step, or a later one."""
+    commit = trace.repo.head()
+    assert commit is not None, "a queue runs on a committed trace"
+    return commit.decode()
+
+
+def _rename(work: SideWork, queue: SideQueue, step: QueueStep) -> None:
+    """The step's branch name is taken by another branch (one this clone kept from
+    before the step was planned): give the step a free name, as not started."""
+    trace, taken = work.trace, step.branch
+    step.branch, step.base = next_branch(trace, step.type), _main_commit(trace)
+    trace.commit_step(StepKind.QUEUE, [], summary=f"{queue.reason}: {taken} is an older "
+                      f"branch, {step.type} runs on {step.branch}")
+    work.emit("queue_renamed", trace=trace.id, taken=taken, branch=step.branch)
 
 
 def _abandon(work: SideWork, queue: SideQueue) -> None:

@@ -13,15 +13,28 @@ from dataclasses import dataclass
 
 from agentfs.errors import AgentfsError
 from agentfs.store.git.repo import GitRepo
+from agentfs.store.message_dir import parse_message_relpath
 from agentfs.store.messages import Message, parse_file_name, parse_message
 from agentfs.store.workspace import MESSAGES_DIR, TRACES_DIR
 
-__all__ = ["SideBranch", "branch_prefix", "side_branches"]
+__all__ = ["SideBranch", "branch_prefix", "queue_step_files", "side_branches"]
 
 
 def branch_prefix(trace_id: str) -> str:
     """Where a trace's side branches are, under `refs/heads/`."""
     return f"agentfs/{trace_id}/"
+
+
+def queue_step_files(repo: GitRepo, head: bytes, messages_dir: str, first: int) -> list[str]:
+    """The message files of a queue step's branch (`agentfs/store/meta.py:QueueStep`):
+    those in `messages_dir` at the branch's commit `head` from sequence `first` on
+    (its conversation, then its outcome's), by sequence."""
+    found = []
+    for path in repo.walk(head, messages_dir):
+        parsed = parse_message_relpath(path[len(messages_dir) + 1:])
+        if parsed is not None and parsed[0] >= first:
+            found.append((parsed[0], path))
+    return [path for _, path in sorted(found)]
 
 
 @dataclass(frozen=True)

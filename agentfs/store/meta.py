@@ -27,6 +27,9 @@ class QueueStep(BaseModel):
     first: int | None = Field(
         default=None, description="Sequence of the branch's first message: its messages are "
         "the files at or after it in the branch's tree")
+    base: str | None = Field(
+        default=None, description="The main commit the step was started from: its branch "
+        "descends from it (a branch of the same name that does not is another one's)")
     head: str | None = Field(default=None, description="The branch's head when it was merged")
     items: list[str] | None = Field(
         default=None, description="knowledge_eval: the items to judge (None: every pending one)")

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write, purge_stale_temps
+from agentfs.store.branches import queue_step_files
 from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
@@ -46,9 +47,10 @@ def recover(trace: Trace) -> list[str]:
     trace.repo.check_on_main()
     purge_stale_temps(trace.tmp_dir)
     trace.repo.repair_index()
+    # before the upgrade, which would move a merge's files away from the branch's paths
+    _undo_cut_short_transition(trace, trace.repo.head())
     kinds: list[str] = ["upgrade"] if upgrade(trace) else []
     head_commit = trace.repo.head()
-    _undo_cut_short_transition(trace, head_commit)
     prefix = trace.rel(trace.dir)
     with gc_paused():
         committed = _committed_files(trace, head_commit)
@@ -124,11 +126,8 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
     branch_head = trace.repo.head(b"refs/heads/" + step.branch.encode())
     if branch_head is None:
         return
-    prefix = trace.rel(trace.messages_dir)
-    for path in trace.repo.walk(branch_head, prefix):
-        parsed = parse_message_relpath(path[len(prefix) + 1:])
-        if parsed is None or parsed[0] < step.first:
-            continue
+    for path in queue_step_files(trace.repo, branch_head, trace.rel(trace.messages_dir),
+                                 step.first):
         full = trace.workspace.root / path
         if (full.is_file() and not full.is_symlink()
                 and trace.repo.tree_lookup(head_commit, path) is None

@@ -250,3 +250,104 @@ def test_a_hand_edited_queue_that_names_no_branch_of_the_trace_is_refused(
     assert "delete its side_queue" in failed.stderr
     assert git(workspace, "branch") == branches
     assert_git_clean(workspace)
+
+
+# --- a branch of the running step's name that is not its branch ----------------------
+
+
+def summarized_twice(workspace: Path, write_script) -> Path:
+    """Trace `t` compressed once (compression-1), then continued by two messages."""
+    script = write_script([{"text": "step", "tool_calls": [{"name": "list_files", "input": {}}]}]
+                          * 3 + [{"text": "all done"}, {"text": "more done"}],
+                          compression=[{"text": "Summary one."}, {"text": "Summary two."}])
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
+    Project.open(workspace).runner(ReplayModel(script)).compress("t")
+    run_cli("run", "t", "-m", "more", "--model", f"replay:{script}", cwd=workspace)
+    return script
+
+
+def queue_naming(root: Path, branch: str, *, base: str | None) -> None:
+    """Commit the queue another clone (with no branch of that name) would push."""
+    meta_path = root / "traces/t/trace.json"
+    meta = json.loads(meta_path.read_text())
+    step = {"type": "compression", "state": "running", "branch": branch,
+            "first": meta["next_sequence"]}
+    if base is not None:  # "main": main's head, as the clone planning it would record
+        step["base"] = git(root, "rev-parse", "main").strip() if base == "main" else base
+    meta["side_queue"] = {"reason": "compress", "head": meta["head"], "steps": [step]}
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    git(root, "commit", "-qam", "t: queue planned by another clone")
+
+
+@pytest.mark.parametrize("base", ["main", None, "0" * 40, "not a commit"],
+                         ids=["with-base", "older-queue-without-base", "unknown-base", "bad-base"])
+def test_a_queue_step_never_merges_an_older_branch_of_its_name(workspace, write_script, base):
+    """Reviewer's reproduction: the running step names compression-1, which this clone
+    merged long ago; that outcome must not be merged again (the head would go back)."""
+    script = summarized_twice(workspace, write_script)
+    old = git(workspace, "rev-parse", "agentfs/t/compression-1").strip()
+    head_before = json.loads((workspace / "traces/t/trace.json").read_text())["head"]
+    queue_naming(workspace, "agentfs/t/compression-1", base=base)
+
+    report = Project.open(workspace).runner(ReplayModel(script)).compress("t")
+    summary = report.summary
+    assert summary is not None and summary.source_branch == "agentfs/t/compression-2"
+    assert "Summary two." in summary.text and summary.sequence > head_before
+    meta = json.loads((workspace / "traces/t/trace.json").read_text())
+    assert meta["head"] == summary.sequence and "side_queue" not in meta
+    assert git(workspace, "rev-parse", "agentfs/t/compression-1").strip() == old
+    merged = git(workspace, "log", "--format=%P", "-1").split()
+    assert merged[1] == git(workspace, "rev-parse", "agentfs/t/compression-2").strip()
+    subjects = git(workspace, "log", "--format=%s", "-3").splitlines()
+    assert any("agentfs/t/compression-1 is an older branch" in s for s in subjects)
+    assert_git_clean(workspace)
+    git(workspace, "fsck", "--strict")
+
+
+def plan_in_clone(root: Path) -> str:
+    """Plan a compression in the clone at `root`, and die: the branch it names."""
+    from agentfs.core.sidebranch import COMPRESSION
+    from agentfs.core.sidequeue import plan
+    from agentfs.store.trace import Trace
+
+    project = Project.open(root)
+    queue = plan(Trace(project.workspace, project.repo, "t"), "compress", [COMPRESSION])
+    assert queue is not None and queue.steps[0].branch is not None
+    return queue.steps[0].branch
+
+
+def test_a_clone_taking_a_queue_over_ignores_its_own_older_branch_of_that_name(
+        workspace, write_script, tmp_path):
+    """Fleet: clone A compressed (compression-1) but its work never reached clone B,
+    which plans a compression naming compression-1 too, pushes and dies. A mirrors
+    the remote's main (its refs under agentfs/ stay) and takes the queue over."""
+    script = write_script([{"text": "step", "tool_calls": [{"name": "list_files", "input": {}}]}]
+                          * 3 + [{"text": "all done"}],
+                          compression=[{"text": "Summary one."}, {"text": "Summary two."}])
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
+    other = tmp_path / "clone-b"
+    git(tmp_path, "clone", "-q", str(workspace), str(other))
+    Project.open(workspace).runner(ReplayModel(script)).compress("t")  # never pushed
+    old = git(workspace, "rev-parse", "agentfs/t/compression-1").strip()
+    assert plan_in_clone(other) == "agentfs/t/compression-1"
+    git(workspace, "fetch", "-q", str(other), "main")
+    git(workspace, "reset", "-q", "--hard", "FETCH_HEAD")  # as a worker's mirror does
+
+    summary = Project.open(workspace).runner(ReplayModel(script)).compress("t").summary
+    assert summary is not None and summary.source_branch == "agentfs/t/compression-2"
+    merged = git(workspace, "log", "--format=%P", "-1").split()
+    assert merged[1] == git(workspace, "rev-parse", "agentfs/t/compression-2").strip()
+    assert git(workspace, "rev-parse", "agentfs/t/compression-1").strip() == old
+    assert json.loads((workspace / "traces/t/trace.json").read_text())["head"] == summary.sequence
+    assert_git_clean(workspace)
+    git(workspace, "fsck", "--strict")
+
+
+def test_a_clone_names_a_branch_after_those_another_clone_named(
+        workspace, write_script, tmp_path):
+    """Side branches are never pushed, but the names they took are, in trace.json."""
+    summarized_twice(workspace, write_script)
+    other = tmp_path / "clone-b"
+    git(tmp_path, "clone", "-q", str(workspace), str(other))
+    assert not git(other, "branch", "--list", "agentfs/*").strip()
+    assert plan_in_clone(other) == "agentfs/t/compression-2"

@@ -244,3 +244,45 @@ def test_an_upgrade_killed_at_any_rename_is_finished_by_the_next_run(
     assert json.loads(trace.meta_path.read_text())["format_version"] == 2
     assert_git_clean(root)
     git(root, "fsck", "--strict")
+
+
+def test_a_merge_cut_short_in_a_format_1_trace_is_undone_before_the_upgrade(
+        trace: Trace) -> None:
+    """agentfs 1 was killed while merging a compression: the summary file it copied from
+    the branch is on disk, trace.json marks the step done, nothing committed. The
+    next run rolls that back (the queue redoes the merge) and upgrades: no summary is
+    committed as an edit or adopted without its merge parent."""
+    from agentfs.store.messages import render_message
+
+    root = trace.workspace.root
+    branch = "agentfs/demo/compression-1"
+    first = trace.meta.next_sequence
+    ask = trace.new_message("user", "summarize", branch_type="compression", branch_id=branch)
+    summary = trace.new_message("user", "The summary.", synthetic="summary",
+                                source_branch=branch)
+    summary.parent_sequence = 1
+    meta = json.loads(trace.meta_path.read_text())
+    meta["side_queue"] = {"reason": "compress", "head": meta["head"], "steps": [
+        {"type": "compression", "state": "running", "branch": branch, "first": first}]}
+    trace.meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    as_format_1(trace)
+    git(root, "checkout", "-q", "-b", branch)
+    for message in (ask, summary):  # agentfs 1 wrote branch files directly in messages/
+        (trace.messages_dir / message.file_name()).write_bytes(render_message(message))
+        git(root, "add", "-A", "traces")
+        git(root, "commit", "-q", "-m", f"branch #{message.sequence}")
+    git(root, "checkout", "-q", "main")
+    committed_meta = trace.meta_path.read_bytes()
+    # the merge, cut short before its commit
+    (trace.messages_dir / summary.file_name()).write_bytes(render_message(summary))
+    meta = json.loads(committed_meta)
+    meta["side_queue"]["steps"][0]["state"] = "done"
+    meta["head"], meta["next_sequence"] = summary.sequence, summary.sequence + 1
+    trace.meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+
+    assert reopened(trace).recover() == ["upgrade"]
+    assert not list(trace.messages_dir.rglob(summary.file_name()))
+    on_disk = json.loads(trace.meta_path.read_text())
+    assert on_disk["side_queue"]["steps"][0]["state"] == "running"
+    assert on_disk["head"] == json.loads(committed_meta)["head"]
+    assert_git_clean(root)
