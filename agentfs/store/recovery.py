@@ -203,11 +203,16 @@ def _worktree_files(trace: Trace) -> dict[str, bytes]:
 
     Like `git status`, a file whose stat matches its index entry is taken to
     hold the entry's blob without being read, unless it changed in the same
-    clock tick as the index was written ("racily clean").
+    clock tick as the index was written ("racily clean"). A file read although
+    the index had an entry for it (its stat changed: a copy, a `touch`) has its
+    new stat recorded there when it still holds the entry's blob
+    (`agentfs/store/git/repo.py:GitRepo.refresh_stat`), so the next run does not
+    read it again.
     """
     prefix = trace.rel(trace.dir)
     known = trace.repo.stat_cache(prefix)
     files: dict[str, bytes] = {}
+    reread: dict[str, tuple[os.stat_result, bytes]] = {}  # read although the index knew them
     messages_key = trace.message_dir.key()
     messages_prefix = trace.rel(trace.messages_dir) + "/"
     listing: dict[str, os.stat_result] | None = {}
@@ -238,6 +243,9 @@ def _worktree_files(trace: Trace) -> dict[str, bytes]:
                 else:
                     with open(entry.path, "rb") as f:
                         files[rel] = Blob.from_string(f.read()).id
+                    if known.has(rel):
+                        reread[rel] = (st, files[rel])
+    trace.repo.refresh_stat(reread)  # so the next run stats them instead of reading
     if listing is not None and trace.message_dir.key() == messages_key:
         trace.message_dir.hint(messages_key, listing)
     return files

@@ -122,6 +122,37 @@ def test_recover_reads_only_files_whose_stat_changed(
     assert read == ["000004-user.md"]
 
 
+def test_recover_records_the_new_stat_of_files_that_did_not_change(
+    project: Project, trace: Trace, monkeypatch
+) -> None:
+    """A copy or a `touch` changes every file's stat: they are read once, then the index
+    knows them again (`git update-index --refresh`), and an edit is still an edit."""
+    age(trace)  # every message file's stat now differs from its index entry
+    read: list[str] = []
+    real_open = open
+
+    def tracking_open(file, *args, **kwargs):
+        if str(file).startswith(str(trace.messages_dir)):
+            read.append(os.path.basename(str(file)))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", tracking_open)
+    fresh = new_process(project)
+    with fresh.lock():
+        assert fresh.recover() == []
+    assert len(read) == len(list(trace.messages_dir.rglob("*.md")))
+    read.clear()
+    with new_process(project).lock():
+        assert new_process(project).recover() == []
+    assert read == []
+    assert git(project.workspace.root, "diff-files", "--name-only") == ""
+    path = trace.messages_dir / "000000-000999/000004-user.md"
+    path.write_text(path.read_text().replace("user number", "USER number"))
+    with fresh.lock():
+        assert fresh.recover() == ["edit"]
+    assert_git_clean(project.workspace.root)
+
+
 def _fsyncs_per_step(project: Project, monkeypatch) -> int:
     trace = project.trace("demo")
     calls: list[int] = []

@@ -24,6 +24,7 @@ from dulwich.index import (
     IndexChecksumReader,
     IndexChecksumWriter,
     IndexEntry,
+    index_entry_from_stat,
     read_index_dict_with_version,
     write_index_dict,
 )
@@ -98,6 +99,20 @@ class IndexUpdate:
             assert self._parsed is not None
             self._data = _rewrite_with_dulwich(self._parsed, changes)
         self._lock.write(self._data)
+
+    def refresh(self, found: Mapping[str, tuple[os.stat_result, bytes]]) -> None:
+        """Record the stat of files found to hold the blob their index entry names
+        (`path → (stat taken before reading, blob hex id)`), as `git update-index
+        --refresh` does; entries that changed meanwhile, or whose mode differs, are
+        left alone. Written when the block ends, like `apply` (call one of them)."""
+        if self._current is None:
+            return  # an index only dulwich can rewrite: not worth rewriting for this
+        changes: dict[bytes, IndexEntry | None] = {}
+        for path, (st, blob_id) in found.items():
+            known = self._current.entry_stat(path.encode())
+            if known is not None and known[1] == blob_id and known[0][4] == st.st_mode & 0o100:
+                changes[path.encode()] = index_entry_from_stat(st, blob_id, mode=known[2])
+        self.apply(changes)
 
     def _form(self, index: rawindex.RawIndex) -> rawindex.RawIndex:
         """`index` as it is written: whole, split against its shared index, or split
@@ -193,6 +208,10 @@ class StatCache:
     ) -> None:
         self._entries = entries
         self._index_mtime_ns = index_mtime_ns
+
+    def has(self, path: str) -> bool:
+        """True if the index has an entry for `path`."""
+        return path in self._entries
 
     def blob_id(self, path: str, st: os.stat_result) -> bytes | None:
         """The blob id `path` still holds, or None if it must be read to know.

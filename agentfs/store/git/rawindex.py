@@ -127,14 +127,15 @@ class RawIndex:
             found = {}
             for (path, stage), raw in zip(self.keys[start:end], self.raws[start:end]):
                 if stage == 0:
-                    ctime_s, ctime_ns, mtime_s, mtime_ns, _dev, ino, mode, _uid, _gid, size, sha = (
-                        STAT.unpack_from(raw, 0)
-                    )
-                    key = (mtime_s * 10**9 + mtime_ns, ctime_s * 10**9 + ctime_ns, size, ino,
-                           mode & 0o100)
-                    found[path.decode()] = (key, sha.hex().encode())
+                    key, sha, _mode = _unpack_stat(raw)
+                    found[path.decode()] = (key, sha)
             self.memo[prefix] = found
         return found
+
+    def entry_stat(self, path: bytes) -> tuple[tuple[int, ...], bytes, int] | None:
+        """(`stat_key`, blob hex id, mode) of the stage-0 entry of `path`, or None."""
+        at = _position(self.keys, (path, 0))
+        return None if at is None else _unpack_stat(self.raws[at])
 
     def encode(self) -> bytes:
         """The index file: whole, or as a split index when it has a `base`."""
@@ -166,6 +167,15 @@ class RawIndex:
              b"link" + struct.pack(">L", len(link)) + link, *extensions]
         )
         return body + hashlib.sha1(body).digest()
+
+
+def _unpack_stat(raw: bytes) -> tuple[tuple[int, ...], bytes, int]:
+    """(`stat_key`, blob hex id, mode) of a raw entry."""
+    ctime_s, ctime_ns, mtime_s, mtime_ns, _dev, ino, mode, _uid, _gid, size, sha = (
+        STAT.unpack_from(raw, 0)
+    )
+    key = (mtime_s * 10**9 + mtime_ns, ctime_s * 10**9 + ctime_ns, size, ino, mode & 0o100)
+    return key, sha.hex().encode(), mode
 
 
 def _position(keys: list[Key], key: Key) -> int | None:

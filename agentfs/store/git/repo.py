@@ -259,6 +259,20 @@ class GitRepo:
 
     # --- writing -----------------------------------------------------------
 
+    def refresh_stat(self, found: dict[str, tuple[os.stat_result, bytes]]) -> None:
+        """Record in the index the stat of files read and found to hold their entry's
+        blob (`path → (stat taken before reading, blob hex id)`), so the next look
+        at them needs a stat, not a read (`git update-index --refresh`). Best
+        effort: skipped while another program holds the index lock."""
+        if not found:
+            return
+        try:
+            with IndexUpdate(self.index_path, self.state_dir, durable=self.durable,
+                             split=self.split_index) as index:
+                index.refresh(found)
+        except GitStateError:
+            return  # derived data: the files are read again next time
+
     def identity(self) -> bytes:
         """`user.name <user.email>` from Git config, or agentfs' own identity."""
         if self._identity is None:
