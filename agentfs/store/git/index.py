@@ -200,18 +200,18 @@ def _signature(extension: object) -> bytes:
 
 
 class StatCache:
-    """What the index knows about the files below a directory, to skip reading
-    files whose stat has not changed since they were committed (as `git status`)."""
+    """What the index knows about files, to skip reading files whose stat has not
+    changed since they were committed (as `git status`). Each lookup is a search
+    of the index's sorted entries: asking about a few files costs a few lookups,
+    however many files the index holds."""
 
-    def __init__(
-        self, entries: Mapping[str, tuple[tuple[int, ...], bytes]], index_mtime_ns: int
-    ) -> None:
-        self._entries = entries
+    def __init__(self, index: rawindex.RawIndex | None, index_mtime_ns: int) -> None:
+        self._index = index
         self._index_mtime_ns = index_mtime_ns
 
     def has(self, path: str) -> bool:
-        """True if the index has an entry for `path`."""
-        return path in self._entries
+        """True if the index has a stage-0 entry for `path`."""
+        return self._index is not None and self._index.entry_stat(path.encode()) is not None
 
     def blob_id(self, path: str, st: os.stat_result) -> bytes | None:
         """The blob id `path` still holds, or None if it must be read to know.
@@ -219,16 +219,16 @@ class StatCache:
         A file modified in the same clock tick as the index was written could
         keep its recorded stat ("racily clean"); it is read.
         """
-        known = self._entries.get(path)
-        if known is None or st.st_mtime_ns >= self._index_mtime_ns:
+        if self._index is None or st.st_mtime_ns >= self._index_mtime_ns:
             return None
-        return known[1] if known[0] == rawindex.stat_key(st) else None
+        known = self._index.entry_stat(path.encode())
+        return known[1] if known is not None and known[0] == rawindex.stat_key(st) else None
 
 
-def stat_cache(index_path: Path, prefix: str) -> StatCache:
-    """The index's stat data for the files below directory `prefix`."""
+def stat_cache(index_path: Path) -> StatCache:
+    """The index's stat data."""
     try:
         index, mtime_ns = rawindex.load(index_path)
     except (OSError, rawindex.Unsupported):
-        return StatCache({}, 0)
-    return StatCache(index.stat_keys(prefix.encode()), mtime_ns)
+        return StatCache(None, 0)
+    return StatCache(index, mtime_ns)
