@@ -39,11 +39,14 @@ class TokenCounter:
     A run measures a list that grew by a step since the last time, so the sums
     over the messages measured before are kept (`PrefixSums`), and each request
     counts only what was added since (design §10: estimate only the new part).
+    The upper bound's sums are kept by the process (`_BOUNDS`), not per counter:
+    a new run in the same process (the watcher, a server) finds the main path
+    the last run left, as the same message objects, and pays for what changed.
     """
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int], int] = {}
-        self._bounds = PrefixSums(_size)
+        self._bounds = _BOUNDS
         self._counts = PrefixSums(self.message)
         self._fixed: dict[str, tuple[str, list[ToolSpec], int]] = {}
 
@@ -109,3 +112,8 @@ def _size(message: Message) -> int:
         len(c.name) + len(json.dumps(c.input, ensure_ascii=False))
         for c in message.tool_calls or []
     ) + sum(len(str(b.get("thinking", ""))) for b in message.thinking or [])
+
+
+#: `_size` summed over the lists measured last, shared by every counter of the process
+#: (`_size` depends on the message alone; `PrefixSums` is safe to share between threads).
+_BOUNDS = PrefixSums(_size)

@@ -34,12 +34,15 @@ __all__ = [
     "RACY_NS",
     "SHARD_SIZE",
     "DirKey",
+    "Listing",
     "MessageDir",
     "folders",
     "is_shard_name",
     "message_relpath",
     "parse_message_relpath",
+    "settled",
     "shard_name",
+    "stamp_of",
 ]
 
 #: A file modified this recently (ns) may change again without its stamp changing;
@@ -57,8 +60,37 @@ _SHARD = re.compile(r"^(?P<first>\d{6,})-(?P<last>\d{6,})$")
 #: added, removed or renamed there.
 DirKey = tuple[tuple[int, int] | None, tuple[int, int] | None] | None
 
+#: The files of `messages/` as listed: folder (`""` for `messages/` itself, else the
+#: name of one of its folders) → file name → stamp.
+Listing = dict[str, dict[str, parsecache.Stamp]]
+
+#: A folder's files as last scanned: their stamps, and the messages by sequence
+#: (in order) with where each was found, below `messages/`.
+_Folder = tuple[dict[str, parsecache.Stamp], dict[int, Message], dict[int, str]]
+
 #: Parsed message files of each messages directory this process has read.
 _parsed: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
+#: The folders of each messages directory as last scanned, while all their stamps were
+#: settled: a folder listed again with the same stamps holds the same messages.
+_folders: dict[str, dict[str, _Folder]] = {}
+
+
+def stamp_of(st: os.stat_result) -> parsecache.Stamp:
+    """What tells that a file changed: (mtime, ctime, size, inode). ctime is set by
+    the system on every change and cannot be set back by a program."""
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
+
+
+def settled(changed_ns: int, racy_after: int) -> bool:
+    """True if a file last changed at `changed_ns`, seen after `racy_after` (ns), cannot
+    change again without its stamp changing: the change is older than the last clock
+    ticks (`RACY_NS`, or `COARSE_NS` with whole-second timestamps), as Git decides
+    for its index's "racily clean" entries. A parsed file is kept by its mtime; a
+    whole folder (`_folders`, recovery's clean folders) by the later of its files'
+    mtime and ctime, which a program cannot set back."""
+    return changed_ns < racy_after and bool(
+        changed_ns % 1_000_000_000 or changed_ns < racy_after - COARSE_NS
+    )
 
 
 def shard_name(sequence: int) -> str:
@@ -131,6 +163,7 @@ class MessageDir:
         # Parsed files by path below messages/, shared by every MessageDir of this
         # folder in the process.
         self._cache = _parsed.setdefault(str(path), {})
+        self._folders = _folders.setdefault(str(path), {})
         self._snapshot: dict[int, Message] | None = None
         self._snapshot_key: DirKey = None
         # Where each message of the snapshot was found, below messages/.
@@ -139,7 +172,7 @@ class MessageDir:
         self._newest: str | None = None
         # Recovery stats every file anyway; the next scan reuses that listing if
         # the folder has not changed since: (folder key, listing).
-        self._stat_hint: tuple[DirKey, dict[str, os.stat_result]] | None = None
+        self._stat_hint: tuple[DirKey, Listing] | None = None
 
     def messages(self, *, refresh: bool = False) -> dict[int, Message]:
         """Every message file by sequence (a copy).
@@ -211,14 +244,10 @@ class MessageDir:
             self._snapshot_key = self.key()
         return path
 
-    def hint(self, key: DirKey, listing: dict[str, os.stat_result]) -> None:
-        """A listing of the files below the folder someone just made (paths relative
-        to it, with the folder's key), for the next scan."""
-        self._stat_hint = (key, {
-            rel: st for rel, st in listing.items()
-            if not is_ignored_name(rel.rpartition("/")[2])
-            and rel.count("/") <= 1 and ("/" not in rel or is_shard_name(rel.partition("/")[0]))
-        })
+    def hint(self, key: DirKey, listing: Listing) -> None:
+        """A listing of `messages/` that someone just made (as `_list` makes it), with
+        the folder's key then, for the next scan."""
+        self._stat_hint = (key, listing)
 
     def key(self) -> DirKey:
         """(inode, mtime) of `messages/` and of its newest folder (see `messages`)."""
@@ -242,70 +271,109 @@ class MessageDir:
             self._cache.update(parsecache.load(self.cache_path))
         found: dict[int, Message] = {}
         where: dict[int, str] = {}
-        seen: set[str] = set()
         parsed = 0
         racy_after = time.time_ns() - RACY_NS
         hint, self._stat_hint = self._stat_hint, None
         listing = hint[1] if hint is not None and hint[0] == key else self._list()
         newest = self._newest
-        for rel, st in listing.items():
-            folder = rel.rpartition("/")[0]
+        loose = bool(listing.get(""))  # files directly in messages/: may share a sequence
+        in_order = not loose
+        for folder in sorted(listing, key=lambda f: _first(f) if f else -1):
+            stamps = listing[folder]
             if folder and (newest is None or _first(folder) > _first(newest)):
                 newest = folder
-            stamp = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
-            cached = self._cache.get(rel)
-            if cached is not None and cached[0] == stamp:
-                message = cached[1]
+            kept = self._folders.get(folder)
+            if kept is not None and kept[0] == stamps:
+                part, part_where = kept[1], kept[2]
             else:
-                message = load_message(self.path / rel)
-                parsed += 1
-                if stamp[0] < racy_after and (
-                    stamp[0] % 1_000_000_000 or stamp[0] < racy_after - COARSE_NS
-                ):
-                    self._cache[rel] = (stamp, message)
-                # else: changed within the last clock ticks; a second change in the same
-                # tick could keep its stamp, so it is parsed again next time (as Git does)
-            seen.add(rel)
-            if folder and folder != shard_name(message.sequence):
+                part, part_where, all_settled, count = self._parse_folder(folder, stamps,
+                                                                          racy_after)
+                parsed += count
+                if all_settled:
+                    self._folders[folder] = (stamps, part, part_where)
+                else:
+                    self._folders.pop(folder, None)
+            if loose and folder and not found.keys().isdisjoint(part.keys()):
+                sequence = min(found.keys() & part.keys())
                 raise MessageFileError(
-                    self.path / rel,
-                    f"message #{message.sequence} is in folder {folder}/",
-                    hint=f"move it to {self.path.name}/{shard_name(message.sequence)}/",
-                )
-            if message.sequence in found:
-                raise MessageFileError(
-                    self.path / rel,
-                    f"sequence {message.sequence} is also used by {where[message.sequence]}",
+                    self.path / part_where[sequence],
+                    f"sequence {sequence} is also used by {where[sequence]}",
                     hint="each sequence number may be used by one file only; rename one",
                 )
-            found[message.sequence] = message
-            where[message.sequence] = rel
-        for stale in set(self._cache) - seen:
-            del self._cache[stale]
+            found.update(part)
+            where.update(part_where)
+        for gone in set(self._folders) - set(listing):
+            del self._folders[gone]
+        if parsed:
+            seen = set(where.values())
+            for stale in set(self._cache) - seen:
+                del self._cache[stale]
         if parsed >= parsecache.SAVE_AFTER:
             parsecache.save(self.cache_path, self._cache)
-        self._snapshot = dict(sorted(found.items()))
+        self._snapshot = found if in_order else dict(sorted(found.items()))
         self._where = where
         # a folder made after the key was taken: the key did not cover it
         self._snapshot_key = key if newest == self._newest else None
         self._newest = newest
         return self._snapshot
 
-    def _list(self) -> dict[str, os.stat_result]:
-        """The message files (paths below `messages/`) and their stat: those directly in
-        it and in its folders (symlinks refused; other folders are not messages)."""
-        listing: dict[str, os.stat_result] = {}
+    def _parse_folder(
+        self, folder: str, stamps: dict[str, parsecache.Stamp], racy_after: int
+    ) -> tuple[dict[int, Message], dict[int, str], bool, int]:
+        """The messages of one folder's files by sequence (in order), where each was
+        found, whether every file's stamp is settled, and how many files were parsed."""
+        part: dict[int, Message] = {}
+        part_where: dict[int, str] = {}
+        all_settled = True
+        parsed = 0
+        prefix = folder + "/" if folder else ""
+        for name, stamp in stamps.items():
+            rel = prefix + name
+            cached = self._cache.get(rel)
+            if cached is not None and cached[0] == stamp:
+                message = cached[1]
+            else:
+                message = load_message(self.path / rel)
+                parsed += 1
+                if settled(stamp[0], racy_after):
+                    self._cache[rel] = (stamp, message)
+                # else: changed within the last clock ticks; a second change in the same
+                # tick could keep its stamp, so it is parsed again next time (as Git does)
+            all_settled = all_settled and settled(max(stamp[0], stamp[1]), racy_after)
+            if folder and folder != shard_name(message.sequence):
+                raise MessageFileError(
+                    self.path / rel,
+                    f"message #{message.sequence} is in folder {folder}/",
+                    hint=f"move it to {self.path.name}/{shard_name(message.sequence)}/",
+                )
+            if message.sequence in part:
+                raise MessageFileError(
+                    self.path / rel,
+                    f"sequence {message.sequence} is also used by {part_where[message.sequence]}",
+                    hint="each sequence number may be used by one file only; rename one",
+                )
+            part[message.sequence] = message
+            part_where[message.sequence] = rel
+        order = sorted(part)
+        return ({n: part[n] for n in order}, {n: part_where[n] for n in order},
+                all_settled, parsed)
+
+    def _list(self) -> Listing:
+        """The message files and their stamps: those directly in `messages/` and in its
+        folders (symlinks refused; other folders are not messages)."""
+        listing: Listing = {}
         pending = [(self.path, "")]
         while pending:
-            folder, prefix = pending.pop()
+            folder, name = pending.pop()
             try:
                 entries = list(os.scandir(folder))
             except FileNotFoundError:
                 continue
+            files = listing[name] = {}
             for entry in entries:
-                if not prefix and entry.is_dir(follow_symlinks=False):
+                if not name and entry.is_dir(follow_symlinks=False):
                     if is_shard_name(entry.name):
-                        pending.append((Path(entry.path), entry.name + "/"))
+                        pending.append((Path(entry.path), entry.name))
                     continue
                 if is_ignored_name(entry.name) or not entry.is_file(follow_symlinks=False):
                     if entry.is_symlink():
@@ -314,5 +382,5 @@ class MessageDir:
                             hint="message files must be regular files",
                         )
                     continue
-                listing[prefix + entry.name] = entry.stat(follow_symlinks=False)
+                files[entry.name] = stamp_of(entry.stat(follow_symlinks=False))
         return listing

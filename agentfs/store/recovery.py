@@ -11,8 +11,11 @@ in `inbox/` are not edits; the inbox door takes them
 
 from __future__ import annotations
 
+import bisect
 import os
 import stat
+import time
+from collections.abc import Container
 from typing import TYPE_CHECKING
 
 from dulwich.objects import Blob
@@ -24,9 +27,16 @@ from agentfs.store.branches import queue_step_files
 from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
-from agentfs.store.message_dir import parse_message_relpath
+from agentfs.store.message_dir import (
+    RACY_NS,
+    Listing,
+    is_shard_name,
+    parse_message_relpath,
+    settled,
+)
 from agentfs.store.messages import Message
 from agentfs.store.meta import TraceMeta
+from agentfs.store.parsecache import Stamp
 from agentfs.store.upgrade import upgrade
 from agentfs.store.workspace import INBOX_DIR
 
@@ -53,8 +63,8 @@ def recover(trace: Trace) -> list[str]:
     head_commit = trace.repo.head()
     prefix = trace.rel(trace.dir)
     with gc_paused():
-        committed = _committed_files(trace, head_commit)
-        on_disk = _worktree_files(trace)
+        on_disk, clean, checked = _worktree_files(trace, head_commit)
+        committed = _committed_files(trace, head_commit, skip=clean)
     inbox = f"{prefix}/{INBOX_DIR}/"
     changed = sorted(
         path
@@ -67,8 +77,11 @@ def recover(trace: Trace) -> list[str]:
         s.sequence: s.origin for s in staged_in(trace.workspace.ingest_dir / trace.id) if s.origin
     }  # claimed inbox files: their removal belongs to their `user` step, not an edit
     changed = [p for p in changed if p not in sources.values()]
+    _remember_clean(checked, changed)
     if not changed:
         return kinds
+    if clean:  # what follows needs every committed file
+        committed = _committed_files(trace, head_commit)
     adopted = _adopt(trace, committed, head_commit)
     if adopted:
         trace.meta.head = adopted[-1].sequence
@@ -184,12 +197,15 @@ def _committed_head(trace: Trace, head_commit: bytes | None) -> int | None:
     except ValidationError:
         return trace.meta.head
 
-def _committed_files(trace: Trace, head_commit: bytes | None) -> dict[str, tuple[int, bytes]]:
-    """Committed files under the trace, with the same names left out as on disk."""
+def _committed_files(
+    trace: Trace, head_commit: bytes | None, skip: Container[str] = ()
+) -> dict[str, tuple[int, bytes]]:
+    """Committed files under the trace, with the same names left out as on disk
+    (and the folders in `skip` not looked into)."""
     prefix = trace.rel(trace.dir)
     ignored_dirs: dict[str, bool] = {}
     files: dict[str, tuple[int, bytes]] = {}
-    for path, entry in trace.repo.walk(head_commit, prefix).items():
+    for path, entry in trace.repo.walk(head_commit, prefix, skip).items():
         directory, _, name = path[len(prefix) + 1 :].rpartition("/")
         if directory not in ignored_dirs:
             ignored_dirs[directory] = any(is_ignored_name(p) for p in directory.split("/") if p)
@@ -197,49 +213,116 @@ def _committed_files(trace: Trace, head_commit: bytes | None) -> dict[str, tuple
             files[path] = entry
     return files
 
-def _worktree_files(trace: Trace) -> dict[str, bytes]:
-    """Files under the trace directory (editor temp files left out): path → blob id.
+#: Folders of `messages/` (absolute paths) found to hold what a commit holds: the
+#: folder's tree id in that commit, and the stamps of its files then.
+_clean: dict[str, tuple[bytes, dict[str, Stamp]]] = {}
+
+#: A folder checked file by file that may be remembered as clean if nothing in it
+#: changed: (its path below the workspace, its absolute path, tree id, stamps).
+_Checked = tuple[str, str, bytes, dict[str, Stamp]]
+
+
+def _worktree_files(
+    trace: Trace, head_commit: bytes | None
+) -> tuple[dict[str, bytes], set[str], list[_Checked]]:
+    """Files under the trace directory (editor temp files left out): path → blob id;
+    the folders of `messages/` left out because they are as clean as last time; the
+    folders checked file by file that may be remembered as clean.
 
     Like `git status`, a file whose stat matches its index entry is taken to
     hold the entry's blob without being read, unless it changed in the same
-    clock tick as the index was written ("racily clean").
+    clock tick as the index was written ("racily clean"). A file read although
+    the index had an entry for it (its stat changed: a copy, a `touch`) has its
+    new stat recorded there when it still holds the entry's blob
+    (`agentfs/store/git/repo.py:GitRepo.refresh_stat`), so the next run does not
+    read it again.
+
+    A folder of `messages/` whose files all have the stamps (mtime, ctime, size,
+    inode) they had when an earlier recovery in this process found the folder to
+    hold the same tree as now is not looked at further: every file is still
+    stat'ed (an edit in place changes a file's ctime, not its folder's mtime),
+    but none is looked up in the index or read, and the folder's committed tree
+    is not walked. Only folders whose stamps were all settled (older than the
+    last clock ticks, by mtime and ctime) are remembered.
     """
     prefix = trace.rel(trace.dir)
-    known = trace.repo.stat_cache(prefix)
+    known = trace.repo.stat_cache()
     files: dict[str, bytes] = {}
+    reread: dict[str, tuple[os.stat_result, bytes]] = {}  # read although the index knew them
     messages_key = trace.message_dir.key()
-    messages_prefix = trace.rel(trace.messages_dir) + "/"
-    listing: dict[str, os.stat_result] | None = {}
+    messages_rel = trace.rel(trace.messages_dir)
+    trees = trace.repo.entries(head_commit, messages_rel)
+    racy_after = time.time_ns() - RACY_NS
+    listing: Listing | None = {}
+    clean: set[str] = set()
+    checked: list[_Checked] = []
     pending = [(str(trace.dir), prefix)]
     while pending:
         directory, rel_dir = pending.pop()
+        parent, _, name = rel_dir.rpartition("/")
+        folder = "" if rel_dir == messages_rel else (
+            name if parent == messages_rel and is_shard_name(name) else None)
+        found: list[tuple[os.DirEntry[str], os.stat_result]] = []
+        stamps: dict[str, Stamp] = {}
+        plain = True  # regular files only
+        kept = False  # a `.gitkeep`: a file here, not a message file
         with os.scandir(directory) as entries:
-            for entry in entries:
-                if _ignored(entry.name):
-                    continue
-                rel = f"{rel_dir}/{entry.name}"
+            for entry in entries:  # once per file of the trace: kept lean
+                name = entry.name
+                if is_ignored_name(name):
+                    if name != KEEP:
+                        continue
+                    kept = True
                 if entry.is_dir(follow_symlinks=False):
-                    pending.append((entry.path, rel))
+                    pending.append((entry.path, f"{rel_dir}/{name}"))
+                    plain = False
                     continue
                 st = entry.stat(follow_symlinks=False)
-                if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                    continue  # a FIFO or device: Git does not track it, and reading could block
-                if listing is not None and rel.startswith(messages_prefix):
-                    if entry.is_symlink():
-                        listing = None  # let the scan of messages/ report it
-                    else:
-                        listing[rel[len(messages_prefix):]] = st
-                blob_id = known.blob_id(rel, st)
-                if blob_id is not None:
-                    files[rel] = blob_id
-                elif entry.is_symlink():
-                    files[rel] = Blob.from_string(os.readlink(entry.path).encode()).id
-                else:
-                    with open(entry.path, "rb") as f:
-                        files[rel] = Blob.from_string(f.read()).id
+                if not stat.S_ISREG(st.st_mode):
+                    plain = False
+                    if not stat.S_ISLNK(st.st_mode):
+                        continue  # a FIFO or device: Git does not track it, and reading could block
+                found.append((entry, st))
+                stamps[name] = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+        if listing is not None and (folder is not None or rel_dir.startswith(messages_rel + "/")):
+            if any(stat.S_ISLNK(st.st_mode) for _, st in found):
+                listing = None  # let the scan of messages/ report it
+            elif folder is not None:
+                listing[folder] = ({n: s for n, s in stamps.items() if n != KEEP} if kept
+                                   else stamps)
+        tree = trees.get(folder) if folder else None
+        if tree is not None and plain:
+            remembered = _clean.get(directory)
+            if remembered is not None and remembered == (tree[1], stamps):
+                clean.add(rel_dir)
+                continue
+            _clean.pop(directory, None)
+            if all(settled(max(s[0], s[1]), racy_after) for s in stamps.values()):
+                checked.append((rel_dir, directory, tree[1], stamps))
+        for entry, st in found:
+            rel = f"{rel_dir}/{entry.name}"
+            blob_id = known.blob_id(rel, st)
+            if blob_id is not None:
+                files[rel] = blob_id
+            elif entry.is_symlink():
+                files[rel] = Blob.from_string(os.readlink(entry.path).encode()).id
+            else:
+                with open(entry.path, "rb") as f:
+                    files[rel] = Blob.from_string(f.read()).id
+                if known.has(rel):
+                    reread[rel] = (st, files[rel])
+    trace.repo.refresh_stat(reread)  # so the next run stats them instead of reading
     if listing is not None and trace.message_dir.key() == messages_key:
         trace.message_dir.hint(messages_key, listing)
-    return files
+    return files, clean, checked
+
+
+def _remember_clean(checked: list[_Checked], changed: list[str]) -> None:
+    """Remember the folders checked file by file in which nothing changed."""
+    for rel_dir, directory, tree, stamps in checked:
+        start = bisect.bisect_left(changed, rel_dir + "/")
+        if start == len(changed) or not changed[start].startswith(rel_dir + "/"):
+            _clean[directory] = (tree, stamps)
 
 
 def _ignored(name: str) -> bool:

@@ -122,6 +122,37 @@ def test_recover_reads_only_files_whose_stat_changed(
     assert read == ["000004-user.md"]
 
 
+def test_recover_records_the_new_stat_of_files_that_did_not_change(
+    project: Project, trace: Trace, monkeypatch
+) -> None:
+    """A copy or a `touch` changes every file's stat: they are read once, then the index
+    knows them again (`git update-index --refresh`), and an edit is still an edit."""
+    age(trace)  # every message file's stat now differs from its index entry
+    read: list[str] = []
+    real_open = open
+
+    def tracking_open(file, *args, **kwargs):
+        if str(file).startswith(str(trace.messages_dir)):
+            read.append(os.path.basename(str(file)))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", tracking_open)
+    fresh = new_process(project)
+    with fresh.lock():
+        assert fresh.recover() == []
+    assert len(read) == len(list(trace.messages_dir.rglob("*.md")))
+    read.clear()
+    with new_process(project).lock():
+        assert new_process(project).recover() == []
+    assert read == []
+    assert git(project.workspace.root, "diff-files", "--name-only") == ""
+    path = trace.messages_dir / "000000-000999/000004-user.md"
+    path.write_text(path.read_text().replace("user number", "USER number"))
+    with fresh.lock():
+        assert fresh.recover() == ["edit"]
+    assert_git_clean(project.workspace.root)
+
+
 def _fsyncs_per_step(project: Project, monkeypatch) -> int:
     trace = project.trace("demo")
     calls: list[int] = []
@@ -164,3 +195,48 @@ def test_a_cache_save_cut_short_leaves_nothing_behind(project: Project, trace: T
     new_process(project).messages(refresh=True)  # parses everything, saves the cache
     assert not dead.exists()
     assert sorted(p.name for p in cache_dir.iterdir()) == ["demo.pickle"]
+
+
+def test_a_folder_found_clean_is_still_checked_for_edits_in_place(
+    project: Project, trace: Trace, monkeypatch
+) -> None:
+    """Recovery remembers folders of messages/ that matched their commit and skips the
+    index and the committed tree for them while every file keeps its stamp; an edit in
+    place (same size, mtime set back: only ctime tells) or a new file in it is still
+    an edit."""
+    from agentfs.store import recovery
+
+    monkeypatch.setattr(recovery, "RACY_NS", 0)  # every file counts as settled
+    folder = str(trace.messages_dir / "000000-000999")
+    root = project.workspace.root
+    with new_process(project).lock():
+        assert new_process(project).recover() == []
+    assert folder in recovery._clean
+    looked_up: list[str] = []
+    real = recovery.Blob.from_string
+
+    def counting(data: bytes):
+        looked_up.append("read")
+        return real(data)
+
+    monkeypatch.setattr(recovery.Blob, "from_string", counting)
+    with new_process(project).lock():
+        assert new_process(project).recover() == []
+    assert looked_up == []
+    path = trace.messages_dir / "000000-000999/000005-assistant.md"
+    before = os.stat(path)
+    path.write_bytes(path.read_bytes().replace(b"number 0002", b"NUMBER 0002"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert os.stat(path).st_size == before.st_size
+    with new_process(project).lock():
+        assert new_process(project).recover() == ["edit"]
+    assert "NUMBER 0002" in git(root, "show", "HEAD:traces/demo/messages/000000-000999/000005-assistant.md")
+    with new_process(project).lock():
+        assert new_process(project).recover() == []  # remembered again, with the edit
+    assert folder in recovery._clean
+    (trace.messages_dir / "000000-000999/extra").mkdir()
+    (trace.messages_dir / "000000-000999/extra/notes.txt").write_text("mine\n")
+    with new_process(project).lock():
+        assert new_process(project).recover() == ["edit"]
+    assert "extra/notes.txt" in git(root, "show", "--stat", "HEAD")
+    assert_git_clean(root)

@@ -46,7 +46,8 @@ def changed_paths(repo: GitRepo, old_tree: bytes | None,
                   new_tree: bytes) -> dict[str, tuple[Entry | None, Entry | None]]:
     """path → (old entry, new entry) for every file that differs between two trees."""
     found: dict[str, tuple[Entry | None, Entry | None]] = {}
-    for change in tree_changes(repo.store, old_tree, new_tree):
+    # through the locked view: dulwich's own store is not safe while a packer merges
+    for change in tree_changes(repo.objects, old_tree, new_tree):  # type: ignore[arg-type]
         old = None if change.old is None or change.old.sha is None else (
             change.old.mode, change.old.sha)
         new = None if change.new is None or change.new.sha is None else (

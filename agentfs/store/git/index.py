@@ -24,6 +24,7 @@ from dulwich.index import (
     IndexChecksumReader,
     IndexChecksumWriter,
     IndexEntry,
+    index_entry_from_stat,
     read_index_dict_with_version,
     write_index_dict,
 )
@@ -98,6 +99,20 @@ class IndexUpdate:
             assert self._parsed is not None
             self._data = _rewrite_with_dulwich(self._parsed, changes)
         self._lock.write(self._data)
+
+    def refresh(self, found: Mapping[str, tuple[os.stat_result, bytes]]) -> None:
+        """Record the stat of files found to hold the blob their index entry names
+        (`path → (stat taken before reading, blob hex id)`), as `git update-index
+        --refresh` does; entries that changed meanwhile, or whose mode differs, are
+        left alone. Written when the block ends, like `apply` (call one of them)."""
+        if self._current is None:
+            return  # an index only dulwich can rewrite: not worth rewriting for this
+        changes: dict[bytes, IndexEntry | None] = {}
+        for path, (st, blob_id) in found.items():
+            known = self._current.entry_stat(path.encode())
+            if known is not None and known[1] == blob_id and known[0][4] == st.st_mode & 0o100:
+                changes[path.encode()] = index_entry_from_stat(st, blob_id, mode=known[2])
+        self.apply(changes)
 
     def _form(self, index: rawindex.RawIndex) -> rawindex.RawIndex:
         """`index` as it is written: whole, split against its shared index, or split
@@ -186,14 +201,18 @@ def _signature(extension: object) -> bytes:
 
 
 class StatCache:
-    """What the index knows about the files below a directory, to skip reading
-    files whose stat has not changed since they were committed (as `git status`)."""
+    """What the index knows about files, to skip reading files whose stat has not
+    changed since they were committed (as `git status`). Each lookup is a search
+    of the index's sorted entries: asking about a few files costs a few lookups,
+    however many files the index holds."""
 
-    def __init__(
-        self, entries: Mapping[str, tuple[tuple[int, ...], bytes]], index_mtime_ns: int
-    ) -> None:
-        self._entries = entries
+    def __init__(self, index: rawindex.RawIndex | None, index_mtime_ns: int) -> None:
+        self._index = index
         self._index_mtime_ns = index_mtime_ns
+
+    def has(self, path: str) -> bool:
+        """True if the index has a stage-0 entry for `path`."""
+        return self._index is not None and self._index.entry_stat(path.encode()) is not None
 
     def blob_id(self, path: str, st: os.stat_result) -> bytes | None:
         """The blob id `path` still holds, or None if it must be read to know.
@@ -201,16 +220,16 @@ class StatCache:
         A file modified in the same clock tick as the index was written could
         keep its recorded stat ("racily clean"); it is read.
         """
-        known = self._entries.get(path)
-        if known is None or st.st_mtime_ns >= self._index_mtime_ns:
+        if self._index is None or st.st_mtime_ns >= self._index_mtime_ns:
             return None
-        return known[1] if known[0] == rawindex.stat_key(st) else None
+        known = self._index.entry_stat(path.encode())
+        return known[1] if known is not None and known[0] == rawindex.stat_key(st) else None
 
 
-def stat_cache(index_path: Path, prefix: str) -> StatCache:
-    """The index's stat data for the files below directory `prefix`."""
+def stat_cache(index_path: Path) -> StatCache:
+    """The index's stat data."""
     try:
         index, mtime_ns = rawindex.load(index_path)
     except (OSError, rawindex.Unsupported):
-        return StatCache({}, 0)
-    return StatCache(index.stat_keys(prefix.encode()), mtime_ns)
+        return StatCache(None, 0)
+    return StatCache(index, mtime_ns)

@@ -61,10 +61,6 @@ class RawIndex:
     keys: list[Key] = field(default_factory=list)  # sorted
     raws: list[bytes] = field(default_factory=list)
     extensions: list[tuple[bytes, bytes]] = field(default_factory=list)
-    #: `stat_keys` results by prefix (an instance is never changed once built).
-    memo: dict[bytes, dict[str, tuple[tuple[int, ...], bytes]]] = field(
-        default_factory=dict, repr=False, compare=False
-    )
     #: Written as a split index: the shared index's checksum and entries ...
     base: tuple[bytes, RawIndex] | None = field(default=None, repr=False)
     #: ... and the entries that differ from it (None: deleted).
@@ -117,24 +113,10 @@ class RawIndex:
         body = b"".join([HEADER.pack(b"DIRC", self.version, len(self.raws)), *self.raws])
         return body + hashlib.sha1(body).digest()
 
-    def stat_keys(self, prefix: bytes) -> dict[str, tuple[tuple[int, ...], bytes]]:
-        """For the stage-0 entries below directory `prefix`: path → (the `stat_key` a
-        file must have to still hold the entry's blob, the blob's hex id)."""
-        found = self.memo.get(prefix)
-        if found is None:
-            start = bisect.bisect_left(self.keys, (prefix + b"/", 0))
-            end = bisect.bisect_left(self.keys, (prefix + b"0", 0))  # '0' follows '/'
-            found = {}
-            for (path, stage), raw in zip(self.keys[start:end], self.raws[start:end]):
-                if stage == 0:
-                    ctime_s, ctime_ns, mtime_s, mtime_ns, _dev, ino, mode, _uid, _gid, size, sha = (
-                        STAT.unpack_from(raw, 0)
-                    )
-                    key = (mtime_s * 10**9 + mtime_ns, ctime_s * 10**9 + ctime_ns, size, ino,
-                           mode & 0o100)
-                    found[path.decode()] = (key, sha.hex().encode())
-            self.memo[prefix] = found
-        return found
+    def entry_stat(self, path: bytes) -> tuple[tuple[int, ...], bytes, int] | None:
+        """(`stat_key`, blob hex id, mode) of the stage-0 entry of `path`, or None."""
+        at = _position(self.keys, (path, 0))
+        return None if at is None else _unpack_stat(self.raws[at])
 
     def encode(self) -> bytes:
         """The index file: whole, or as a split index when it has a `base`."""
@@ -166,6 +148,15 @@ class RawIndex:
              b"link" + struct.pack(">L", len(link)) + link, *extensions]
         )
         return body + hashlib.sha1(body).digest()
+
+
+def _unpack_stat(raw: bytes) -> tuple[tuple[int, ...], bytes, int]:
+    """(`stat_key`, blob hex id, mode) of a raw entry."""
+    ctime_s, ctime_ns, mtime_s, mtime_ns, _dev, ino, mode, _uid, _gid, size, sha = (
+        STAT.unpack_from(raw, 0)
+    )
+    key = (mtime_s * 10**9 + mtime_ns, ctime_s * 10**9 + ctime_ns, size, ino, mode & 0o100)
+    return key, sha.hex().encode(), mode
 
 
 def _position(keys: list[Key], key: Key) -> int | None:
@@ -347,7 +338,7 @@ MASK = 0xFFFFFFFF
 
 
 def stat_key(st: os.stat_result) -> tuple[int, ...]:
-    """What an index entry records of a file's stat, as `RawIndex.stat_keys` gives it
+    """What an index entry records of a file's stat, as `RawIndex.entry_stat` gives it
     (Git keeps the low 32 bits of sizes and inode numbers)."""
     return (st.st_mtime_ns, st.st_ctime_ns, st.st_size & MASK, st.st_ino & MASK,
             st.st_mode & 0o100)

@@ -16,7 +16,7 @@ import random
 import stat
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -217,8 +217,10 @@ class GitRepo:
         assert isinstance(tree, Tree)
         return {e.path.decode(): (e.mode, e.sha) for e in tree.iteritems()}
 
-    def walk(self, commit_sha: bytes | None, prefix: str) -> dict[str, tuple[int, bytes]]:
-        """Every file below directory `prefix` at a commit: path → (mode, blob id)."""
+    def walk(self, commit_sha: bytes | None, prefix: str,
+             skip: Container[str] = ()) -> dict[str, tuple[int, bytes]]:
+        """Every file below directory `prefix` at a commit: path → (mode, blob id); the
+        folders named in `skip` (paths like `prefix/a/b`) are not looked into."""
         found = self.tree_lookup(commit_sha, prefix)
         if found is None or not stat.S_ISDIR(found[0]):
             return {}
@@ -231,7 +233,8 @@ class GitRepo:
             for entry in tree.iteritems():
                 path = f"{directory}/{entry.path.decode()}"
                 if stat.S_ISDIR(entry.mode):
-                    pending.append((path, entry.sha))
+                    if path not in skip:
+                        pending.append((path, entry.sha))
                 else:
                     files[path] = (entry.mode, entry.sha)
         return files
@@ -266,11 +269,25 @@ class GitRepo:
             if (b"refs/heads/" + name).startswith(base)
         )
 
-    def stat_cache(self, prefix: str) -> StatCache:
-        """The index's stat data for the files below directory `prefix`."""
-        return stat_cache(self.index_path, prefix)
+    def stat_cache(self) -> StatCache:
+        """The index's stat data (`agentfs/store/git/index.py:StatCache`)."""
+        return stat_cache(self.index_path)
 
     # --- writing -----------------------------------------------------------
+
+    def refresh_stat(self, found: dict[str, tuple[os.stat_result, bytes]]) -> None:
+        """Record in the index the stat of files read and found to hold their entry's
+        blob (`path → (stat taken before reading, blob hex id)`), so the next look
+        at them needs a stat, not a read (`git update-index --refresh`). Best
+        effort: skipped while another program holds the index lock."""
+        if not found:
+            return
+        try:
+            with IndexUpdate(self.index_path, self.state_dir, durable=self.durable,
+                             split=self.split_index) as index:
+                index.refresh(found)
+        except GitStateError:
+            return  # derived data: the files are read again next time
 
     def identity(self) -> bytes:
         """`user.name <user.email>` from Git config, or agentfs' own identity."""
