@@ -20,6 +20,8 @@ from agentfs.core.actions import post_message, rewind
 from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
 from agentfs.core.project import Project
+from agentfs.core.runner import Runner
+from agentfs.core.sidequeue import QueueReport
 from agentfs.core.sidework import item_record, pending_by_trace, report_record
 from agentfs.core.status import workspace_status
 from agentfs.core.tracetree import message_record, trace_tree
@@ -304,31 +306,29 @@ def build_router(server: Server) -> APIRouter:
         return {"trace": trace.id, "previous": done.previous, "head": done.sequence,
                 "moved": done.moved}
 
-    def side_work(trace_id: str, body: ModelBody | None, work: str,
-                  items: list[str] | None = None) -> dict[str, Any]:
-        """Run `work` (compress, reflect, evaluate_knowledge) through the trace's queue."""
+    def side_work(trace_id: str, body: ModelBody | None, kind: str,
+                  work: Callable[[Runner, str], QueueReport]) -> dict[str, Any]:
+        """Run `work` (a Runner method: compress, reflect, evaluate_knowledge) through
+        the trace's queue; what it merged, as `agentfs/core/sidework.py:report_record`."""
         trace = server.trace(trace_id)
         runner = project.runner(server.model(trace, (body or ModelBody()).model),
                                 **server.runner_options)
-        if work == "evaluate_knowledge":
-            report = runner.evaluate_knowledge(trace.id, items)
-        else:
-            report = getattr(runner, work)(trace.id)
+        report = work(runner, trace.id)
         record = report_record(project, trace.id, report)
         if report.merged:
             server.hub.publish(trace.id, "committed", {
-                "trace": trace.id, "kind": work, "head": server.trace(trace_id).meta.head})
+                "trace": trace.id, "kind": kind, "head": server.trace(trace_id).meta.head})
         return record
 
     @api.post("/traces/{trace_id}/compress", status_code=201,
               summary="Compress now on a side branch (`agentfs compress --json`)")
     def compress(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
-        return side_work(trace_id, body, "compress")
+        return side_work(trace_id, body, "compress", Runner.compress)
 
     @api.post("/traces/{trace_id}/reflect", status_code=201,
               summary="Reflect now on a side branch (`agentfs reflect --json`)")
     def reflect(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
-        return side_work(trace_id, body, "reflect")
+        return side_work(trace_id, body, "reflect", Runner.reflect)
 
     @api.post("/traces/{trace_id}/evaluate-knowledge", status_code=201,
               summary="Judge the pending knowledge items on a side branch of the trace "
@@ -338,7 +338,7 @@ def build_router(server: Server) -> APIRouter:
         if not pending_by_trace(project, trace_id):
             raise ApiError(409, "no pending knowledge items: nothing to evaluate",
                            "reflection (POST .../reflect) writes pending items")
-        return side_work(trace_id, body, "evaluate_knowledge")
+        return side_work(trace_id, body, "evaluate_knowledge", Runner.evaluate_knowledge)
 
     @api.get("/traces/{trace_id}/goals", summary="The goal tree (`agentfs goals --json`)")
     def goals(trace_id: str) -> dict[str, Any]:

@@ -206,15 +206,12 @@ class Worker:
         self.log("new_trace", {"trace": outcome, "file": path.name})
         return outcome
 
-    def _has_work(self, project: Project, trace_id: str) -> bool:
-        """Anything a run would take up: files in the trace's inbox, an unanswered user
-        message, unfinished work, or tool calls at the head that no pushed step
-        answered (their worker is gone)."""
-        return not project.trace(trace_id).waits_for_user()
-
     def _works(self, project: Project, trace_id: str) -> bool:
+        """Anything a run would take up: inbox files, an unanswered user message,
+        unfinished work, or tool calls at the head no pushed step answered (their
+        worker is gone): what `agentfs/store/trace.py:Trace.waits_for_user` says."""
         try:
-            return self._has_work(project, trace_id)
+            return not project.trace(trace_id).waits_for_user()
         except TraceNotFound:
             return False  # a folder of traces/ that is not a trace
         except AgentfsError as exc:

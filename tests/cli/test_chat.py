@@ -221,12 +221,17 @@ def server():
         yield fake
 
 
-def test_ctrl_c_stops_a_step_cleanly_and_keeps_the_session(tmp_path, terminals, server):
-    root = tmp_path / "ws"
+def bash_workspace(root: Path) -> Path:
+    """A new workspace whose agent may run bash (unsandboxed: the tests signal it)."""
     init_workspace(root)
     with (root / "agentfs.toml").open("a") as config:
         config.write('\n[tools]\nbash = true\nbash_sandbox = "none"\n')
     git(root, "commit", "-qam", "bash on")
+    return root
+
+
+def test_ctrl_c_stops_a_step_cleanly_and_keeps_the_session(tmp_path, terminals, server):
+    root = bash_workspace(tmp_path / "ws")
     go = tmp_path / "go"
     env = {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": "test-key"}
     chat = terminals(["t2", "--model", "anthropic:claude-test"], root, env)
@@ -343,11 +348,7 @@ def test_a_trace_left_unanswered_is_offered_for_resuming_and_history_persists(
 
 def test_ctrl_c_twice_stops_a_tool_step_at_once_and_the_next_run_answers_it(
         tmp_path, terminals, server):
-    root = tmp_path / "ws"
-    init_workspace(root)
-    with (root / "agentfs.toml").open("a") as config:
-        config.write('\n[tools]\nbash = true\nbash_sandbox = "none"\n')
-    git(root, "commit", "-qam", "bash on")
+    root = bash_workspace(tmp_path / "ws")
     pid_file = tmp_path / "pid"
     env = {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": "test-key"}
     chat = terminals(["t4", "--model", "anthropic:claude-test"], root, env)

@@ -100,18 +100,24 @@ def test_a_damaged_or_foreign_cache_is_ignored(project: Project, trace: Trace) -
         assert parsecache.load(cache)  # rebuilt by that scan
 
 
-def test_recover_reads_only_files_whose_stat_changed(
-    project: Project, trace: Trace, monkeypatch
-) -> None:
+def files_opened_under(folder: Path, monkeypatch) -> list[str]:
+    """The names of the files below `folder` that `open` is called on from now on."""
     read: list[str] = []
     real_open = open
 
     def tracking_open(file, *args, **kwargs):
-        if str(file).startswith(str(trace.dir)):
+        if str(file).startswith(str(folder)):
             read.append(os.path.basename(str(file)))
         return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr("builtins.open", tracking_open)
+    return read
+
+
+def test_recover_reads_only_files_whose_stat_changed(
+    project: Project, trace: Trace, monkeypatch
+) -> None:
+    read = files_opened_under(trace.dir, monkeypatch)
     fresh = new_process(project)
     with fresh.lock():
         assert fresh.recover() == []
@@ -128,15 +134,7 @@ def test_recover_records_the_new_stat_of_files_that_did_not_change(
     """A copy or a `touch` changes every file's stat: they are read once, then the index
     knows them again (`git update-index --refresh`), and an edit is still an edit."""
     age(trace)  # every message file's stat now differs from its index entry
-    read: list[str] = []
-    real_open = open
-
-    def tracking_open(file, *args, **kwargs):
-        if str(file).startswith(str(trace.messages_dir)):
-            read.append(os.path.basename(str(file)))
-        return real_open(file, *args, **kwargs)
-
-    monkeypatch.setattr("builtins.open", tracking_open)
+    read = files_opened_under(trace.messages_dir, monkeypatch)
     fresh = new_process(project)
     with fresh.lock():
         assert fresh.recover() == []
