@@ -124,7 +124,7 @@ def branch_files(trace: Trace, step: QueueStep) -> list[Message]:
         data = trace.repo.read_file(head, path)
         assert data is not None
         found.append(parse_message(trace.workspace.root / path, data))
-    return sorted(found, key=lambda m: m.sequence)
+    return found  # in sequence order already
 
 
 def foreign_branch(trace: Trace, step: QueueStep) -> bool:

@@ -51,6 +51,7 @@ from agentfs.core.sidebranch import (
     take_outcome,
 )
 from agentfs.errors import AgentfsError
+from agentfs.store.branches import branch_prefix
 from agentfs.store.commits import StepKind
 from agentfs.store.messages import Message
 from agentfs.store.meta import QueueStep, SideQueue
@@ -162,7 +163,7 @@ def _merge(work: SideWork, queue: SideQueue, step: QueueStep) -> Merged:
 
 def _check_step(trace: Trace, step: QueueStep) -> None:
     """A hand-edited queue must name a known branch type and one of this trace's branches."""
-    prefix = f"agentfs/{trace.id}/{step.type}-"
+    prefix = f"{branch_prefix(trace.id)}{step.type}-"
     problem = None
     if step.type not in BRANCHES:
         problem = f"unknown side-branch type {step.type!r} (known: {', '.join(BRANCHES)})"
