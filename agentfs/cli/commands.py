@@ -97,9 +97,8 @@ def init(directory: Path) -> None:
     inbox/ and knowledge/, and commits them. In an existing repository or
     workspace only what is missing is added; nothing is overwritten.
     """
-    from agentfs.core.project import init_workspace
-
     from agentfs.config import load_config
+    from agentfs.core.project import init_workspace
     from agentfs.store.workspace import CONFIG_FILE
 
     workspace, created = init_workspace(directory)
