@@ -191,3 +191,34 @@ def test_an_untrusted_bash_sandbox_none_runs_bash_as_auto(clone):
     run_cli("trust", cwd=root)
     done = run_cli("run", "t", "-m", "again", cwd=root)
     assert NOTICE not in done.stderr and unsandboxed in done.stderr
+
+
+def test_bash_in_the_sandbox_can_neither_read_nor_change_the_trust_file(tmp_path):
+    import shutil
+    import tempfile
+
+    from tests.tools.test_sandbox import needs_bwrap, run_as_agent
+
+    if needs_bwrap.args[0]:
+        pytest.skip(needs_bwrap.kwargs["reason"])
+    parent = "/var/tmp" if Path("/var/tmp").is_dir() else None  # not /tmp: the sandbox hides it
+    home = Path(tempfile.mkdtemp(prefix="agentfs-home-", dir=parent))
+    elsewhere = Path(tempfile.mkdtemp(prefix="agentfs-config-", dir=parent))
+    try:
+        in_home, outside = home / ".config" / "agentfs" / "trust.json", elsewhere / "trust.json"
+        for store in (in_home, outside):
+            store.parent.mkdir(parents=True, exist_ok=True)
+            store.write_text('{"format": 1, "workspaces": {"SECRET-PATH": {}}}\n')
+        root = tmp_path / "ws"
+        run_cli("init", str(root), cwd=tmp_path)
+        answers = run_as_agent(root, home, "auto", [
+            "cat ~/.config/agentfs/trust.json", "echo x > ~/.config/agentfs/trust.json",
+            f"echo x > {outside}", f"rm -f {outside}",
+        ])
+        assert "SECRET-PATH" not in answers[0]["content"]
+        assert all("[exit status 0]" not in a["content"] for a in answers[2:])
+        for store in (in_home, outside):
+            assert "SECRET-PATH" in store.read_text()
+    finally:
+        shutil.rmtree(home)
+        shutil.rmtree(elsewhere)
