@@ -103,7 +103,8 @@ class ThinkingConfig(BaseModel):
 
 
 class HookConfig(BaseModel):
-    """A context-injection hook: a shell command whose output is injected."""
+    """A context-injection hook: a shell command whose output is injected. It runs only
+    once the person trusted this workspace's commands (`agentfs trust`, docs/security.md)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -49,6 +49,20 @@ def assert_git_clean(root: Path) -> None:
     git(root, "fsck", "--strict", "--no-dangling")
 
 
+@pytest.fixture(autouse=True)
+def trust_file_per_test(tmp_path_factory: pytest.TempPathFactory,
+                        monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test has its own trust file (`agentfs trust`), never the person's own."""
+    folder = tmp_path_factory.mktemp("agentfs-config")
+    monkeypatch.setenv("AGENTFS_CONFIG_DIR", str(folder))
+    return folder
+
+
+def trust_workspace(root: Path) -> None:
+    """`agentfs trust ROOT`: the commands its agentfs.toml declares run from now on."""
+    run_cli("trust", str(root), cwd=root)
+
+
 @pytest.fixture
 def workspace(tmp_path: Path) -> Path:
     """A fresh, empty workspace (git repo + agentfs.toml on a replay model)."""

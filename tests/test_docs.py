@@ -83,3 +83,14 @@ def test_public_api_is_complete():
         assert hasattr(agentfs, name), name
     public = {n for n in vars(agentfs) if not n.startswith("_") and n[0].isupper()}
     assert public <= set(agentfs.__all__), f"exported but not in __all__: {public - set(agentfs.__all__)}"
+
+
+TEST_REFERENCE = re.compile(r"`(tests/[\w/]+\.py)::(\w+)`")
+
+
+@pytest.mark.parametrize(("doc", "path", "name"), [
+    (doc.name, m[1], m[2]) for doc in DOCS for m in TEST_REFERENCE.finditer(doc.read_text())])
+def test_a_test_named_by_the_docs_exists(doc, path, name):
+    target = ROOT / path
+    assert target.exists(), f"{doc}: {path} does not exist"
+    assert name in _defined(target), f"{doc}: {path} defines no test {name}"

@@ -74,7 +74,7 @@ def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: 
     from agentfs.cli.commands import (
         _choose_model,
         _project,
-        _say_if_bash_is_not_sandboxed,
+        _start_notices,
         _thinking_options,
         _trace_id,
         _trace_settings,
@@ -86,8 +86,8 @@ def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: 
     existing = project.trace(trace_id) if trace_id in project.workspace.trace_ids() else None
     trace_model, trace_preset, declared = _trace_settings(existing, preset, inject_skills)
     chosen = _choose_model(project, trace_model, preset or trace_preset, model)
-    _say_if_bash_is_not_sandboxed(project)
-    session = _Chat(project, trace_id, chosen, quiet, thinking_options, {
+    trusted = _start_notices(project)
+    session = _Chat(project, trace_id, chosen, quiet, {**thinking_options, **trusted}, {
         "max_iterations": max_iterations, "inject_skills": declared,
         "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
         "preset": preset,
@@ -255,12 +255,12 @@ class _Chat:
     """One session: the trace, the runner that answers it, and the slash commands."""
 
     def __init__(self, project: Project, trace_id: str, model: Model, quiet: bool,
-                 thinking_options: dict[str, Any], run_options: dict[str, Any]) -> None:
+                 runner_fields: dict[str, Any], run_options: dict[str, Any]) -> None:
         self.project = project
         self.trace_id = trace_id
         self.model = model
         self.quiet = quiet
-        self.thinking_options = thinking_options
+        self.runner_fields = runner_fields  # RunnerOptions fields: thinking, trust
         self.run_options = run_options
         self.interrupt = _Interrupt()
         self.terminal: Any = None
@@ -274,7 +274,7 @@ class _Chat:
         return self.project.runner(
             _Abandonable(self.model, self.interrupt), on_text=self.terminal.text,
             on_event=self.terminal.event, stop=self.interrupt.stop_requested,
-            command_env=safe_environment(os.environ), **self.thinking_options)
+            command_env=safe_environment(os.environ), **self.runner_fields)
 
     def _reopen(self) -> None:
         """After a Ctrl-C that may have cut a step short: a fresh workspace and runner,

@@ -16,6 +16,7 @@ from agentfs.cli.options import run_options
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project
+    from agentfs.core.trust import TrustStore
     from agentfs.models.base import Model
     from agentfs.models.resolve import ProviderSettings
     from agentfs.store.trace import Trace
@@ -37,14 +38,35 @@ def _settings() -> ProviderSettings:
     )
 
 
-def _say_if_bash_is_not_sandboxed(project: Project) -> None:
-    """One line on stderr when bash is on and its commands are not sandboxed."""
+def _trust_store() -> TrustStore:
+    """The trust file (`agentfs trust`), outside every workspace: in $AGENTFS_CONFIG_DIR,
+    else $XDG_CONFIG_HOME/agentfs, else ~/.config/agentfs."""
+    from agentfs.core.trust import TRUST_FILE, TrustStore
+
+    folder = os.environ.get("AGENTFS_CONFIG_DIR") or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
+        "agentfs")
+    return TrustStore(Path(folder) / TRUST_FILE)
+
+
+def _start_notices(project: Project) -> dict[str, Any]:
+    """Say once, on stderr, which commands of agentfs.toml are skipped as untrusted and
+    whether bash runs unsandboxed; returns the `RunnerOptions` fields of the trust."""
+    from agentfs.core.trust import judge, untrusted_notice, workspace_commands
     from agentfs.tools.sandbox import choose_sandbox
 
-    tools = project.config.tools
-    notice = choose_sandbox(tools.bash_sandbox).notice() if tools.bash else None
-    if notice:
-        click.echo(notice, err=True)
+    trusted = None
+    if workspace_commands(project.config):  # the trust file is read only when it matters
+        trusted = _trust_store().trusted(project.workspace.root)
+    verdict = judge(project.config, trusted)
+    for notice in (
+        untrusted_notice(verdict, project.workspace.root, changed=trusted is not None),
+        choose_sandbox(verdict.config.tools.bash_sandbox).notice()
+        if verdict.config.tools.bash else None,
+    ):
+        if notice:
+            click.echo(notice, err=True)
+    return {"trusted": trusted}
 
 
 def _project(trace_ref: str | None = None) -> Project:
@@ -75,9 +97,13 @@ def init(directory: Path) -> None:
     inbox/ and knowledge/, and commits them. In an existing repository or
     workspace only what is missing is added; nothing is overwritten.
     """
+    from agentfs.config import load_config
     from agentfs.core.project import init_workspace
+    from agentfs.store.workspace import CONFIG_FILE
 
     workspace, created = init_workspace(directory)
+    if CONFIG_FILE in created:  # agentfs wrote it: what it runs is trusted (a clone's is not)
+        _trust_store().trust(workspace.root, load_config(workspace.config_path))
     if created:
         click.echo(f"initialized workspace {workspace.root} (added {', '.join(created)})")
     else:
@@ -158,10 +184,11 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
         _say_waiting(project, trace_id)  # no model needed, so no credentials either
         return
     chosen = _choose_model(project, meta_model, preset or preset_name, model)
-    _say_if_bash_is_not_sandboxed(project)
+    trusted = _start_notices(project)
     terminal = _Terminal(quiet)
     runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
-                            command_env=safe_environment(os.environ), **thinking_options)
+                            command_env=safe_environment(os.environ), **thinking_options,
+                            **trusted)
     result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
                         inject_skills=declared, skill_recency_threshold=skill_recency,
                         pending_tools=pending_tools)  # type: ignore[arg-type]
@@ -549,12 +576,13 @@ def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float |
     project = Project.open(workspace)
     thinking_options = _thinking_options(project, thinking, no_thinking)
     _choose_model(project, None, None, model)  # a missing key or script fails now, not per run
-    _say_if_bash_is_not_sandboxed(project)
+    trusted = _start_notices(project)
 
     def model_for(trace_model: str | None, preset: str | None) -> Model:
         return _choose_model(project, trace_model, preset, model)
 
-    runner_options = {"command_env": safe_environment(os.environ), **thinking_options}
+    runner_options = {"command_env": safe_environment(os.environ), **thinking_options,
+                      **trusted}
     if remote is not None:
         from agentfs.cli.remote import run_worker
 
@@ -620,11 +648,13 @@ def demo(directory: Path | None) -> None:
     init_workspace(directory, commit_existing=True)
     click.echo(f"example workspace copied to {directory.resolve()}\n", err=True)
     project = Project.open(directory)
+    _trust_store().trust(project.workspace.root, project.config)  # agentfs wrote its config
     trace = project.trace(EXAMPLE_TRACE)
     chosen = _choose_model(project, trace.meta.model, trace.meta.preset, None)
     terminal = _Terminal()
     runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
-                            command_env=safe_environment(os.environ))
+                            command_env=safe_environment(os.environ),
+                            **_start_notices(project))
     runner.run(trace.id)
     terminal.end_line()
     root = project.workspace.root
@@ -640,6 +670,7 @@ from agentfs.cli.chat import chat
 from agentfs.cli.remote import sync
 from agentfs.cli.serve import serve
 from agentfs.cli.sidework import compress, knowledge, reflect
+from agentfs.cli.trust import trust
 
 cli.add_command(chat)
 cli.add_command(compress)
@@ -647,3 +678,4 @@ cli.add_command(reflect)
 cli.add_command(knowledge)
 cli.add_command(serve)
 cli.add_command(sync)
+cli.add_command(trust)

@@ -53,7 +53,7 @@ def serve(workspace: Path | None, host: str, port: int, token: str | None, new_t
         raise click.ClickException(
             f"agentfs serve needs the serve extra ({exc.name or exc} is missing): {INSTALL}"
         ) from None
-    from agentfs.cli.commands import _choose_model
+    from agentfs.cli.commands import _choose_model, _start_notices
     from agentfs.core.project import Project
     from agentfs.models.base import Model
     from agentfs.tools.subprocesses import safe_environment
@@ -72,13 +72,15 @@ def serve(workspace: Path | None, host: str, port: int, token: str | None, new_t
     if token is not None and len(token) < 16:
         raise click.UsageError("--token: use at least 16 characters (or --new-token)")
     project = Project.open(workspace)
+    trusted = _start_notices(project)
 
     def choose(trace_model: str | None, preset: str | None, requested: str | None) -> Model:
         return _choose_model(project, trace_model, preset, requested or model)
 
     app, server = create_app(project, choose, token=token, loopback=loopback,
                              max_body=max_body,
-                             runner_options={"command_env": safe_environment(os.environ)})
+                             runner_options={"command_env": safe_environment(os.environ),
+                                             **trusted})
     early: list[int] = []  # Ctrl-C before the server runs: it stops as soon as it does
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: early.append(signum))

@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 MODEL_HELP = "Model for the side branches: replay:PATH or anthropic:MODEL-ID."
 
 
-def _runner(project: Project, trace_id: str, model: str | None) -> Runner:
-    """A runner with the model `agentfs run` would use for this trace (or `model`)."""
+def _runner(project: Project, trace_id: str, model: str | None,
+            trusted: dict[str, Any]) -> Runner:
+    """A runner with the model `agentfs run` would use for this trace (or `model`);
+    `trusted`: what `_start_notices` returned."""
     import os
 
     from agentfs.cli.commands import _choose_model
@@ -28,7 +30,7 @@ def _runner(project: Project, trace_id: str, model: str | None) -> Runner:
 
     trace = project.trace(trace_id)
     chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
-    return project.runner(chosen, command_env=safe_environment(os.environ))
+    return project.runner(chosen, command_env=safe_environment(os.environ), **trusted)
 
 
 def echo_report(record: dict[str, Any], as_json: bool) -> None:
@@ -62,12 +64,12 @@ def compress(trace_ref: str, model: str | None, as_json: bool) -> None:
     to an earlier sequence puts the originals back on the path. Killed, it is
     finished by running it again.
     """
-    from agentfs.cli.commands import _project
+    from agentfs.cli.commands import _project, _start_notices
     from agentfs.core.sidework import report_record
 
     project = _project(trace_ref)
     trace_id = project.workspace.resolve_trace(trace_ref)
-    report = _runner(project, trace_id, model).compress(trace_id)
+    report = _runner(project, trace_id, model, _start_notices(project)).compress(trace_id)
     echo_report(report_record(project, trace_id, report), as_json)
 
 
@@ -83,12 +85,12 @@ def reflect(trace_ref: str, model: str | None, as_json: bool) -> None:
     knowledge/<id>.md with status pending, committed on main with the branch
     as second parent. Judge them with `agentfs knowledge evaluate`.
     """
-    from agentfs.cli.commands import _project
+    from agentfs.cli.commands import _project, _start_notices
     from agentfs.core.sidework import report_record
 
     project = _project(trace_ref)
     trace_id = project.workspace.resolve_trace(trace_ref)
-    report = _runner(project, trace_id, model).reflect(trace_id)
+    report = _runner(project, trace_id, model, _start_notices(project)).reflect(trace_id)
     record = report_record(project, trace_id, report)
     echo_report(record, as_json)
     if not as_json and not any(b["items"] for b in record["branches"]):
@@ -138,7 +140,7 @@ def evaluate(trace_ref: str | None, model: str | None, as_json: bool) -> None:
     each item is judged on a branch of the trace it came from (its
     source_trace), with that trace's history as context.
     """
-    from agentfs.cli.commands import _project
+    from agentfs.cli.commands import _project, _start_notices
     from agentfs.core.reflection import KNOWLEDGE_EVAL
     from agentfs.core.sidework import pending_by_trace, report_record
 
@@ -149,9 +151,9 @@ def evaluate(trace_ref: str | None, model: str | None, as_json: bool) -> None:
         if as_json:
             click.echo(json.dumps({"traces": []}, indent=2))
         return
-    records = []
+    records, trusted = [], _start_notices(project)
     for trace_id, ids in groups.items():
-        report = _runner(project, trace_id, model).evaluate_knowledge(trace_id, ids)
+        report = _runner(project, trace_id, model, trusted).evaluate_knowledge(trace_id, ids)
         record = report_record(project, trace_id, report)
         record["branches"] = [b for b in record["branches"] if b["type"] == KNOWLEDGE_EVAL]
         records.append(record)

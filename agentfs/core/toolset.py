@@ -7,6 +7,7 @@ from agentfs.core.delegate import RunChild, collaborator_states, delegate_tool
 from agentfs.core.goals import goal_tool
 from agentfs.core.knowledge import knowledge_search_tool
 from agentfs.core.options import RunnerOptions
+from agentfs.core.trust import judge, skipped_hook
 from agentfs.errors import ConfigError
 from agentfs.skills import SkillCatalog
 from agentfs.store.trace import Trace
@@ -27,8 +28,10 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
 
     Args:
       trace: the trace the run is of; the tools work in its workspace.
-      options: the runner's options (`config`, `tools`, `context_hooks`, `command_env`,
-        `depth`).
+      options: the runner's options (`config`, `trusted`, `tools`, `context_hooks`,
+        `command_env`, `depth`). Commands from agentfs.toml run only when `trusted`
+        says so (`agentfs/core/trust.py:judge`); a skipped hook's section says it was
+        not run.
       skills: what the `skill` tool loads.
       run_child: what the `delegate` tool calls; it is offered only while
         `options.depth` is below `max_delegation_depth`.
@@ -37,11 +40,12 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
       ConfigError: a tool plugin takes the name of a built-in tool, or an entry of
         `[tools] read_only` is not a path inside the workspace.
     """
-    config, workspace = options.config, trace.workspace
+    verdict = judge(options.config, options.trusted)
+    config, workspace = verdict.config, trace.workspace
     command_hooks = [
         (h.name, CommandHook(h.name, h.command, h.timeout, workspace.root, options.command_env))
         for h in config.context_hooks
-    ]
+    ] + [(c.name or c.title, skipped_hook) for c in verdict.skipped if c.is_hook]
     sources = ContextSources(
         trace_id=trace.id,
         goals_path=trace.dir / GOALS_FILE,

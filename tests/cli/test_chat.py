@@ -21,7 +21,7 @@ import pytest
 
 from agentfs.core.project import init_workspace
 from agentfs.testing import FakeAnthropicServer
-from tests.conftest import assert_git_clean, git, run_cli
+from tests.conftest import assert_git_clean, git, run_cli, trust_workspace
 
 pytestmark = pytest.mark.skipif(shutil.which("setsid") is None,
                                 reason="needs util-linux setsid to give chat a terminal")
@@ -227,6 +227,7 @@ def bash_workspace(root: Path) -> Path:
     with (root / "agentfs.toml").open("a") as config:
         config.write('\n[tools]\nbash = true\nbash_sandbox = "none"\n')
     git(root, "commit", "-qam", "bash on")
+    trust_workspace(root)
     return root
 
 

@@ -42,11 +42,13 @@ def test_context_hooks_python_command_and_failing(project):
                       '[[context_hooks]]\nname = "Slow"\ncommand = "sleep 5"\ntimeout = 0.2\n')
     git(project.workspace.root, "commit", "-qam", "hooks")
     from agentfs.core.project import Project
+    from agentfs.core.trust import config_fingerprint
 
     project = Project.open(project.workspace.root)
     project.new_trace("t", user("go"))
     model = ScriptedModel(ModelResponse(tool_calls=[call("list_files")]), "done")
-    runner = Runner(project.workspace, project.repo, model, config=project.config)
+    runner = Runner(project.workspace, project.repo, model, config=project.config,
+                    trusted=config_fingerprint(project.config))
 
     def failing(trace_id: str) -> str:
         raise ValueError("no database")

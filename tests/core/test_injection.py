@@ -254,6 +254,7 @@ def test_a_five_megabyte_hook_output_is_cut_and_the_trace_stays_readable(project
     import json
 
     from agentfs.core.context import CONTEXT_MAX_BYTES, HOOK_MAX_BYTES
+    from agentfs.core.trust import config_fingerprint
     from agentfs.store.messages import MAX_MESSAGE_BYTES, load_message
     from agentfs.testing import ScriptedModel
     from tests.conftest import run_cli
@@ -266,7 +267,8 @@ def test_a_five_megabyte_hook_output_is_cut_and_the_trace_stays_readable(project
     project.new_trace("t", user("go"))
     model = ScriptedModel(
         ModelResponse(tool_calls=[ToolCall(id="c1", name="list_files", input={})]), "done")
-    runner = Runner(project.workspace, project.repo, model, config=project.config)
+    runner = Runner(project.workspace, project.repo, model, config=project.config,
+                    trusted=config_fingerprint(project.config))
     runner.register_context_hook("Dump", lambda trace_id: "€" * 5_000_000)
     runner.register_context_hook("Quiet", lambda trace_id: "all good")
     runner.run("t")

@@ -23,7 +23,7 @@ from agentfs.tools import ToolContext, ToolRegistry
 from agentfs.tools.bash import bash_tool
 from agentfs.tools.sandbox import Sandbox, choose_sandbox
 from agentfs.tools.subprocesses import safe_environment
-from tests.conftest import assert_git_clean, git, run_cli
+from tests.conftest import assert_git_clean, git, run_cli, trust_workspace
 
 KEY = "sk-test-SECRET"
 needs_bwrap = pytest.mark.skipif(
@@ -215,6 +215,7 @@ def _enable_bash(root: Path, sandbox: str) -> None:
     config = root / "agentfs.toml"
     config.write_text(config.read_text() + f'\n[tools]\nbash = true\nbash_sandbox = "{sandbox}"\n')
     git(root, "commit", "-qam", "enable bash")
+    trust_workspace(root)
 
 
 @needs_bwrap
