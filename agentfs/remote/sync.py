@@ -19,17 +19,19 @@ from __future__ import annotations
 import json
 import random
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentfs.errors import AgentfsError, MergeConflict, RemoteError
+from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
 from agentfs.remote.publish import MAIN_REF
 from agentfs.store.git.carry import merge
+from agentfs.store.git.conflicts import CONFLICT_COPY
 from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.inbox import waiting
-from agentfs.store.tracelock import is_locked
+from agentfs.store.tracelock import TraceLock
 from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, Workspace
 
 __all__ = ["SyncReport", "merge_json", "sync"]
@@ -58,10 +60,20 @@ def sync(workspace: Workspace, remote: str) -> SyncReport:
       AgentfsError: a trace is running here (its files are half-way through a step).
     """
     root = workspace.root
-    running = [t for t in workspace.trace_ids() if is_locked(workspace.state_dir / "locks", t)]
-    if running:
-        raise AgentfsError(f"trace(s) {', '.join(running)} are running in {root}",
-                           hint="let them finish (or stop them), then sync")
+    copies = _conflict_copies(root)
+    if copies:
+        raise MergeConflict(
+            f"an earlier sync left conflict copies not yet resolved: {', '.join(copies[:5])}"
+            + (f" and {len(copies) - 5} more" if len(copies) > 5 else ""), copies,
+            hint="keep the version you want at each path (edit it; delete the .conflict- "
+            "copy), then run `agentfs sync` again")
+    with ExitStack() as held:
+        _lock_traces(workspace, held)
+        return _sync_locked(workspace, remote)
+
+
+def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
+    root = workspace.root
     report = SyncReport(committed=_commit_local(workspace))
     client = GitRemote(root, remote)
     ours = client.local_ref(MAIN_REF)
@@ -96,6 +108,28 @@ def sync(workspace: Workspace, remote: str) -> SyncReport:
         time.sleep(random.uniform(0, 0.01 * min(attempt + 1, 20)))
     raise AgentfsError(f"main on {remote} kept moving during {ATTEMPTS} attempts",
                        hint="workers are pushing fast; run `agentfs sync` again")
+
+
+def _lock_traces(workspace: Workspace, held: ExitStack) -> None:
+    """Hold every trace's run lock for the whole sync: no run commits a step half-way
+    through it, and none starts until the work tree is the merged one."""
+    running = []
+    for trace_id in workspace.trace_ids():
+        try:
+            held.enter_context(TraceLock(workspace.state_dir / "locks", trace_id))
+        except TraceLocked:
+            running.append(trace_id)
+    if running:
+        raise AgentfsError(f"trace(s) {', '.join(running)} are running in {workspace.root}",
+                           hint="let them finish (or stop them), then sync")
+
+
+def _conflict_copies(root: Path) -> list[str]:
+    """Copies of an unresolved sync conflict still in the work tree (deleting a copy is
+    how a person resolves it)."""
+    listed = git(root, "ls-files", "-z", "--", ":(glob)**/*.conflict-*").stdout
+    return [p for p in listed.decode(errors="replace").split("\0")
+            if p and CONFLICT_COPY.match(p) and (root / p).exists()]
 
 
 def _check_out(root: Path, tip: str) -> None:

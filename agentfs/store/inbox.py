@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentfs.store.atomic import atomic_write, fsync_dir
+from agentfs.store.git.conflicts import CONFLICT_COPY
 
 __all__ = [
     "REJECTED_DIR",
@@ -55,8 +56,9 @@ _IGNORED = re.compile(r"\A(?:\..*|.*~|#(?:.*#)?|.*\.(?:swp|swo|swx|tmp|part)|491
 
 
 def is_ignored_name(name: str) -> bool:
-    """Editor and agentfs temporary files that are never messages or edits."""
-    return _IGNORED.match(name) is not None
+    """Editor and agentfs temporary files, and the copies `agentfs sync` keeps of a file
+    changed both here and on the remote: never messages or edits."""
+    return _IGNORED.match(name) is not None or CONFLICT_COPY.match(name) is not None
 
 
 def waiting(folder: Path) -> list[Path]:

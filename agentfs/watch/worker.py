@@ -91,7 +91,11 @@ class Worker:
         if self.mirror() is None:
             return False
         seen = self.claims.seen()
-        for name, target in self.jobs():
+        jobs = self.jobs()
+        reaped = self.claims.reap(seen, {name for name, _ in jobs})
+        if reaped:
+            self.log("reaped", {"claims": reaped})
+        for name, target in jobs:
             expect = self.claims.free(name, seen)
             if expect is False:
                 continue

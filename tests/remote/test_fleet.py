@@ -154,6 +154,10 @@ def kill_campaign(tmp_path: Path, server: GitServer, trials: int, seed: int) -> 
             workers[victim].wait()
             workers[victim] = start_worker(clones[victim])
         wait_for(lambda: all_answered(person, expected), 300, "every message answered")
+        # the claims of killed workers are released by whoever finishes their work, or
+        # reaped once expired: none piles up on the remote
+        wait_for(lambda: git(url_dir(server), "for-each-ref", "refs/agentfs/claims/") == "",
+                 60, "every claim released or reaped")
     finally:
         stop_all(workers, clones)
     assert kills == trials

@@ -102,3 +102,51 @@ def test_merge_json_takes_each_side_and_the_trace_further_along():
     assert both is None  # both ran on: a real conflict
     assert merge_json(None, b"[1]", b"{}") is None
     assert merge_json(b"{", b"{}", b"{}") is None
+
+
+def test_a_second_sync_with_a_conflict_left_unresolved_refuses_and_pushes_nothing(pair):
+    first, second, bare = pair
+    message = "traces/a/messages/000000-000999/000002-user.md"
+    (first / message).write_text("first\n")
+    (second / message).write_text("second\n")
+    run_cli("sync", cwd=first)
+    assert run_cli("sync", cwd=second, check=False).returncode == 1
+    remote_main = git(bare, "rev-parse", "main")
+    done = run_cli("sync", cwd=second, check=False)  # nothing resolved
+    assert done.returncode == 1
+    assert "conflict copies" in done.stderr and ".conflict-" in done.stderr
+    assert git(bare, "rev-parse", "main") == remote_main
+    assert "conflict-" not in git(bare, "ls-tree", "-r", "--name-only", "main")
+
+
+def test_a_conflict_copy_in_an_inbox_is_never_a_message():
+    from agentfs.store.git.conflicts import conflict_copy
+    from agentfs.store.inbox import is_ignored_name
+    copy = conflict_copy("traces/a/inbox/note.md", b"0123456789abcdef" * 2)
+    assert is_ignored_name(copy.rsplit("/", 1)[1])
+    assert not is_ignored_name("note.md") and not is_ignored_name("x.conflict-notes.md")
+
+
+def test_sync_holds_every_traces_lock_until_it_is_done(pair, monkeypatch):
+    from agentfs.errors import TraceLocked
+    from agentfs.remote import sync as module
+    from agentfs.store.tracelock import TraceLock
+    from agentfs.store.workspace import Workspace
+    first, _, _ = pair
+    workspace = Workspace(first)
+    tried: list[str] = []
+
+    def during(workspace, remote):
+        for trace_id in ("a", "b"):
+            try:
+                with TraceLock(workspace.state_dir / "locks", trace_id):
+                    tried.append(f"{trace_id} ran")
+            except TraceLocked:
+                tried.append(f"{trace_id} locked")
+        return module.SyncReport()
+
+    monkeypatch.setattr(module, "_sync_locked", during)
+    module.sync(workspace, "origin")
+    assert tried == ["a locked", "b locked"]
+    with TraceLock(workspace.state_dir / "locks", "a"):
+        pass  # released afterwards

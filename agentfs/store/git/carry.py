@@ -19,6 +19,7 @@ from dulwich.diff_tree import tree_changes
 from dulwich.objects import Blob, Commit, Tree
 
 from agentfs.errors import MergeConflict
+from agentfs.store.git.conflicts import conflict_copy
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.git.trees import change_tree
 
@@ -124,7 +125,7 @@ def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes,
             changes.append(_change(path, (mode, blob.id)))
             result.resolved.append(path)
         elif new is not None:
-            aside = f"{path}.conflict-{ours.decode()[:12]}"
+            aside = conflict_copy(path, ours)
             changes.append(_change(aside, new))
             result.kept_aside[path] = aside
         else:  # deleted here, changed there: theirs stays, and the deletion is history

@@ -11,6 +11,7 @@ this; there is nothing agentfs-specific on the server.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,11 +29,17 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _OPTIONS = ("-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "core.autocrlf=false")
 
 
-#: How git reports a ref that no longer held what the push expected (a lost race): the
-#: client's own check, and the server's under its ref lock.
+#: Git's own words, whatever the user's language: lost races are told apart by them.
+_ENV = {"LC_ALL": "C", "LANGUAGE": ""}
+
+#: The reasons `git push --porcelain` gives, on a rejected ref's status line, for a ref
+#: that no longer held what the push expected (a lost race): the client's own check
+#: ("stale info", ...), the server's under its ref locks ("atomic transaction failed",
+#: "cannot lock ref ...: is at X but expected Y"), and "atomic push failed" for the refs
+#: an atomic push left alone.
 _LOST_RACE = ("stale info", "fetch first", "non-fast-forward", "atomic push failed",
               "already exists", "failed to update ref", "failed to lock", "cannot lock ref",
-              "but expected")
+              "but expected", "incorrect old value", "atomic transaction failed")
 
 
 def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
@@ -40,7 +47,8 @@ def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
     """Run `git` in `root`; a failure is a `GitStateError` quoting git's own words."""
     try:
         done = subprocess.run(["git", *_OPTIONS, *args], cwd=root, capture_output=True,
-                              timeout=timeout, input=input, check=False)
+                              timeout=timeout, input=input, check=False,
+                              env={**os.environ, **_ENV})
     except subprocess.TimeoutExpired:
         raise RemoteError(f"git {args[0]} did not finish in {timeout:.0f} s") from None
     if check and done.returncode != 0:
@@ -105,14 +113,17 @@ class GitRemote:
         args += [f"{update.new or ''}:{update.ref}" for update in updates]
         done = git(self.root, *args, timeout=self.timeout, check=False)
         lines = done.stdout.decode(errors="replace").splitlines()
+        # Porcelain status lines: "<flag>\t<src>:<dst>\t<summary> (<reason>)".
         status = [line.split("\t") for line in lines if line[:1] in ("!", " ", "*", "-", "+", "=")
                   and line.count("\t") >= 2]
-        if done.returncode == 0 and status and all(s[0] != "!" for s in status):
+        rejected = [s[2] for s in status if s[0] == "!"]
+        if done.returncode == 0 and status and not rejected:
             return True
-        said = done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
-        if any(phrase in said for phrase in _LOST_RACE):
+        if rejected and all(any(reason in r for reason in _LOST_RACE) for r in rejected):
             return False
-        problem = done.stderr.decode(errors="replace").strip() or "\n".join(lines)
+        problem = "; ".join(f"{s[1].rpartition(':')[2]} {s[2]}" for s in status if s[0] == "!")
+        problem = "\n".join(p for p in (problem, done.stderr.decode(errors="replace").strip())
+                             if p) or "\n".join(lines)
         raise RemoteError(f"cannot push to {self.remote}: {problem}",
                           hint="check that the remote is reachable and accepts pushes")
 
