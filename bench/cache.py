@@ -139,7 +139,7 @@ def _drive(root: Path, mode: str, steps: int, window: int) -> Run:
     with FakeAnthropicServer() as server:
         script = Script(steps)  # one model, answering every request
         server.enqueue(*[script] * (2 * steps + 10))
-        settings = ProviderSettings(anthropic_api_key="bench", anthropic_base_url=server.base_url)
+        settings = ProviderSettings({"anthropic": {"api_key": "bench", "base_url": server.base_url}})
         model = resolve_model("anthropic:claude-bench", base_dir=root, settings=settings)
         runner = project.runner(model)
         started = time.perf_counter()

@@ -29,13 +29,11 @@ EXAMPLE_TRACE = "demo"
 
 
 def _settings() -> ProviderSettings:
-    """Provider secrets from the environment; nothing else reads it."""
+    """Provider secrets and endpoints from the environment, the variables each provider
+    declares (`agentfs/models/providers.py:Provider`); nothing else reads it."""
     from agentfs.models.resolve import ProviderSettings
 
-    return ProviderSettings(
-        anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
-        anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
-    )
+    return ProviderSettings.from_environment(os.environ)
 
 
 def _trust_store() -> TrustStore:

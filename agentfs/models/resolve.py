@@ -1,45 +1,27 @@
-"""Model names (`replay:PATH`, `anthropic:MODEL-ID`) → model objects."""
+"""Model names (`PROVIDER:REST`, e.g. `replay:PATH`, `anthropic:MODEL-ID`) → model objects,
+through the provider registry (`agentfs/models/providers.py`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-from agentfs.errors import ConfigError, ModelError
+from agentfs.errors import ConfigError
 from agentfs.models.base import Model
+from agentfs.models.providers import ModelSpec, ProviderSettings, find_provider
 
-
-@dataclass(frozen=True)
-class ProviderSettings:
-    """Secrets and endpoints, passed down from the CLI (the only layer reading the environment)."""
-
-    anthropic_api_key: str | None = None
-    anthropic_base_url: str | None = None
+__all__ = ["ProviderSettings", "resolve_model"]
 
 
 def resolve_model(name: str, *, base_dir: Path, settings: ProviderSettings) -> Model:
-    """The model called `name`; relative replay paths are taken from `base_dir`."""
+    """The model called `name`; relative paths in it are taken from `base_dir`.
+
+    Raises:
+      ConfigError: the name is not `PROVIDER:REST`, or names no known provider.
+      ModelError: the provider needs a setting that is missing (an API key).
+    """
     provider, sep, rest = name.partition(":")
     if not sep or not rest:
-        raise ConfigError(
-            f"model {name!r} is not PROVIDER:NAME",
-            hint="use replay:PATH or anthropic:MODEL-ID",
-        )
-    if provider == "replay":
-        from agentfs.models.replay import ReplayModel
-
-        path = Path(rest)
-        return ReplayModel(path if path.is_absolute() else base_dir / path)
-    if provider == "anthropic":
-        if not settings.anthropic_api_key:
-            raise ModelError(
-                f"model {name} needs ANTHROPIC_API_KEY, which is not set",
-                hint="export ANTHROPIC_API_KEY=..., or run offline with --model replay:SCRIPT "
-                "(or set model = \"replay:...\" in agentfs.toml)",
-            )
-        from agentfs.models.anthropic import AnthropicModel
-
-        return AnthropicModel(
-            rest, api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url
-        )
-    raise ConfigError(f"unknown model provider {provider!r} in {name!r}", hint="use replay or anthropic")
+        raise ConfigError(f"model {name!r} is not PROVIDER:NAME",
+                          hint="use replay:PATH or anthropic:MODEL-ID")
+    found = find_provider(provider)
+    return found.create(ModelSpec(provider, rest, settings.of(provider), base_dir))

@@ -58,6 +58,7 @@ FIRST_USER_SEQUENCE = 2
 _OWNED_FIELDS = (
     "tool_calls", "tool_call_id", "is_error", "synthetic", "branch_type", "branch_id",
     "stop_reason", "usage", "thinking", "files_changed", "blocks", "source_branch",
+    "provider_data",
 )
 
 

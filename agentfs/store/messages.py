@@ -129,6 +129,11 @@ class Message(BaseModel):
         default=None, description="The order of an assistant turn's content blocks as "
         "received, when not thinking, text, tool calls (see docs/models.md)",
     )
+    provider_data: dict[str, dict[str, Any]] | None = Field(
+        default=None, description="What a model provider keeps with a turn for its own API "
+        "(opaque ids, reasoning state), under the provider's name; other providers ignore "
+        "it (see docs/architecture.md, adding a model provider)",
+    )
 
     @field_validator("files_changed")
     @classmethod
