@@ -22,6 +22,8 @@ __all__ = [
 class QueueStep(BaseModel):
     """One side branch of a queue: its type, where it is, and its Git branch."""
 
+    model_config = ConfigDict(extra="forbid")
+
     type: str = Field(description="Branch type: reflection, knowledge_eval or compression")
     state: Literal["waiting", "running", "done", "skipped"] = "waiting"
     branch: str | None = Field(default=None, description="agentfs/<trace>/<type>-<n>, once running")
@@ -40,6 +42,8 @@ class SideQueue(BaseModel):
     """Side branches run one after the other, each merged into `main` as it ends
     (the agent's steps: `agentfs/core/sidequeue.py`). Committed at every transition,
     so a crash resumes the step that was running and never repeats a finished one."""
+
+    model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(description="What started it: level2, compress, reflect, evaluate, completion")
     head: int | None = Field(description="The main path's head when it was planned")
