@@ -219,7 +219,7 @@ def _trace_settings(trace: Trace | None, preset: str | None, inject_skills: tupl
         raise click.UsageError(
             f"trace {trace.id} exists ({had}); presets apply when a trace is created"
         )
-    declared += [s for s in trace.meta.context.get("inject_skills", []) if s not in declared]
+    declared += [s for s in trace.meta.context.inject_skills if s not in declared]
     return trace.meta.model, trace.meta.preset, declared
 
 

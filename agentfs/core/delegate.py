@@ -17,6 +17,7 @@ from agentfs.core.options import RunnerOptions
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model
 from agentfs.store.messages import parse_dropped
+from agentfs.store.meta import Collaborator
 from agentfs.store.trace import Trace
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
@@ -79,7 +80,7 @@ def run_child(parent: Trace, task: str, name: str | None, *, project: Project, m
     Returns:
       The child's final answer.
     """
-    collaborators: dict[str, Any] = parent.meta.context.setdefault("collaborators", {})
+    collaborators = parent.meta.context.collaborators
     slug = re.sub(r"[^a-z0-9]+", "-", (name or "helper").lower()).strip("-")[:20] or "helper"
     existing = set(project.workspace.trace_ids())
     number = 1
@@ -88,7 +89,7 @@ def run_child(parent: Trace, task: str, name: str | None, *, project: Project, m
     child_id = f"{parent.id}--{slug}-{number}"
     child = project.new_trace(child_id, parse_dropped(Path("<message>"), task.encode()),
                               skills=options.skills)
-    collaborators[child_id] = {"trace": child_id, "task": task[:200], "status": "running"}
+    collaborators[child_id] = Collaborator(trace=child_id, task=task[:200])
     emit("delegate", trace=parent.id, child=child_id)
     runner = project.runner(
         model, replace(options, on_text=None, stop=None, depth=options.depth + 1)
@@ -96,9 +97,9 @@ def run_child(parent: Trace, task: str, name: str | None, *, project: Project, m
     try:
         outcome = runner.run(child.id)
     except BaseException as exc:
-        collaborators[child_id]["status"] = f"failed: {type(exc).__name__}: {exc}"
+        collaborators[child_id].status = f"failed: {type(exc).__name__}: {exc}"
         raise
-    collaborators[child_id]["status"] = f"done ({outcome.iterations} model calls)"
+    collaborators[child_id].status = f"done ({outcome.iterations} model calls)"
     return outcome.final_text or "(the collaborator gave no answer)"
 
 
@@ -106,16 +107,16 @@ def collaborator_states(parent: Trace) -> list[dict[str, Any]]:
     """The parent's collaborators with their state now: a child whose run holds its
     lock is running; one recorded as running whose run is gone was cut short."""
     states = []
-    for record in parent.meta.context.get("collaborators", {}).values():
-        state = dict(record)
+    for record in parent.meta.context.collaborators.values():
+        state = record.model_dump()
         try:
-            running = Trace(parent.workspace, parent.repo, record["trace"]).is_running()
-        except (AgentfsError, KeyError):
+            running = Trace(parent.workspace, parent.repo, record.trace).is_running()
+        except AgentfsError:
             running = False
         if running:
             state["status"] = "running"
         elif state.get("status") == "running":
-            state["status"] = (f"stopped before it answered (`agentfs run {record['trace']}` "
+            state["status"] = (f"stopped before it answered (`agentfs run {record.trace}` "
                                "continues it)")
         states.append(state)
     return states

@@ -27,6 +27,7 @@ from agentfs.store.ingest import (
     reject_claim,
 )
 from agentfs.store.messages import Message
+from agentfs.store.meta import TraceContext
 from agentfs.store.trace import Trace, TraceMeta
 from agentfs.store.workspace import (
     CONFIG_FILE,
@@ -117,8 +118,8 @@ class Project:
         )
         for name in inject_skills or []:
             (skills if skills is not None else load_skills(self.workspace.skills_dir)).get(name)
-        context = {"inject_skills": list(inject_skills)} if inject_skills else {}
-        meta = TraceMeta(id=trace_id, preset=preset, model=model, context=context)
+        meta = TraceMeta(id=trace_id, preset=preset, model=model,
+                         context=TraceContext(inject_skills=list(inject_skills or [])))
         with Trace(self.workspace, self.repo, trace_id).lock():  # creators exclude each other
             trace = Trace.create(self.workspace, self.repo, meta)
             system = trace.new_message("system", prompt)

@@ -319,7 +319,7 @@ class Runner:
         result.steps.extend(trace.recover())
         self._record_queue(session, self._resume_queue(session), result)  # before anything else
         # an earlier failure is history once this run goes on: the next commit saves it
-        trace.meta.context.pop("last_error", None)
+        trace.meta.context.last_error = None
         self._report_ingest(trace, result, finish_staged(trace))
         sync_skill_records(trace)  # changes trace.meta only: the run's next commit saves it
         if finish_interrupted_step(session, pending_tools):

@@ -75,7 +75,7 @@ class Merged:
 
 def side_calls(trace: Trace, branch_type: str) -> int:
     """Model calls made on merged side branches of this type (replay's position)."""
-    return int(trace.meta.context.get("side_calls", {}).get(branch_type, 0))
+    return trace.meta.context.side_calls.get(branch_type, 0)
 
 
 def next_branch(trace: Trace, branch_type: str) -> str:
@@ -85,11 +85,8 @@ def next_branch(trace: Trace, branch_type: str) -> str:
     over has none of the branches another clone made, but knows their names."""
     prefix = f"{branch_prefix(trace.id)}{branch_type}-"
     taken = {name[len(prefix) :] for name in trace.repo.branches(prefix)}
-    named = trace.meta.context.get("side_branches")
-    if not isinstance(named, dict):
-        named = trace.meta.context["side_branches"] = {}
-    last = named.get(branch_type)
-    number = (last if isinstance(last, int) and last > 0 else 0) + 1
+    named = trace.meta.context.side_branches
+    number = max(named.get(branch_type, 0), 0) + 1
     while str(number) in taken:
         number += 1
     named[branch_type] = number

@@ -142,7 +142,7 @@ def _merge(work: SideWork, queue: SideQueue, step: QueueStep) -> Merged:
     merged = take_outcome(trace, step)
     conversation = [m for m in branch_files(trace, step) if m.branch_id == step.branch]
     calls = sum(1 for m in conversation if m.role == "assistant")
-    trace.meta.context.setdefault("side_calls", {})[step.type] = side_calls(trace, step.type) + calls
+    trace.meta.context.side_calls[step.type] = side_calls(trace, step.type) + calls
     if conversation:
         trace.meta.next_sequence = max(trace.meta.next_sequence, conversation[-1].sequence + 1)
     head = branch_head(trace, step)

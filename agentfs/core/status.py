@@ -78,7 +78,7 @@ def _head_and_failure(workspace: Workspace, path: Path) -> tuple[int | None, str
         from agentfs.store.meta import load_meta  # its error says what is wrong
 
         meta = load_meta(path, workspace.relpath(path))
-        head, context = meta.head, meta.context
+        head, context = meta.head, meta.context.model_dump()
     record = context.get("last_error")
     failed = str(record.get("error") or "failed") if isinstance(record, dict) else None
     return head, failed

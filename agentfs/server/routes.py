@@ -204,7 +204,8 @@ def build_router(server: Server) -> APIRouter:
                 "preset": meta.preset, "created_at": meta.created_at,
                 "running": trace.is_running(), "server_run": server.runs.running(trace.id),
                 "pending_inbox": [trace.rel(p) for p in trace.pending_inbox()],
-                "last_error": meta.context.get("last_error")}
+                "last_error": meta.context.last_error.model_dump() if meta.context.last_error
+                else None}
 
     @api.get("/traces/{trace_id}/messages",
              summary="The main path, or with all=true every message (`agentfs show --json`)")

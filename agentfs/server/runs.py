@@ -112,7 +112,7 @@ class BackgroundRuns:
             )
             trace = self.project.trace(trace_id)
             declared = [*request.inject_skills, *(
-                s for s in trace.meta.context.get("inject_skills", [])
+                s for s in trace.meta.context.inject_skills
                 if s not in request.inject_skills)]
             result = runner.run(trace_id, request.messages, max_iterations=request.max_iterations,
                                 inject_skills=declared)

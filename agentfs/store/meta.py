@@ -15,11 +15,14 @@ from agentfs.store.atomic import atomic_write
 from agentfs.store.metafile import FORMAT_VERSION, read_meta_json
 
 __all__ = [
-    "FORMAT_VERSION", "QueueStep", "SideQueue", "TraceMeta", "dump_meta", "load_meta", "save_meta",
+    "FORMAT_VERSION", "Collaborator", "LastError", "QueueStep", "SideQueue", "TraceContext",
+    "TraceMeta", "dump_meta", "load_meta", "save_meta",
 ]
 
 class QueueStep(BaseModel):
     """One side branch of a queue: its type, where it is, and its Git branch."""
+
+    model_config = ConfigDict(extra="forbid")
 
     type: str = Field(description="Branch type: reflection, knowledge_eval or compression")
     state: Literal["waiting", "running", "done", "skipped"] = "waiting"
@@ -40,6 +43,8 @@ class SideQueue(BaseModel):
     (the agent's steps: `agentfs/core/sidequeue.py`). Committed at every transition,
     so a crash resumes the step that was running and never repeats a finished one."""
 
+    model_config = ConfigDict(extra="forbid")
+
     reason: str = Field(description="What started it: level2, compress, reflect, evaluate, completion")
     head: int | None = Field(description="The main path's head when it was planned")
     steps: list[QueueStep]
@@ -49,10 +54,48 @@ class SideQueue(BaseModel):
         return next((s for s in self.steps if s.state in ("running", "waiting")), None)
 
 
-class TraceMeta(BaseModel):
-    """Contents of `trace.json`: the trace's metadata and runtime context."""
+class Collaborator(BaseModel):
+    """A child trace a `delegate` call started, as its parent records it."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="forbid")
+
+    trace: str = Field(description="The child trace's id")
+    task: str = Field(default="", description="The task it was given (its first 200 characters)")
+    status: str = Field(default="running", description="running, done (...) or failed: ...")
+
+
+class LastError(BaseModel):
+    """The error that ended the last run, until a run succeeds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: str = Field(description="When, as an ISO 8601 UTC time")
+    error: str
+
+
+class TraceContext(BaseModel):
+    """The runtime state a trace keeps between runs (`context` in trace.json). Every
+    key is declared here and nowhere else; an unknown key is refused."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    inject_skills: list[str] = Field(
+        default_factory=list, description="Skills every run of the trace injects")
+    side_calls: dict[str, int] = Field(
+        default_factory=dict, description="Model calls made on merged side branches, by type")
+    side_branches: dict[str, int] = Field(
+        default_factory=dict, description="The number of the last side branch named, by type")
+    collaborators: dict[str, Collaborator] = Field(
+        default_factory=dict, description="Child traces started by `delegate`, by id")
+    last_error: LastError | None = Field(
+        default=None, description="Why the last run failed; cleared when a run succeeds")
+
+
+class TraceMeta(BaseModel):
+    """Contents of `trace.json`: the trace's metadata and runtime context. Every field
+    is declared; an unknown one is refused with the file named."""
+
+    model_config = ConfigDict(extra="forbid")
 
     format_version: int = Field(default=FORMAT_VERSION, description="On-disk format version")
     id: str
@@ -66,10 +109,14 @@ class TraceMeta(BaseModel):
         default_factory=dict, description="Records the agent keeps per injected skill "
         "(their shape is the agent's: `agentfs/core/injection.py:InjectedSkill`)",
     )
-    context: dict[str, Any] = Field(default_factory=dict, description="Free-form runtime state")
+    context: TraceContext = Field(default_factory=TraceContext,
+                                  description="Runtime state kept between runs")
     side_queue: SideQueue | None = Field(
         default=None, description="The side-branch queue in progress; absent when none is",
     )
+
+
+_EMPTY_CONTEXT = TraceContext().model_dump(mode="json")
 
 
 def load_meta(path: Path, git_path: str) -> TraceMeta:
@@ -93,6 +140,9 @@ def load_meta(path: Path, git_path: str) -> TraceMeta:
 def dump_meta(meta: TraceMeta) -> bytes:
     """The bytes of `trace.json` for `meta`."""
     data = meta.model_dump(mode="json")
+    # Keys of `context` at their defaults are left out, as agentfs always wrote them.
+    empty = _EMPTY_CONTEXT
+    data["context"] = {k: v for k, v in data["context"].items() if v != empty[k]}
     if data.get("side_queue") is None:
         data.pop("side_queue", None)  # trace.json without a queue reads as before
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()

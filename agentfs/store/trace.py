@@ -32,7 +32,7 @@ from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
 from agentfs.store.message_dir import MessageDir
 from agentfs.store.messages import Message, render_message
-from agentfs.store.meta import FORMAT_VERSION, TraceMeta, load_meta, save_meta
+from agentfs.store.meta import FORMAT_VERSION, LastError, TraceMeta, load_meta, save_meta
 from agentfs.store.recovery import recover
 from agentfs.store.steplog import trace_log
 from agentfs.store.tracelock import TraceLock, is_locked
@@ -245,9 +245,8 @@ class Trace:
         """Leave a visible record of a failed run: `context.last_error` in trace.json,
         committed as kind `error`. The caller holds the lock."""
         self.reload()
-        self.meta.context["last_error"] = {
-            "at": datetime.now(UTC).isoformat(timespec="seconds"), "error": error,
-        }
+        self.meta.context.last_error = LastError(
+            at=datetime.now(UTC).isoformat(timespec="seconds"), error=error)
         return self.commit_step("error", [], summary=error)
 
     def commit_to_branch(self, branch: str, messages: Sequence[Message], kind: str = "branch",

@@ -229,7 +229,7 @@ class Watcher:
             options: dict[str, Any] = {"on_event": self._run_event, **self.runner_options}
             runner = self.project.runner(self.model_for(meta.model, meta.preset),
                                          stop=self.stopping.is_set, **options)
-            result = runner.run(trace_id, inject_skills=meta.context.get("inject_skills", []),
+            result = runner.run(trace_id, inject_skills=meta.context.inject_skills,
                                 clock=self.clock)
         except TraceLocked:
             self.log("busy", {"trace": trace_id})  # another process runs it; retried later

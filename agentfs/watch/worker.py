@@ -238,7 +238,7 @@ class Worker:
             runner = project.runner(self.model_for(meta.model, meta.preset),
                                     stop=lambda: self.stopping.is_set() or publisher.lost,
                                     **options)
-            result = runner.run(trace_id, inject_skills=meta.context.get("inject_skills", []),
+            result = runner.run(trace_id, inject_skills=meta.context.inject_skills,
                                 clock=SettleClock(0.0))
         except AgentfsError as exc:
             failure = exc

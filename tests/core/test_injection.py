@@ -203,8 +203,8 @@ def test_delegate_runs_a_child_trace_and_returns_its_answer(project):
     result = runner.run("t")
     assert result.final_text == "child said: there are 4 files"
     assert "t--counter-1" in project.workspace.trace_ids()
-    collaborators = project.trace("t").meta.context["collaborators"]
-    assert collaborators["t--counter-1"]["status"].startswith("done")
+    collaborators = project.trace("t").meta.context.collaborators
+    assert collaborators["t--counter-1"].status.startswith("done")
     assert_git_clean(project.workspace.root)
 
 
@@ -330,14 +330,15 @@ def test_a_skill_the_model_loads_itself_is_not_loaded_again_in_the_same_turn(
 
 def test_collaborators_are_shown_with_their_state_now(project):
     from agentfs.core.delegate import collaborator_states
+    from agentfs.store.meta import Collaborator
 
     project.new_trace("p", user("parent"))
     project.new_trace("c1", user("child one"))
     project.new_trace("c2", user("child two"))
     parent = project.trace("p")
-    parent.meta.context["collaborators"] = {
-        "c1": {"trace": "c1", "task": "one", "status": "done (2 model calls)"},
-        "c2": {"trace": "c2", "task": "two", "status": "running"},
+    parent.meta.context.collaborators = {
+        "c1": Collaborator(trace="c1", task="one", status="done (2 model calls)"),
+        "c2": Collaborator(trace="c2", task="two", status="running"),
     }
     states = {s["trace"]: s["status"] for s in collaborator_states(parent)}
     assert states["c1"] == "done (2 model calls)"

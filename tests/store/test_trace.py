@@ -381,7 +381,42 @@ def test_trace_json_is_written_only_when_its_bytes_change(project: Project, trac
     before = os.stat(trace.meta_path)
     trace.save_meta()  # nothing changed: no temp file, no fsync, no rename
     assert os.stat(trace.meta_path).st_ino == before.st_ino
-    trace.meta.context["note"] = "changed"
+    trace.meta.context.inject_skills = ["changed"]
     trace.save_meta()
     assert os.stat(trace.meta_path).st_ino != before.st_ino
-    assert '"note": "changed"' in trace.meta_path.read_text()
+    assert '"changed"' in trace.meta_path.read_text()
+
+
+@pytest.mark.parametrize(("change", "named"), [
+    ({"surprise": 1}, "surprise"),
+    ({"context": {"inject_skills": ["a"], "colaborators": {}}}, "colaborators"),
+    ({"context": {"collaborators": {"c": {"trace": "c", "mood": "x"}}}}, "mood"),
+    ({"context": {"side_branches": {"compression": "two"}}}, "side_branches"),
+])
+def test_an_undeclared_or_mistyped_trace_json_field_is_refused_naming_it(
+        project: Project, trace: Trace, change: dict, named: str) -> None:
+    data = json.loads(trace.meta_path.read_text())
+    for key, value in change.items():
+        data[key] = value if key != "context" else {**data.get("context", {}), **value}
+    trace.meta_path.write_text(json.dumps(data))
+    with pytest.raises(AgentfsError) as caught:
+        project.trace(trace.id).meta  # noqa: B018 — loading is the point
+    assert str(trace.meta_path) in str(caught.value) and named in str(caught.value)
+    assert "git checkout" in (caught.value.hint or "")
+
+
+def test_trace_json_as_agentfs_wrote_it_before_types_loads_and_saves_byte_identical(
+        project: Project, trace: Trace) -> None:
+    old = {"format_version": 2, "id": trace.id, "head": 1, "next_sequence": 2,
+           "created_at": "2026-01-01T00:00:00+00:00", "model": None, "preset": None,
+           "iterations": 0, "injected_skills": {},
+           "context": {"inject_skills": ["x"], "side_calls": {"compression": 1},
+                       "side_branches": {"compression": 2},
+                       "collaborators": {"c": {"trace": "c", "task": "t", "status": "running"}},
+                       "last_error": {"at": "2026-01-01T00:00:00+00:00", "error": "boom"}}}
+    for context in (old["context"], {}):
+        text = json.dumps({**old, "context": context}, indent=2, ensure_ascii=False) + "\n"
+        trace.meta_path.write_text(text)
+        reread = project.trace(trace.id)
+        reread.save_meta()
+        assert trace.meta_path.read_text() == text
