@@ -229,3 +229,10 @@ def test_the_token_is_in_no_file_and_the_agent_s_bash_cannot_use_the_api(tmp_pat
                              capture_output=True, check=True).stdout  # every object, inflated
     assert token.encode() not in objects and session.encode() not in objects
     assert_git_clean(root)
+
+
+def test_every_curl_example_in_the_api_docs_sends_the_token():
+    api = Path(__file__).resolve().parents[2] / "docs" / "api.md"
+    examples = [line for line in api.read_text().splitlines() if line.startswith("curl ")]
+    assert len(examples) > 10
+    assert [line for line in examples if '-H "Authorization: Bearer $TOKEN"' not in line] == []
