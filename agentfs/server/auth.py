@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 __all__ = ["Access", "new_token"]

@@ -15,7 +15,6 @@ from tests.server.conftest import (
     Served,
     compressed_and_rewound,
     events,
-    read_lines,
     start_server,
     stop_server,
 )

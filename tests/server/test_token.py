@@ -187,10 +187,10 @@ def test_the_token_is_in_no_file_and_the_agent_s_bash_cannot_use_the_api(tmp_pat
     try:
         assert served.token == token
         api = f"{served.url}api/traces"
-        reads = ["env", "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do "
-                 "tr '\\0' '\\n' <$f; done",
-                 f"curl -s -X POST {api} -H 'Content-Type: application/json' "
-                 "-d '{\"id\": \"evil\", \"text\": \"x\"}'"]
+        every_proc = "for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' <$f; done"
+        attack = (f"curl -s -X POST {api} -H 'Content-Type: application/json' "
+                  "-d '{\"id\": \"evil\", \"text\": \"x\"}'")
+        reads = ["env", every_proc, attack]
         (root / "attack.json").write_text(json.dumps({"turns": [
             *({"tool_calls": [{"name": "bash", "input": {"command": c}}]} for c in reads),
             {"text": "done"}]}))
