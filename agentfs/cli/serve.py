@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import click
 
@@ -22,32 +23,37 @@ DEFAULT_MAX_BODY = 1024 * 1024
 @click.command()
 @click.argument("workspace", type=click.Path(file_okay=False, path_type=Path), required=False)
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on; one other than 127.0.0.1/localhost/::1 needs a token.")
+              help="Address to listen on (--no-token only on 127.0.0.1/localhost/::1).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8321, show_default=True,
               help="Port to listen on; 0 picks a free one (the URL printed says which).")
 @click.option("--token", envvar="AGENTFS_SERVE_TOKEN",
-              help="Require `Authorization: Bearer TOKEN` on every API call "
-              "(or set AGENTFS_SERVE_TOKEN).")
-@click.option("--new-token", is_flag=True, help="Make up a token, print it, and require it.")
+              help="The token every request must show (default: one made up at start, "
+              "printed in the page's URL); AGENTFS_SERVE_TOKEN keeps it out of `ps`.")
+@click.option("--no-token", is_flag=True,
+              help="Require no token, on a loopback address only: any local process "
+              "can then drive the API.")
 @click.option("--model", help="Model for runs and compressions started here "
               "(default: each trace's, else agentfs.toml's).")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY,
               show_default=True, help="Largest request body accepted, in bytes.")
-def serve(workspace: Path | None, host: str, port: int, token: str | None, new_token: bool,
+def serve(workspace: Path | None, host: str, port: int, token: str | None, no_token: bool,
           model: str | None, max_body: int) -> None:
     """Serve WORKSPACE's traces over HTTP: the trace API and a viewer page at /.
 
     The API (docs/api.md, schema at /openapi.json) lists traces, reads their
     messages, side branches and goals, posts user messages through the
     trace's inbox, starts and stops runs (events as server-sent events),
-    compresses and rewinds, with the same locks as the commands. It listens on
-    127.0.0.1 unless --host says otherwise; any other address needs --token or
-    --new-token. Ctrl-C lets runs finish their current step, then exits.
+    compresses and rewinds, with the same locks as the commands. Every
+    request needs the token: the first line printed is the page's address
+    with it (http://HOST:PORT/?token=...); API clients send
+    `Authorization: Bearer TOKEN`. It listens on 127.0.0.1 unless --host says
+    otherwise. Ctrl-C lets runs finish their current step, then exits.
     """
     try:
         import uvicorn
 
         from agentfs.server.app import create_app
+        from agentfs.server.auth import MIN_TOKEN, Access, new_token
         from agentfs.server.guard import is_loopback
     except ImportError as exc:
         raise click.ClickException(
@@ -58,39 +64,43 @@ def serve(workspace: Path | None, host: str, port: int, token: str | None, new_t
     from agentfs.models.base import Model
     from agentfs.tools.subprocesses import safe_environment
 
-    if token is not None and new_token:
-        raise click.UsageError("--token and --new-token do not go together")
-    if new_token:
-        import secrets
-
-        token = secrets.token_urlsafe(32)
-    loopback = is_loopback(host)
-    if not loopback and not token:
+    # No command the server runs (bash, hooks, git) inherits the token.
+    os.environ.pop("AGENTFS_SERVE_TOKEN", None)
+    if token is not None and no_token:
+        raise click.UsageError("--no-token and a token (--token or AGENTFS_SERVE_TOKEN) "
+                               "do not go together")
+    if no_token and not is_loopback(host):
         raise click.UsageError(
-            f"--host {host} lets other machines reach this workspace: give --token TOKEN "
-            "(or AGENTFS_SERVE_TOKEN) or --new-token, or listen on 127.0.0.1")
-    if token is not None and len(token) < 16:
-        raise click.UsageError("--token: use at least 16 characters (or --new-token)")
+            f"--no-token with --host {host} would let other machines drive this workspace: "
+            "drop --no-token (a token is made up and printed), or listen on 127.0.0.1")
+    if token is not None and len(token) < MIN_TOKEN:
+        raise click.UsageError(f"--token: use at least {MIN_TOKEN} characters "
+                               "(or give none: one is made up)")
+    if token is None and not no_token:
+        token = new_token()
     project = Project.open(workspace)
     trusted = _start_notices(project)
 
     def choose(trace_model: str | None, preset: str | None, requested: str | None) -> Model:
         return _choose_model(project, trace_model, preset, requested or model)
 
-    app, server = create_app(project, choose, token=token, loopback=loopback,
-                             max_body=max_body,
-                             runner_options={"command_env": safe_environment(os.environ),
-                                             **trusted})
     early: list[int] = []  # Ctrl-C before the server runs: it stops as soon as it does
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: early.append(signum))
     sock = _listen(host, port)
     bound_host, bound_port = sock.getsockname()[:2]
+    access = None if token is None else Access.for_port(token, bound_port)
+    app, server = create_app(project, choose, access=access, loopback=is_loopback(host),
+                             max_body=max_body,
+                             runner_options={"command_env": safe_environment(os.environ),
+                                             **trusted})
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    url = f"http://{shown}:{bound_port}/"
+    url = f"http://{shown}:{bound_port}/" + (f"?token={quote(token, safe='')}" if token else "")
     click.echo(f"agentfs serve: {url} (workspace {project.workspace.root})")
-    if token and new_token:
-        click.echo(f"token: {token}\npage: {url}#token={token}")
+    if token is None:
+        click.echo("agentfs serve: WARNING: no token (--no-token): any process on this "
+                   "machine, the agent's bash commands included when they have network, "
+                   "can read and drive every trace through this API", err=True)
     sys.stdout.flush()
 
     class Server(uvicorn.Server):

@@ -7,9 +7,10 @@ from __future__ import annotations
 from importlib.resources import files
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import APIKeyCookie, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
@@ -22,6 +23,7 @@ from agentfs.errors import (
     TraceLocked,
     TraceNotFound,
 )
+from agentfs.server.auth import Access
 from agentfs.server.events import EventHub
 from agentfs.server.guard import Guard, GuardSettings
 from agentfs.server.routes import ApiError, ChooseModel, Server, build_router
@@ -55,15 +57,16 @@ def status_of(exc: AgentfsError) -> int:
     return 409  # a valid request the trace's state refuses (e.g. nothing to compress)
 
 
-def create_app(project: Project, choose_model: ChooseModel, *, token: str | None,
+def create_app(project: Project, choose_model: ChooseModel, *, access: Access | None,
                loopback: bool, max_body: int, runner_options: dict[str, Any] | None = None,
                ) -> tuple[Guard, Server]:
     """The application over `project`, behind its guard, and what its routes share
     (the runs, to stop them when the server stops).
 
     `choose_model(trace_model, preset, requested)` returns the model to call;
-    `token`, when given, is required on every API call; `loopback`: the server
-    is bound to a loopback address (only loopback Host names are served).
+    `access`: the token every request must show (None: none, on loopback
+    only); `loopback`: the server is bound to a loopback address (only loopback
+    Host names are served).
     """
     hub = EventHub()
     runs = BackgroundRuns(project, hub, runner_options)
@@ -71,7 +74,7 @@ def create_app(project: Project, choose_model: ChooseModel, *, token: str | None
     app = FastAPI(title="agentfs", version="1", docs_url=None, redoc_url=None,
                   description="The trace API of an agentfs workspace (docs/api.md).")
     app.state.agentfs = server
-    app.include_router(build_router(server))
+    app.include_router(build_router(server), dependencies=_security(access))
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
 
     @app.get("/", include_in_schema=False)
@@ -111,7 +114,20 @@ def create_app(project: Project, choose_model: ChooseModel, *, token: str | None
         where = f" ({exc.filename})" if exc.filename else ""
         return _error(500, f"{exc.strerror or exc}{where}", None)
 
-    return Guard(app, GuardSettings(max_body, token, loopback)), server
+    return Guard(app, GuardSettings(max_body, access, loopback)), server
+
+
+def _security(access: Access | None) -> list[Any]:
+    """How the schema says each route is authenticated: a bearer token, or the
+    page's cookie (either one). Declared only: the guard checks them
+    (`agentfs/server/guard.py:Guard`), before any route runs."""
+    if access is None:
+        return []
+    return [Security(HTTPBearer(auto_error=False, description="The token `agentfs serve` "
+                                "printed, or was given with --token / AGENTFS_SERVE_TOKEN")),
+            Security(APIKeyCookie(name=access.cookie_name, auto_error=False,
+                                  description="The page's session, set when a browser opens "
+                                  "the address `agentfs serve` printed (/?token=...)"))]
 
 
 def _problem(error: dict[str, Any]) -> dict[str, str]:

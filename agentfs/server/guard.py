@@ -1,18 +1,21 @@
-"""The server's door: a body size limit, the bearer token, and on a loopback
-address, requests only from the loopback names (so another web site cannot reach
-the API through the browser: DNS rebinding, cross-site forms).
+"""The server's door: the token on every request (`agentfs/server/auth.py`), a
+body size limit, requests from a browser only from the server's own page (the
+`Origin` check: cross-site forms and fetches), and on a loopback address only
+the loopback names in `Host` (DNS rebinding).
 
 A pure ASGI middleware, so it also guards streamed bodies and the event stream.
 """
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from agentfs.server.auth import Access
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -43,8 +46,36 @@ def error_body(error: str, hint: str | None = None, **extra: Any) -> bytes:
 @dataclass(frozen=True)
 class GuardSettings:
     max_body: int  # bytes
-    token: str | None  # required as `Authorization: Bearer TOKEN` on /api/ when set
+    access: Access | None  # the token every request must show; None: --no-token
     loopback: bool  # bound to a loopback address: only loopback Host names are served
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """What the guard answers instead of the app."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+
+
+#: Methods that change something: a browser always sends `Origin` with them.
+CHANGING = ("POST", "PUT", "PATCH", "DELETE")
+#: Where a refusal is JSON; elsewhere (the page, its files) it is a plain page.
+API_PATHS = ("/api/", "/openapi.json")
+NO_TOKEN_PAGE = (
+    "This agentfs server needs its token.\n\n"
+    "Open the address `agentfs serve` printed when it started "
+    "(http://HOST:PORT/?token=...): the server then remembers this browser until it "
+    "stops.\nIf you opened that address from a link on another web site, reload this "
+    "page: the browser does not send this server's cookie along with another site's "
+    "link.\n")
+
+
+def _error(status: int, error: str, hint: str | None,
+           headers: dict[str, str] | None = None) -> _Answer:
+    return _Answer(status, error_body(error, hint), headers or {})
 
 
 class Guard:
@@ -60,14 +91,14 @@ class Guard:
             return
         refusal = self._refusal(scope)
         if refusal is not None:
-            await _respond(send, *refusal)
+            await _respond(send, refusal)
             return
         if scope.get("method") in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
         body = await _read_body(receive, self.settings.max_body)
         if body is None:
-            await _respond(send, 413, *_too_large(self.settings.max_body))
+            await _respond(send, _error(413, *_too_large(self.settings.max_body)))
             return
         replayed = False
 
@@ -80,37 +111,81 @@ class Guard:
 
         await self.app(scope, replay, send)
 
-    def _refusal(self, scope: Scope) -> tuple[int, str, str | None, dict] | None:
+    def _refusal(self, scope: Scope) -> _Answer | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path: str = scope.get("path", "")
+        method: str = scope.get("method", "")
         if self.settings.loopback:
             host = _host_name(headers.get("host", ""))
             if not is_loopback(host):
-                return (421, f"this server answers only to 127.0.0.1 or localhost, not {host!r}",
-                        "open it as http://127.0.0.1:PORT/", {})
-            origin = headers.get("origin")
-            if origin is not None and not is_loopback(_host_name(origin.split("://", 1)[-1])):
-                return (403, f"requests from {origin} are not accepted",
-                        "use the page this server serves", {})
+                return _error(421, f"this server answers only to 127.0.0.1 or localhost, "
+                              f"not {host!r}", "open it as http://127.0.0.1:PORT/")
+        origin = headers.get("origin")
+        if origin is not None and not _same_origin(origin, headers.get("host", "")):
+            return _error(403, f"requests from {origin} are not accepted",
+                          "use the page this server serves")
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.settings.max_body:
-            return (413, *_too_large(self.settings.max_body), {})
-        token = self.settings.token
-        if token is not None and path.startswith("/api/"):
-            given = headers.get("authorization", "")
-            scheme, _, value = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                    value.strip().encode(), token.encode()):
-                what = "no token given" if not given else "wrong token"
-                return (401, f"{what}: this server requires `Authorization: Bearer TOKEN`",
-                        "use the token `agentfs serve` printed (or gave with --token)",
-                        {"www-authenticate": "Bearer"})
-        if scope.get("method") in ("POST", "PUT", "PATCH", "DELETE") and path.startswith("/api/"):
+            return _error(413, *_too_large(self.settings.max_body))
+        if self.settings.access is not None:
+            refused = _authenticate(self.settings.access, scope, headers)
+            if refused is not None:
+                return refused
+        if method in CHANGING and path.startswith("/api/"):
             kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if kind and kind != "application/json":
-                return (415, f"request bodies are JSON, not {kind}",
-                        "send Content-Type: application/json", {})
+                return _error(415, f"request bodies are JSON, not {kind}",
+                              "send Content-Type: application/json")
         return None
+
+
+def _authenticate(access: Access, scope: Scope, headers: dict[str, str]) -> _Answer | None:
+    """None when the request shows the token (as a bearer token, or the session
+    cookie of a browser that showed it); else the answer: 401, or the first
+    visit's redirect that sets the cookie."""
+    path: str = scope.get("path", "")
+    method: str = scope.get("method", "")
+    if method == "GET" and path == "/":
+        query = parse_qsl(scope.get("query_string", b"").decode("latin-1"),
+                          keep_blank_values=True)
+        given = [value for name, value in query if name == "token"]
+        if given:
+            if not access.is_token(given[-1]):
+                return _unauthorized(path, "wrong token")
+            rest = urlencode([(name, value) for name, value in query if name != "token"])
+            return _Answer(303, b"", {"location": "/" + (f"?{rest}" if rest else ""),
+                                      "set-cookie": access.set_cookie(),
+                                      "cache-control": "no-store"}, "text/plain")
+    authorization = headers.get("authorization")
+    if authorization is not None:
+        return None if access.bearer(authorization) else _unauthorized(path, "wrong token")
+    if access.cookie(headers.get("cookie", "")):
+        if method in CHANGING and "origin" not in headers:
+            return _error(403, "a request that changes something, authenticated by the "
+                          "page's cookie, must come from the page (it has no Origin)",
+                          "API clients send `Authorization: Bearer TOKEN`")
+        return None
+    return _unauthorized(path, "no token given")
+
+
+def _unauthorized(path: str, what: str) -> _Answer:
+    challenge = {"www-authenticate": "Bearer"}
+    if path.startswith(API_PATHS):
+        return _error(401, f"{what}: this server requires `Authorization: Bearer TOKEN`",
+                      "use the token `agentfs serve` printed (or was given with --token "
+                      "or AGENTFS_SERVE_TOKEN)", challenge)
+    return _Answer(401, NO_TOKEN_PAGE.encode(), challenge, "text/plain; charset=utf-8")
+
+
+def _same_origin(origin: str, host: str) -> bool:
+    """`origin` (a browser's `Origin` header) names the server the request went to
+    (`host`, its `Host` header): same name and port; http or https, so a TLS proxy
+    in front that keeps the Host header works."""
+    scheme, sep, authority = origin.strip().lower().partition("://")
+    if not sep or scheme not in ("http", "https") or not host:
+        return False
+    default = ":80" if scheme == "http" else ":443"
+    return authority.removesuffix(default) == host.strip().lower().removesuffix(default)
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
@@ -144,11 +219,10 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-async def _respond(send: Send, status: int, error: str, hint: str | None,
-                   headers: dict | None = None) -> None:
-    body = error_body(error, hint)
-    extra = [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()), *extra]})
-    await send({"type": "http.response.body", "body": body})
+async def _respond(send: Send, answer: _Answer) -> None:
+    extra = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in answer.headers.items()]
+    await send({"type": "http.response.start", "status": answer.status,
+                "headers": [(b"content-type", answer.content_type.encode()),
+                            (b"content-length", str(len(answer.body)).encode()),
+                            (b"x-content-type-options", b"nosniff"), *extra]})
+    await send({"type": "http.response.body", "body": answer.body})

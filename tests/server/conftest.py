@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -12,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -56,13 +58,22 @@ def compressed_and_rewound(root: Path) -> None:
 
 @dataclass
 class Served:
+    """A running server: `url` is its base (`http://127.0.0.1:PORT/`), `login_url`
+    the address it printed (the page's, with `?token=`), `token` its token (None
+    with --no-token); `client()` sends the token as a bearer token."""
+
     url: str
+    login_url: str
+    token: str | None
     root: Path
     proc: subprocess.Popen
     stdout: list[str]
 
-    def client(self, **kw) -> httpx.Client:
-        return httpx.Client(**{"base_url": self.url, "timeout": 60, **kw})
+    def client(self, *, authenticated: bool = True, **kw) -> httpx.Client:
+        headers = dict(kw.pop("headers", {}))
+        if authenticated and self.token is not None:
+            headers["authorization"] = f"Bearer {self.token}"
+        return httpx.Client(**{"base_url": self.url, "timeout": 60, "headers": headers, **kw})
 
 
 def start_server(root: Path, *args: str, log: Path, env: dict | None = None) -> Served:
@@ -75,7 +86,10 @@ def start_server(root: Path, *args: str, log: Path, env: dict | None = None) -> 
         )
     lines = read_lines(proc, 1)
     assert lines and lines[0].startswith("agentfs serve: http://"), (lines, log.read_text())
-    return Served(lines[0].split()[2], root, proc, lines)
+    login_url = lines[0].split()[2]
+    base, _, query = login_url.partition("?")
+    token = parse_qs(query)["token"][0] if query else None
+    return Served(base, login_url, token, root, proc, lines)
 
 
 def read_lines(served_or_proc, count: int, deadline: float = 60) -> list[str]:
@@ -121,6 +135,19 @@ def stop_server(served: Served) -> int:
     assert read_lines(served.proc, 100, deadline=10) is not None  # the pump ends
     served.proc.stdout.close()
     return code
+
+
+def events(response) -> Iterator[tuple[str, dict]]:
+    """Server-sent events from a streamed response (keep-alives skipped)."""
+    kind, data = "", ""
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: "):
+            data += line[6:]
+        elif not line and data:
+            yield kind, json.loads(data)
+            kind, data = "", ""
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -15,25 +14,12 @@ from tests.conftest import assert_git_clean, git, run_cli
 from tests.server.conftest import (
     Served,
     compressed_and_rewound,
-    read_lines,
+    events,
     start_server,
     stop_server,
 )
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def events(response) -> Iterator[tuple[str, dict]]:
-    """Server-sent events from a streamed response (keep-alives skipped)."""
-    kind, data = "", ""
-    for line in response.iter_lines():
-        if line.startswith("event: "):
-            kind = line[7:]
-        elif line.startswith("data: "):
-            data += line[6:]
-        elif not line and data:
-            yield kind, json.loads(data)
-            kind, data = "", ""
 
 
 def user_texts(client, trace: str) -> list[str]:
@@ -290,31 +276,6 @@ def test_stop_ends_the_run_after_its_step_and_a_post_waits_for_it(tmp_path, work
             gate.set()
             assert stop_server(served) == 0, (tmp_path / "serve.log").read_text()
     assert_git_clean(workspace_root)
-
-
-def test_a_non_loopback_address_needs_a_token(tmp_path, workspace_root):
-    refused = subprocess.run(
-        [sys.executable, "-m", "agentfs", "serve", "--host", "0.0.0.0", "--port", "0"],
-        cwd=workspace_root, capture_output=True, text=True, timeout=60, check=False)
-    assert refused.returncode == 2
-    assert "--token" in refused.stderr and "--new-token" in refused.stderr
-
-    served = start_server(workspace_root, "--host", "0.0.0.0", "--new-token",
-                          log=tmp_path / "serve.log")
-    try:
-        token_line, page_line = read_lines(served, 2)
-        token = token_line.removeprefix("token: ")
-        assert page_line.endswith(f"#token={token}") and len(token) >= 32
-        port = served.url.rsplit(":", 1)[1]
-        with served.client(base_url=f"http://127.0.0.1:{port}") as client:
-            assert client.get("/api/traces").status_code == 401
-            wrong = client.get("/api/traces", headers={"authorization": "Bearer " + "x" * 43})
-            assert wrong.status_code == 401 and wrong.json()["hint"]
-            right = client.get("/api/traces", headers={"authorization": f"Bearer {token}"})
-            assert right.status_code == 200 and right.json()["traces"] == []
-            assert client.get("/").status_code == 200  # the page holds no data
-    finally:
-        assert stop_server(served) == 0
 
 
 def test_serve_without_the_extra_says_what_to_install(workspace_root, tmp_path):

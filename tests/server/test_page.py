@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_git_clean
+from tests.conftest import assert_git_clean, run_cli
 from tests.server.conftest import Served, compressed_and_rewound
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -39,9 +39,33 @@ def page(tmp_path: Path):
             browser.close()
 
 
+def log_in(page, served: Served) -> None:
+    """Open the address the server printed, as a person does: the browser keeps the
+    session cookie and lands on the page, the token gone from its address."""
+    page.goto(served.login_url)
+    assert page.url == served.url
+    [cookie] = page.context.cookies()
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict" and cookie["path"] == "/"
+    assert cookie["value"] != served.token
+    assert page.evaluate("document.cookie") == ""  # no script of the page can read it
+
+
+def test_without_the_printed_address_the_page_says_to_open_it(served: Served, page):
+    run_cli("new", "t", "-m", "hi", cwd=served.root)
+    answer = page.goto(served.url + "#trace=t")
+    assert answer is not None and answer.status == 401
+    sync_api.expect(page.locator("body")).to_contain_text(
+        "Open the address `agentfs serve` printed")
+    log_in(page, served)
+    page.goto(served.url + "#trace=t")
+    sync_api.expect(page.locator("#tree")).to_contain_text("hi")
+    assert "token" not in page.url
+
+
 def test_the_page_shows_the_tree_opens_a_summary_and_posts(served: Served, page):
     compressed_and_rewound(served.root)
     expect = sync_api.expect
+    log_in(page, served)
     page.goto(served.url + "#trace=t")
 
     summary = page.locator("#m-12")

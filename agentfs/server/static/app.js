@@ -8,41 +8,22 @@
   const $ = (id) => document.getElementById(id);
   const state = { trace: null, data: null, follow: null, refreshTimer: null };
 
-  // --- the token (only when the server asks for one) -------------------------
-
-  function takeTokenFromUrl() {
-    const params = new URLSearchParams(location.hash.slice(1));
-    const token = params.get("token");
-    if (token) {
-      sessionStorage.setItem("agentfs-token", token);
-      params.delete("token");
-      history.replaceState(null, "", location.pathname + (params.toString() ? "#" + params : ""));
-    }
-  }
-
-  function authHeaders() {
-    const token = sessionStorage.getItem("agentfs-token");
-    return token ? { authorization: "Bearer " + token } : {};
-  }
-
-  $("token-form").addEventListener("submit", (event) => {
-    event.preventDefault();
-    sessionStorage.setItem("agentfs-token", $("token-input").value.trim());
-    $("token-form").hidden = true;
-    start();
-  });
-
   // --- the API -----------------------------------------------------------------
+  // The browser sends the session cookie the server set when the person opened
+  // the address `agentfs serve` printed; no script here ever sees the token.
 
   async function api(method, path, body) {
-    const headers = authHeaders();
+    const headers = {};
     if (body !== undefined) headers["content-type"] = "application/json";
     const response = await fetch(path, {
       method, headers, body: body === undefined ? undefined : JSON.stringify(body),
     });
     let data = null;
     try { data = await response.json(); } catch (e) { data = { error: response.statusText }; }
-    if (response.status === 401) $("token-form").hidden = false;
+    if (response.status === 401) {
+      data.error = "this browser has no session of this server";
+      data.hint = "open the address agentfs serve printed when it started (it holds the token)";
+    }
     if (!response.ok) {
       const error = new Error(data.error + (data.hint ? " (" + data.hint + ")" : ""));
       error.status = response.status;
@@ -369,7 +350,7 @@
       .map((b) => "compressed: summary #" + b.messages[b.messages.length - 1] + " from " + b.branch)
       .join("; ") || "nothing was compressed"));
 
-  // --- live events (server-sent events read with fetch, so the token can go along) -----
+  // --- live events (server-sent events read with fetch, to see a refusal's status) -----
 
   function showLive(kind, data) {
     const live = $("live");
@@ -410,7 +391,7 @@
     while (!control.signal.aborted) {
       try {
         const response = await fetch("/api/traces/" + encodeURIComponent(trace) + "/events",
-          { headers: authHeaders(), signal: control.signal });
+          { signal: control.signal });
         if (!response.ok) throw new Error("events: " + response.status);
         const reader = response.body.getReader();
         const decoder = new TextDecoder();
@@ -465,6 +446,5 @@
   }
 
   window.addEventListener("hashchange", () => show(chosenTrace()).catch((e) => notify(e.message)));
-  takeTokenFromUrl();
   start();
 })();
