@@ -21,6 +21,12 @@ README = (ROOT / "README.md").read_text()
 #: Words a line of a code block starts with when it is a command (after a `$ ` prompt).
 PROGRAMS = {"agentfs", "git", "cd", "echo", "$EDITOR", "python3", "pip"}
 
+#: Options of README commands this test leaves out, and why.
+LEFT_OUT = {
+    "--model anthropic:claude-sonnet-4-5": "it needs ANTHROPIC_API_KEY and the network; "
+    "the demo's replay model answers instead",
+}
+
 #: Commands of the README this test does not run, and why.
 NOT_RUN = {
     "python3 -m venv .venv": "the suite already runs in an installed environment",
@@ -31,9 +37,6 @@ NOT_RUN = {
     ".venv/bin/python -m pytest": "it is this suite",
     ".venv/bin/python -m bench": "the benchmarks take minutes; tests/test_bench.py runs "
     "each of them at a tiny size",
-    "agentfs chat notes --model anthropic:claude-sonnet-4-5": "it needs ANTHROPIC_API_KEY "
-    "and the network; tests/cli/test_chat.py drives chat in a terminal on the fake "
-    "Anthropic server",
     ".venv/bin/agentfs serve": "it serves until stopped; tests/server/test_page_tour.py "
     "serves the demo workspace and clicks every button of the page",
     "agentfs watch --remote origin": "a worker serves until stopped, in a clone of its own; "
@@ -90,6 +93,7 @@ def test_the_setup_commands_are_the_two_the_developers_guide_promises():
 def test_every_command_the_readme_does_not_run_here_is_still_in_it():
     commands = {command for _, command, _ in _commands()}
     assert set(NOT_RUN) <= commands, set(NOT_RUN) - commands
+    assert all(any(option in command for command in commands) for option in LEFT_OUT)
     tour = [command for section, command, _ in _commands() if section == "## A short tour"]
     assert not set(tour) & set(NOT_RUN), "every command of the tour runs"
     assert len(tour) >= 15
@@ -104,10 +108,7 @@ def test_every_command_of_the_readme_runs_in_order_on_the_demo(tmp_path):
     finally:
         tour.stop_watcher()
     assert tour.watched, "the tour drops a file for the watcher, which answers it"
-    answer = git(tour.dir, "log", "-2", "--format=%s", "--first-parent",
-                 "refs/remotes/origin/main").splitlines()
-    assert answer == ["demo: assistant #23 The owners: Bo, Chen, and everyone for the comments…",
-                      "demo: user #22 Now list the owners only."], "sync pushed the answer"
+    assert git(tour.dir, "rev-parse", "origin/main") == git(tour.dir, "rev-parse", "main")
     knowledge = run_cli("knowledge", cwd=tour.dir).stdout
     assert knowledge.startswith("accepted  action-items-go-in-one-table")
     assert_git_clean(tour.dir)
@@ -142,6 +143,9 @@ class Tour:
             return
         if words == ["agentfs", "sync"] and "origin" not in git(self.dir, "remote"):
             self._remote()
+        if words[:2] == ["agentfs", "chat"]:
+            self._chat(words[2:])
+            return
         if words[0] == "agentfs":
             done = run_cli(*words[1:], cwd=self.dir)
             out = done.stdout + done.stderr
@@ -154,6 +158,34 @@ class Tour:
         else:
             raise AssertionError(f"README runs a command this test does not know: {command}")
         _check_comment(command, comment, out or "")
+
+    def _chat(self, args: list[str]) -> None:
+        """`agentfs chat` in a terminal, typing the lines the README's session shows."""
+        from tests.cli.test_chat import Terminal
+
+        for option, _ in (o.split() for o in LEFT_OUT):
+            at = args.index(option)
+            del args[at:at + 2]
+        [trace] = args
+        block = next(body for _, body in _blocks() if f"$ agentfs chat {trace} " in body)
+        typed = [re.split(r"\s{2,}", line.removeprefix(f"{trace}> "))[0]
+                 for line in block.splitlines() if line.startswith(f"{trace}> ")]
+        assert typed[0] == "Which meeting notes mention the restore drill?", typed
+        chat = Terminal([trace], self.dir)
+        try:
+            chat.expect(f"trace {trace} is new: your first message creates it.")
+            for line in typed:
+                chat.expect(f"{trace}> ")
+                chat.line(line)
+            assert chat.ends() == 0, chat.screen
+        finally:
+            chat.close()
+        for shown in ['→ read_file(path="notes/meeting-2026-11-30.md")', "\n#2 user\n",
+                      "[x] 1 Turn the meeting notes into action items",
+                      f"{trace}: summary #15 from agentfs/{trace}/compression-1",
+                      f"{trace}: head moved from #15 to #5"]:
+            assert shown in chat.screen, f"chat did not show {shown!r}:\n{chat.screen}"
+        assert "error" not in chat.screen, chat.screen
 
     def _demo(self) -> None:
         """`agentfs demo` with no directory makes a new temporary one and prints it."""
@@ -170,6 +202,9 @@ class Tour:
                   "the watcher to take the dropped file")
         _wait_for(lambda: "assistant" in git(self.dir, "log", "-1", "--format=%s"),
                   "the watcher's run to answer")
+        assert git(self.dir, "log", "-2", "--format=%s").splitlines() == [
+            "demo: assistant #23 The owners: Bo, Chen, and everyone for the comments…",
+            "demo: user #22 Now list the owners only."]
         code, stderr = self.stop_watcher()
         assert code == 0, stderr  # steps finish, exit 0
         self.watched = True
