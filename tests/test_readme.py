@@ -39,8 +39,6 @@ NOT_RUN = {
     "each of them at a tiny size",
     ".venv/bin/agentfs serve": "it serves until stopped; tests/server/test_page_tour.py "
     "serves the demo workspace and clicks every button of the page",
-    "agentfs watch --remote origin": "a worker serves until stopped, in a clone of its own; "
-    "tests/remote/ runs workers against a shared remote",
 }
 
 
@@ -122,6 +120,7 @@ class Tour:
         self.dir: Path = tmp_path  # until `agentfs demo` says where the demo is
         self.watcher: subprocess.Popen | None = None
         self.watched = False
+        self.remote = tmp_path / "origin.git"  # made by the first `agentfs sync`
 
     def run(self, command: str, comment: str) -> None:
         words = shlex.split(command)
@@ -143,6 +142,9 @@ class Tour:
             return
         if words == ["agentfs", "sync"] and "origin" not in git(self.dir, "remote"):
             self._remote()
+        if words == ["agentfs", "watch", "--remote", "origin"]:
+            self._worker(words)
+            return
         if words[:2] == ["agentfs", "chat"]:
             self._chat(words[2:])
             return
@@ -210,10 +212,30 @@ class Tour:
         self.watched = True
 
     def _remote(self) -> None:
-        """The shared remote the README's sync section assumes: a bare repository."""
-        remote = self.tmp / "origin.git"
-        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
-        git(self.dir, "remote", "add", "origin", str(remote))
+        """The shared remote the README's sync section assumes (a bare repository), and
+        a file dropped on the laptop for `agentfs sync` to send."""
+        subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(self.remote)],
+                       check=True)
+        git(self.dir, "remote", "add", "origin", str(self.remote))
+        (self.dir / "traces/demo/inbox/from-laptop.md").write_text("Who runs the drill?\n")
+
+    def _worker(self, words: list[str]) -> None:
+        """A worker in a clone of its own answers what the laptop sent, pushes it, and
+        stops on SIGTERM; the laptop's next sync brings the answer back."""
+        clone = self.tmp / "worker"
+        git(self.tmp, "clone", "-q", str(self.remote), str(clone))
+        worker = subprocess.Popen([sys.executable, "-m", "agentfs", *words[1:]], cwd=clone,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _wait_for(lambda: git(self.remote, "log", "-1", "--format=%s", "main")
+                      .startswith("demo: assistant #25"), "the worker to push its answer")
+        finally:
+            worker.terminate()
+            _, stderr = worker.communicate(timeout=60)
+        assert worker.returncode == 0, stderr
+        run_cli("sync", cwd=self.dir)
+        assert git(self.dir, "log", "-2", "--format=%s").splitlines()[1] == \
+            "demo: user #24 Who runs the drill?"
 
     def stop_watcher(self) -> tuple[int | None, str]:
         """SIGTERM, as at the end of a shell session; (exit code, what it logged)."""
