@@ -76,10 +76,7 @@ def fake_model(monkeypatch) -> Iterator[tuple[object, threading.Event]]:
         fake.enqueue(held, {"text": "never asked for"})
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # the server inherits them
         monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
-        try:
-            yield fake, gate
-        finally:
-            gate.set()
+        yield fake, gate
 
 
 @pytest.fixture
@@ -176,11 +173,13 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     expect(page.locator("#trace-title")).to_have_text(HELD_TRACE)
     expect(page.locator("#m-2.head")).to_contain_text("Read the meeting note.")
     page.locator("#run").click()
-    fake.wait_for_requests(1, timeout=60)  # the run waits inside its model call
-    expect(page.locator("#trace-state")).to_contain_text("running")
-    click("stop", page.locator("#stop"))
-    expect(page.locator("#notice")).to_have_text("stopping after the current step")
-    gate.set()
+    try:  # a failure here must not leave the server's run waiting for the gate
+        fake.wait_for_requests(1, timeout=60)  # the run waits inside its model call
+        expect(page.locator("#trace-state")).to_contain_text("running")
+        click("stop", page.locator("#stop"))
+        expect(page.locator("#notice")).to_have_text("stopping after the current step")
+    finally:
+        gate.set()
     expect(page.locator("#live-events")).to_contain_text("run finished: stopped")
     expect(page.locator("#m-4.head.role-tool")).to_be_attached()  # the step finished
     expect(page.locator("#trace-state")).to_have_text("idle · head #4")
