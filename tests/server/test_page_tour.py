@@ -1,0 +1,214 @@
+"""The README's `agentfs serve` on the demo workspace, in a real browser: every button of
+the page is clicked, its effect checked (the view, and the commit it made), and a
+screenshot of each is saved in the test's folder. A button the page gains that this
+test does not click fails it."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_git_clean, git, run_cli
+from tests.server import test_page  # skips this module too without Chromium or Playwright
+from tests.server.conftest import Served, start_server, stop_server
+
+sync_api = test_page.sync_api
+page = test_page.page  # the browser tab, its script errors checked at the end
+
+pytestmark = pytest.mark.timeout(300)
+
+STATIC = Path(__file__).resolve().parents[2] / "agentfs" / "server" / "static"
+
+#: Every button of the page, by id or (without one) by label: what this test clicks.
+CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "stop", "Use it"}
+
+#: The buttons scripts make, by label: one per `createElement("button")` in static/.
+MADE_BY_SCRIPT = {"Rewind here"}
+
+HELD_TRACE = "held"
+
+
+def _button_names(tab) -> set[str]:
+    """The buttons in the page now, by id or label."""
+    return set(tab.eval_on_selector_all(
+        "button", "(buttons) => buttons.map((b) => b.id || b.textContent.trim())"))
+
+
+def test_the_page_sources_have_no_button_this_tour_does_not_click():
+    html = (STATIC / "index.html").read_text()
+    in_html = set()
+    for attributes, label in re.findall(r"<button([^>]*)>([^<]*)</button>", html):
+        named = re.search(r'\bid="([^"]+)"', attributes)
+        in_html.add(named[1] if named else label.strip())
+    made = sum(path.read_text().count('createElement("button")') for path in STATIC.glob("*.js"))
+    assert made == len(MADE_BY_SCRIPT), "a script makes a new kind of button: click it here"
+    assert in_html | MADE_BY_SCRIPT == CLICKED, "index.html's buttons changed: click them here"
+
+
+@pytest.fixture(autouse=True)
+def patient_expect() -> Iterator[None]:
+    """Assertions wait as long as the page's actions (30 s): a run on a busy machine can
+    take longer than expect's own 5 s."""
+    sync_api.expect.set_options(timeout=30_000)
+    yield
+    sync_api.expect.set_options(timeout=5_000)
+
+
+@pytest.fixture
+def fake_model(monkeypatch) -> Iterator[tuple[object, threading.Event]]:
+    """The fake Anthropic server for trace `held`, whose one model call waits for the
+    event: the Stop button needs a run that is still running when it is clicked."""
+    from agentfs.testing import FakeAnthropicServer
+
+    gate = threading.Event()
+
+    def held(body: dict) -> dict:
+        assert gate.wait(120), "the test never let the model answer"
+        return {"text": "Reading the note.",
+                "tool_calls": [{"name": "read_file",
+                                "input": {"path": "notes/meeting-2026-11-30.md"}}]}
+
+    with FakeAnthropicServer() as fake:
+        fake.enqueue(held, {"text": "never asked for"})
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")  # the server inherits them
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        yield fake, gate
+
+
+@pytest.fixture
+def workspace_root(tmp_path: Path, fake_model) -> Path:
+    """What `agentfs demo` makes, plus trace `held` on the fake Anthropic server."""
+    root = tmp_path / "demo"
+    run_cli("demo", str(root), cwd=tmp_path)
+    run_cli("new", HELD_TRACE, "-m", "Read the meeting note.", "--model",
+            "anthropic:claude-test", cwd=root)
+    return root
+
+
+class Shots:
+    """One screenshot per button, numbered in the order clicked, in the test's folder."""
+
+    def __init__(self, tab, folder: Path) -> None:
+        self.tab, self.folder, self.taken = tab, folder, []
+        folder.mkdir()
+        print(f"screenshots: {folder}")
+
+    def take(self, name: str) -> None:
+        path = self.folder / f"{len(self.taken):02d}-{name}.png"
+        self.tab.screenshot(path=str(path), full_page=True)
+        self.taken.append(path)
+
+
+def _last_commit(root: Path) -> str:
+    return git(root, "log", "-1", "--format=%s").strip()
+
+
+def test_every_button_of_the_page_does_what_it_says_on_the_demo(
+        served: Served, page, fake_model, tmp_path):
+    fake, gate = fake_model
+    expect = sync_api.expect
+    root = served.root
+    shots = Shots(page, tmp_path / "screenshots")
+    seen: set[str] = set()
+    clicked: set[str] = set()
+
+    def click(name: str, locator) -> None:
+        seen.update(_button_names(page))
+        locator.click()
+        clicked.add(name)
+
+    page.goto(served.url + "#trace=demo")
+    expect(page.locator("#m-12.head")).to_contain_text("Done. I wrote notes/action-items.md")
+    expect(page.locator("#goal-tree")).to_contain_text("Turn the meeting notes into action items")
+    shots.take("demo")
+
+    page.fill("#message", "Which action is due first?")
+    click("send", page.locator("#send"))
+    expect(page.locator("#notice")).to_have_text("posted as #13")
+    expect(page.locator("#m-13.head.role-user")).to_contain_text("Which action is due first?")
+    assert _last_commit(root) == "demo: user #13 Which action is due first?"
+    shots.take("send")
+
+    click("run", page.locator("#run"))
+    expect(page.locator("#m-14.head.role-assistant")).to_contain_text(
+        "The action items are in notes/action-items.md")
+    expect(page.locator("#live-events")).to_contain_text("run finished: end_turn")
+    assert _last_commit(root).startswith("demo: assistant #14 Hello.")
+    shots.take("run")
+
+    page.fill("#message", "Now list the owners only.")
+    click("send-run", page.locator("#send-run"))
+    expect(page.locator("#m-16.head.role-assistant")).to_contain_text("The owners: Bo, Chen")
+    expect(page.locator("#m-15.role-user")).to_contain_text("Now list the owners only.")
+    assert git(root, "log", "-2", "--format=%s").splitlines() == [
+        "demo: assistant #16 The owners: Bo, Chen, and everyone for the comments…",
+        "demo: user #15 Now list the owners only."]
+    shots.take("send-run")
+
+    click("compress", page.locator("#compress"))
+    expect(page.locator("#notice")).to_have_text(
+        "compressed: summary #19 from agentfs/demo/compression-1")
+    summary = page.locator("#m-19")
+    expect(summary).to_have_class("msg role-user summary head")
+    expect(summary).to_contain_text("The user asked for the action items")
+    expect(page.locator("#m-12")).to_have_count(0)  # replaced, folded into the summary
+    assert _last_commit(root) == "demo: summary #19 from agentfs/demo/compression-1"
+    assert len(git(root, "log", "-1", "--format=%P").split()) == 2  # the branch merged
+    summary.locator("details.originals > summary").click()
+    expect(page.locator("#m-12")).to_contain_text("Done. I wrote")
+    shots.take("compress")
+
+    click("Rewind here", page.locator("#m-12 header .rewind"))
+    expect(page.locator("#notice")).to_have_text("head moved from #19 to #12")
+    expect(page.locator("#m-12")).to_have_class("msg role-assistant head")
+    expect(page.locator("#m-19")).to_have_count(0)  # off the path now, folded
+    assert _last_commit(root).startswith("demo: rewind #12 ")
+    shots.take("rewind")
+
+    page.goto(served.url + "#trace=held")
+    expect(page.locator("#trace-title")).to_have_text(HELD_TRACE)
+    expect(page.locator("#m-2.head")).to_contain_text("Read the meeting note.")
+    page.locator("#run").click()
+    try:  # a failure here must not leave the server's run waiting for the gate
+        fake.wait_for_requests(1, timeout=60)  # the run waits inside its model call
+        expect(page.locator("#trace-state")).to_contain_text("running")
+        click("stop", page.locator("#stop"))
+        expect(page.locator("#notice")).to_have_text("stopping after the current step")
+    finally:
+        gate.set()
+    expect(page.locator("#live-events")).to_contain_text("run finished: stopped")
+    expect(page.locator("#m-4.head.role-tool")).to_be_attached()  # the step finished
+    expect(page.locator("#trace-state")).to_have_text("idle · head #4")
+    assert len(fake.requests) == 1  # no model call after the stop
+    assert _last_commit(root).startswith("held: tool #4 ")
+    shots.take("stop")
+    seen.update(_button_names(page))
+
+    locked = start_server(root, "--token", "a-token-of-sixteen-chars",
+                          log=tmp_path / "locked.log")
+    try:
+        other = page.context.browser.new_page()  # a new tab: no token kept yet
+        other.goto(locked.url + "#trace=demo")
+        expect(other.locator("#token-form")).to_be_visible()
+        other.fill("#token-input", "a-token-of-sixteen-chars")
+        other.locator("#token-form button").click()
+        clicked.add("Use it")
+        expect(other.locator("#token-form")).to_be_hidden()
+        expect(other.locator("#traces")).to_contain_text("demo")
+        expect(other.locator("#m-12.head")).to_contain_text("Done. I wrote")
+        shots.tab = other
+        shots.take("use-token")
+        other.close()
+    finally:
+        assert stop_server(locked) == 0, (tmp_path / "locked.log").read_text()
+
+    assert seen == CLICKED, "the page shows a button this test does not click"
+    assert clicked == CLICKED
+    assert [p.name for p in shots.taken][1:] == [
+        f"{n:02d}-{name}.png" for n, name in enumerate(
+            ["send", "run", "send-run", "compress", "rewind", "stop", "use-token"], 1)]
+    assert_git_clean(root)
