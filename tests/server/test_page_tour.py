@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import assert_git_clean, git, run_cli
 from tests.server import test_page  # skips this module too without Chromium or Playwright
-from tests.server.conftest import Served, start_server, stop_server
+from tests.server.conftest import Served
 
 sync_api = test_page.sync_api
 page = test_page.page  # the browser tab, its script errors checked at the end
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(300)
 STATIC = Path(__file__).resolve().parents[2] / "agentfs" / "server" / "static"
 
 #: Every button of the page, by id or (without one) by label: what this test clicks.
-CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "stop", "Use it"}
+CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "stop"}
 
 #: The buttons scripts make, by label: one per `createElement("button")` in static/.
 MADE_BY_SCRIPT = {"Rewind here"}
@@ -121,6 +121,7 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
         locator.click()
         clicked.add(name)
 
+    test_page.log_in(page, served)  # the address `agentfs serve` printed
     page.goto(served.url + "#trace=demo")
     expect(page.locator("#m-12.head")).to_contain_text("Done. I wrote notes/action-items.md")
     expect(page.locator("#goal-tree")).to_contain_text("Turn the meeting notes into action items")
@@ -188,27 +189,9 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     shots.take("stop")
     seen.update(_button_names(page))
 
-    locked = start_server(root, "--token", "a-token-of-sixteen-chars",
-                          log=tmp_path / "locked.log")
-    try:
-        other = page.context.browser.new_page()  # a new tab: no token kept yet
-        other.goto(locked.url + "#trace=demo")
-        expect(other.locator("#token-form")).to_be_visible()
-        other.fill("#token-input", "a-token-of-sixteen-chars")
-        other.locator("#token-form button").click()
-        clicked.add("Use it")
-        expect(other.locator("#token-form")).to_be_hidden()
-        expect(other.locator("#traces")).to_contain_text("demo")
-        expect(other.locator("#m-12.head")).to_contain_text("Done. I wrote")
-        shots.tab = other
-        shots.take("use-token")
-        other.close()
-    finally:
-        assert stop_server(locked) == 0, (tmp_path / "locked.log").read_text()
-
     assert seen == CLICKED, "the page shows a button this test does not click"
     assert clicked == CLICKED
     assert [p.name for p in shots.taken][1:] == [
         f"{n:02d}-{name}.png" for n, name in enumerate(
-            ["send", "run", "send-run", "compress", "rewind", "stop", "use-token"], 1)]
+            ["send", "run", "send-run", "compress", "rewind", "stop"], 1)]
     assert_git_clean(root)
