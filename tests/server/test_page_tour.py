@@ -163,7 +163,7 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     expect(page.locator("#m-12")).to_contain_text("Done. I wrote")
     shots.take("compress")
 
-    click("Rewind here", page.locator("#m-12 header .rewind"))
+    click("Rewind here", page.locator("#m-12 > header .rewind"))
     expect(page.locator("#notice")).to_have_text("head moved from #19 to #12")
     expect(page.locator("#m-12")).to_have_class("msg role-assistant head")
     expect(page.locator("#m-19")).to_have_count(0)  # off the path now, folded

@@ -205,6 +205,9 @@
     }
   }
 
+  // Folds the person opened stay open when a live update draws the tree again.
+  const openFolds = new Set();
+
   function folded(cls, title, fill) {
     const details = document.createElement("details");
     details.className = cls;
@@ -212,10 +215,13 @@
     summary.textContent = title;
     const inner = document.createElement("div");
     details.append(summary, inner);
+    const key = state.trace + "\u0000" + cls + "\u0000" + title;
     let filled = false;
     details.addEventListener("toggle", () => {
+      if (details.open) openFolds.add(key); else openFolds.delete(key);
       if (details.open && !filled) { filled = true; fill(inner); }
     });
+    if (openFolds.has(key)) { filled = true; fill(inner); details.open = true; }
     return details;
   }
 
