@@ -38,11 +38,13 @@ def _settings() -> ProviderSettings:
 
 
 def _say_if_bash_is_not_sandboxed(project: Project) -> None:
-    """One line on stderr when bash is on and its commands are not sandboxed."""
+    """One line on stderr when bash is on and its commands are not sandboxed, or reach
+    the network."""
     from agentfs.tools.sandbox import choose_sandbox
 
     tools = project.config.tools
-    notice = choose_sandbox(tools.bash_sandbox).notice() if tools.bash else None
+    notice = (choose_sandbox(tools.bash_sandbox, tools.bash_network).notice()
+              if tools.bash else None)
     if notice:
         click.echo(notice, err=True)
 

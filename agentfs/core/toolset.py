@@ -57,7 +57,8 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
     if config.tools.bash:
         registry.add(bash_tool(
             config.tools.bash_timeout, config.tools.bash_output_limit, options.command_env,
-            sandbox=choose_sandbox(config.tools.bash_sandbox), read_only=config.tools.read_only,
+            sandbox=choose_sandbox(config.tools.bash_sandbox, config.tools.bash_network),
+            read_only=config.tools.read_only,
         ))
     if options.depth < config.max_delegation_depth:
         registry.add(delegate_tool(run_child))

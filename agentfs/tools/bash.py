@@ -18,7 +18,7 @@ from typing import Any
 from agentfs.store.git.ignore import not_ignored
 from agentfs.store.messages import workspace_path_problem
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
-from agentfs.tools.sandbox import INSTALL_HINT, Sandbox, choose_sandbox
+from agentfs.tools.sandbox import Sandbox, choose_sandbox
 from agentfs.tools.subprocesses import MINIMAL, run_command
 
 TOP_LEVEL_SKIPPED = {"traces"}
@@ -63,10 +63,7 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         if not isinstance(command, str) or not command.strip():
             raise ToolFailure("'command' must be a non-empty string")
         if chosen.refuses:
-            raise ToolFailure(
-                f"bash is set to run only in a sandbox (tools.bash_sandbox = \"bwrap\"), "
-                f"and {chosen.problem}; the person running agentfs can {INSTALL_HINT}"
-            )
+            raise ToolFailure(chosen.refusal())
         root = context.root.resolve()
         prefix = chosen.arguments(root, command_env, protected) if chosen.bwrap else []
         before = _snapshot(root)
@@ -100,8 +97,10 @@ def _where(sandbox: Sandbox, protected: tuple[str, ...]) -> str:
     """What the tool's description says about the sandbox."""
     if sandbox.bwrap is not None:
         kept = ", ".join([".git", *protected])
+        network = "It has no network." if sandbox.network == "none" else "It reaches the network."
         return (f"It runs in a sandbox: only the workspace can be changed, except {kept}; "
-                "/tmp and the home directory start empty and are discarded after each command.")
+                "/tmp and the home directory start empty and are discarded after each "
+                f"command. {network}")
     if sandbox.refuses:
         return f"It is unavailable: it must run in a sandbox, and {sandbox.problem}."
     return "It runs without a sandbox."
