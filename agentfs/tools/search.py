@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from agentfs.tools.base import ToolFailure
-from agentfs.tools.paths import GIT_DIR, open_regular
+from agentfs.tools.paths import GIT_DIR, open_folder, open_regular
 
 __all__ = [
     "MAX_GREP_BYTES",
@@ -38,13 +39,17 @@ MAX_GREP_READ_BYTES = 64 * 1024 * 1024
 
 class Walk:
     """Files below `base` in name order, without `.git` directories and symlinks
-    (they could lead outside), within `MAX_WALK_ENTRIES` and a deadline.
+    (they could lead outside), within `MAX_WALK_ENTRIES` and a deadline. Folders
+    are opened as the file tools open them (`agentfs/tools/paths.py:open_folder`)
+    and walked by descriptor (`os.fwalk`), so a folder swapped for a symlink
+    meanwhile is not followed.
 
     After the loop, `stopped` says why it ended early, and `timed_out` whether
     the deadline did it.
     """
 
-    def __init__(self, base: Path, deadline: float) -> None:
+    def __init__(self, root: Path, base: Path, deadline: float) -> None:
+        self.root = root
         self.base = base
         self.deadline = deadline
         self.stopped: str | None = None
@@ -52,18 +57,33 @@ class Walk:
 
     def __iter__(self) -> Iterator[Path]:
         seen = 0
-        for directory, dirnames, filenames in os.walk(self.base):
-            dirnames[:] = sorted(d for d in dirnames if d.casefold() != GIT_DIR)
-            seen += len(dirnames) + len(filenames)
-            if seen > MAX_WALK_ENTRIES:
-                self.stopped = f"stopped after looking at {MAX_WALK_ENTRIES:,} entries"
-                return
-            for name in sorted(filenames):
-                if time.monotonic() > self.deadline:
-                    self.stopped, self.timed_out = "stopped at the time limit", True
+        shown = self.base.relative_to(self.root).as_posix()
+        try:
+            base_fd = open_folder(self.root, self.base, shown)
+        except FileNotFoundError:
+            raise ToolFailure(f"{shown}: no such folder") from None
+        try:
+            for directory, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=base_fd):
+                dirnames[:] = sorted(d for d in dirnames if d.casefold() != GIT_DIR)
+                seen += len(dirnames) + len(filenames)
+                if seen > MAX_WALK_ENTRIES:
+                    self.stopped = f"stopped after looking at {MAX_WALK_ENTRIES:,} entries"
                     return
-                if not os.path.islink(os.path.join(directory, name)):
-                    yield Path(directory) / name
+                for name in sorted(filenames):
+                    if time.monotonic() > self.deadline:
+                        self.stopped, self.timed_out = "stopped at the time limit", True
+                        return
+                    if not _is_link(dir_fd, name):
+                        yield Path(os.path.normpath(self.base / directory / name))
+        finally:
+            os.close(base_fd)
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return True  # gone: skipped as a link would be
 
 
 def glob_match(rel: str, pattern: str) -> bool:
@@ -88,10 +108,10 @@ class Search:
         self.notes: list[str] = []
         self.full: str | None = None  # why the result is complete
 
-    def file(self, path: Path, rel: str) -> bool:
-        """Search one file; False when the search must stop."""
+    def file(self, root: Path, path: Path, rel: str) -> bool:
+        """Search one file of the workspace `root`; False when the search must stop."""
         try:
-            with open_regular(path, rel) as file:
+            with open_regular(root, path, rel) as file:
                 size = os.fstat(file.fileno()).st_size
                 if size > MAX_GREP_FILE_BYTES:
                     self.too_big += 1
