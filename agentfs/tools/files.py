@@ -386,11 +386,9 @@ class _FileTools:
         root = context.root.resolve()
         search = Search(pattern, time.monotonic() + self.timeout, self.timeout)
         walk = Walk(root, base, search.deadline)
-        for path in [base] if base.is_file() else walk:
-            if path is not base and not glob_match(path.relative_to(base).as_posix(), file_glob):
-                continue
-            if not search.file(root, path, path.relative_to(root).as_posix()):
-                break
+        files = [base] if base.is_file() else (
+            path for path in walk if glob_match(path.relative_to(base).as_posix(), file_glob))
+        search.run(root, files)
         if walk.timed_out:
             raise search.timed_out()
         if walk.stopped:
