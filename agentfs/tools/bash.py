@@ -22,7 +22,7 @@ from agentfs.store.git.ignore import not_ignored
 from agentfs.store.messages import workspace_path_problem
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
 from agentfs.tools.sandbox import Sandbox, choose_sandbox
-from agentfs.tools.subprocesses import MINIMAL, Limits, run_command
+from agentfs.tools.subprocesses import MINIMAL, NO_LIMITS, Limits, run_command
 
 TOP_LEVEL_SKIPPED = {"traces"}
 CUT_HINT = "send the output to a file and read it in parts with read_file offset/limit"
@@ -54,7 +54,7 @@ def bash_limits(tools: ToolsConfig) -> Limits:
 
 def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None = None, *,
               sandbox: Sandbox | None = None, read_only: Iterable[str] = (),
-              limits: Limits = Limits()) -> Tool:
+              limits: Limits = NO_LIMITS) -> Tool:
     """The `bash` tool.
 
     Args:

@@ -123,14 +123,14 @@ class Search:
         Raises:
             ToolFailure: the deadline passed.
         """
-        failure: list[BaseException] = []
+        failure: list[Exception] = []
 
         def work() -> None:
             try:
                 for path in files:
                     if not self.file(root, path, path.relative_to(root).as_posix()):
                         break
-            except BaseException as exc:  # handed to the caller below
+            except Exception as exc:  # noqa: BLE001 - raised again in the calling thread
                 failure.append(exc)
 
         worker = threading.Thread(target=work, name="agentfs-grep", daemon=True)

@@ -10,7 +10,6 @@ wrote.
 from __future__ import annotations
 
 import os
-import resource
 import selectors
 import signal
 import subprocess
@@ -53,12 +52,22 @@ class Limits:
     file_size: int | None = None
     output: int | None = None
 
-    def apply(self) -> None:
-        """Set the limits on this process: called in the child before it runs the command."""
-        for which, value in ((resource.RLIMIT_AS, self.memory),
-                             (resource.RLIMIT_FSIZE, self.file_size)):
-            if value is not None:
-                resource.setrlimit(which, (value, value))
+    def ulimit(self) -> str:
+        """The `ulimit` options that set these limits in bash, soft and hard (a command
+        cannot raise them again), or "" for none. RLIMIT_NPROC counts every process
+        of the user, so `processes` is added to those running now."""
+        options = []
+        if self.memory is not None:
+            options.append(f"-v {self.memory // 1024}")  # bash counts KiB
+        if self.file_size is not None:
+            options.append(f"-f {self.file_size // 1024}")  # and 1024-byte blocks
+        nproc = _nproc_limit(self.processes)
+        if nproc is not None:
+            options.append(f"-u {nproc}")
+        return " ".join(options)
+
+
+NO_LIMITS = Limits()
 
 
 @dataclass
@@ -70,7 +79,7 @@ class Completed:
 
 def run_command(
     command: str, *, cwd: Path, timeout: float, env: Mapping[str, str] | None = None,
-    sandbox: Sequence[str] = (), limits: Limits = Limits(),
+    sandbox: Sequence[str] = (), limits: Limits = NO_LIMITS,
 ) -> Completed:
     """`bash -c command` in its own process group; stdout and stderr together.
 
@@ -81,22 +90,18 @@ def run_command(
     `sandbox` is a command line that runs what follows it in a sandbox
     (`agentfs/tools/sandbox.py:Sandbox.arguments`); it gets the same environment.
     """
-    nproc = _nproc_limit(limits.processes)
-
-    def preexec() -> None:  # in the child, between fork and exec
-        limits.apply()
-        if nproc is not None:
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-
+    options = limits.ulimit()
+    # the limits are set by the shell that then runs the command (inside the sandbox,
+    # so bwrap itself is not limited): its line numbers in errors stay the command's
+    shell = ["bash", "-c", f'ulimit {options} || exit 125; exec bash -c "$1"', "bash", command]
     proc = subprocess.Popen(
-        [*sandbox, "bash", "-c", command],
+        [*sandbox, *(shell if options else ["bash", "-c", command])],
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=dict(env) if env is not None else MINIMAL,
         start_new_session=True,
-        preexec_fn=preexec,
     )
     try:
         output, dropped, timed_out = _collect(proc, time.monotonic() + timeout, limits.output)

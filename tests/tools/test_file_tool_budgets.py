@@ -100,10 +100,9 @@ class _Stalled:
         self.release = threading.Event()
         self.started = threading.Event()
 
-    def search(self, line, timeout=None, concurrent=None):
+    def search(self, line, timeout=None, concurrent=None) -> None:
         self.started.set()
         self.release.wait(timeout=120)
-        return None
 
 
 def test_grep_ends_at_its_deadline_by_the_clock_even_when_the_search_gets_no_cpu(ctx):
