@@ -62,8 +62,24 @@ class ToolsConfig(BaseModel):
     bash_output_limit: int = Field(default=30_000, ge=100, description="Characters of output kept")
     bash_sandbox: Literal["auto", "bwrap", "none"] = Field(
         default="auto",
-        description="auto: run bash in a bubblewrap sandbox when `bwrap` works here, else "
-        "say so at start; bwrap: refuse to run bash without it; none: no sandbox",
+        description="auto or bwrap: run bash only in a bubblewrap sandbox, and refuse bash "
+        "calls where `bwrap` does not work; none: no sandbox (said at start)",
+    )
+    bash_max_processes: int = Field(
+        default=256, ge=1,
+        description="Processes and threads a bash command may start (not applied when "
+        "agentfs runs as root: the kernel exempts root)",
+    )
+    bash_max_memory_mb: int = Field(
+        default=8192, ge=64, description="Address space of each process of a bash command, in MB"
+    )
+    bash_max_file_mb: int = Field(
+        default=1024, ge=1, description="Largest file a bash command may write, in MB"
+    )
+    bash_network: Literal["none", "host"] = Field(
+        default="none",
+        description="none: sandboxed commands have no network; host: they share the "
+        "machine's, loopback services (agentfs serve) included (said at start)",
     )
     read_only: list[str] = Field(
         default_factory=lambda: list(DEFAULT_READ_ONLY),

@@ -59,7 +59,8 @@ def _start_notices(project: Project) -> dict[str, Any]:
     verdict = judge(project.config, trusted)
     for notice in (
         untrusted_notice(verdict, project.workspace.root, changed=trusted is not None),
-        choose_sandbox(verdict.config.tools.bash_sandbox).notice()
+        choose_sandbox(verdict.config.tools.bash_sandbox,
+                       verdict.config.tools.bash_network).notice()
         if verdict.config.tools.bash else None,
     ):
         if notice:

@@ -13,7 +13,7 @@ from agentfs.skills import SkillCatalog
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 from agentfs.tools import ToolRegistry
-from agentfs.tools.bash import bash_tool
+from agentfs.tools.bash import bash_limits, bash_tool
 from agentfs.tools.files import file_tools
 from agentfs.tools.plugins import plugin_tools
 from agentfs.tools.sandbox import choose_sandbox
@@ -61,7 +61,8 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
     if config.tools.bash:
         registry.add(bash_tool(
             config.tools.bash_timeout, config.tools.bash_output_limit, options.command_env,
-            sandbox=choose_sandbox(config.tools.bash_sandbox), read_only=config.tools.read_only,
+            sandbox=choose_sandbox(config.tools.bash_sandbox, config.tools.bash_network),
+            read_only=config.tools.read_only, limits=bash_limits(config.tools),
         ))
     if options.depth < config.max_delegation_depth:
         registry.add(delegate_tool(run_child))

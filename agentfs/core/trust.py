@@ -98,6 +98,13 @@ def workspace_commands(config: WorkspaceConfig) -> list[WorkspaceCommand]:
             'the model\'s bash commands run unsandboxed (tools.bash_sandbox = "none")',
             {"bash": True, "bash_sandbox": "none"},
         ))
+    if tools.bash and tools.bash_network == "host":
+        commands.append(WorkspaceCommand(
+            "tools.bash_network", "bash with the network",
+            'the model\'s bash commands reach the network and this machine\'s loopback '
+            'services (tools.bash_network = "host")',
+            {"bash": True, "bash_network": "host"},
+        ))
     return commands
 
 
@@ -127,14 +134,15 @@ class Verdict:
 def judge(config: WorkspaceConfig, trusted: str | None) -> Verdict:
     """`config` as runs use it when the person trusted the fingerprint `trusted`
     (None: nothing): unchanged if it runs nothing or its fingerprint is `trusted`;
-    else without context hooks and with the bash sandbox at its default (`auto`),
-    as if the file did not declare them."""
+    else without context hooks and with the bash sandbox and its network at their
+    defaults (`auto`, `none`), as if the file did not declare them."""
     commands = workspace_commands(config)
     if not commands or fingerprint(commands) == trusted:
         return Verdict(config)
-    tools = config.tools
-    if tools.bash_sandbox == "none":
-        tools = tools.model_copy(update={"bash_sandbox": "auto"})
+    tools = config.tools.model_copy(update={"bash_sandbox": "auto"} if config.tools.bash_sandbox
+                                    == "none" else {})
+    if tools.bash_network == "host":
+        tools = tools.model_copy(update={"bash_network": "none"})
     return Verdict(config.model_copy(update={"context_hooks": [], "tools": tools}),
                    tuple(commands))
 

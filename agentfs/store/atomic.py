@@ -72,6 +72,51 @@ def _write_via(tmp: Path, path: Path, data: bytes, sync_dir: bool) -> None:
         fsync_dir(path.parent)
 
 
+def atomic_write_at(dir_fd: int, name: str, data: bytes, *, tmp_dir: Path | None = None) -> None:
+    """`atomic_write` of the file `name` in the open folder `dir_fd`: the file
+    replaced is the one in that folder, wherever its path leads by now.
+
+    The temp file is made in `tmp_dir` when given and on the same file system,
+    else beside the file (a hidden name), never through a symlink.
+    """
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else 0o644
+    except FileNotFoundError:
+        mode = 0o644
+    temp = _temp_name(Path(name))
+    if tmp_dir is not None:
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp_fd = os.open(tmp_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            _write_at(tmp_fd, temp, dir_fd, name, data, mode)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:  # another filesystem: fall back to a temp beside it
+                raise
+        finally:
+            os.close(tmp_fd)
+    _write_at(dir_fd, "." + temp, dir_fd, name, data, mode)
+
+
+def _write_at(tmp_fd: int, temp: str, dir_fd: int, name: str, data: bytes, mode: int) -> None:
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=tmp_fd)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.rename(temp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        os.unlink(temp, dir_fd=tmp_fd)
+        raise
+
+
 def open_creating(path: Path, flags: int, mode: int = 0o644) -> int:
     """`os.open` with `os.O_CREAT`, making the missing parent folders on the way."""
     try:

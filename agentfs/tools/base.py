@@ -15,7 +15,7 @@ from typing import Any
 
 from agentfs.errors import AgentfsError
 from agentfs.models.base import ToolSpec
-from agentfs.store.atomic import atomic_write
+from agentfs.store.atomic import atomic_write, atomic_write_at
 from agentfs.store.frontmatter import FrontmatterError, check_depth
 from agentfs.store.messages import MAX_MESSAGE_BYTES
 
@@ -95,12 +95,17 @@ class ToolContext:
     tmp_dir: Path | None = None
     before_change: Callable[[str], None] | None = None
 
-    def write(self, path: Path, data: bytes) -> None:
-        """Atomically replace a workspace file, recording it as changed."""
+    def write(self, path: Path, data: bytes, dir_fd: int | None = None) -> None:
+        """Atomically replace a workspace file, recording it as changed. With `dir_fd`,
+        the file replaced is `path.name` in that open folder, wherever `path` leads
+        by now (`agentfs/tools/paths.py:confined_dir`)."""
         rel = path.relative_to(self.root.resolve()).as_posix()
         if self.before_change is not None:
             self.before_change(rel)
-        atomic_write(path, data, tmp_dir=self.tmp_dir)
+        if dir_fd is None:
+            atomic_write(path, data, tmp_dir=self.tmp_dir)
+        else:
+            atomic_write_at(dir_fd, path.name, data, tmp_dir=self.tmp_dir)
         self.changed.add(rel)
 
 

@@ -10,16 +10,19 @@ the step's commit.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import signal
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from agentfs.config import ToolsConfig
 from agentfs.store.git.ignore import not_ignored
 from agentfs.store.messages import workspace_path_problem
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
-from agentfs.tools.sandbox import INSTALL_HINT, Sandbox, choose_sandbox
-from agentfs.tools.subprocesses import MINIMAL, run_command
+from agentfs.tools.sandbox import Sandbox, choose_sandbox
+from agentfs.tools.subprocesses import MINIMAL, NO_LIMITS, Limits, run_command
 
 TOP_LEVEL_SKIPPED = {"traces"}
 CUT_HINT = "send the output to a file and read it in parts with read_file offset/limit"
@@ -43,34 +46,43 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return files
 
 
+def bash_limits(tools: ToolsConfig) -> Limits:
+    """The limits of a bash command that `[tools]` in agentfs.toml sets."""
+    return Limits(processes=tools.bash_max_processes, memory=tools.bash_max_memory_mb * 2**20,
+                  file_size=tools.bash_max_file_mb * 2**20)
+
+
 def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None = None, *,
-              sandbox: Sandbox | None = None, read_only: Iterable[str] = ()) -> Tool:
+              sandbox: Sandbox | None = None, read_only: Iterable[str] = (),
+              limits: Limits = NO_LIMITS) -> Tool:
     """The `bash` tool.
 
     Args:
-      timeout: Seconds before a command, with its whole process group, is killed.
+      timeout: Seconds before a command, with everything it started, is killed.
       output_limit: Characters of output kept.
       env: The whole environment commands see (default: a PATH).
       sandbox: Where commands run (default: `choose_sandbox("auto")`).
       read_only: Workspace paths a sandboxed command cannot change besides `.git`.
+      limits: Processes, memory and file size a command may use (the output read is
+        bounded by `output_limit`); they apply with or without a sandbox.
     """
     chosen = sandbox if sandbox is not None else choose_sandbox("auto")
     command_env = dict(env) if env is not None else dict(MINIMAL)
     protected = tuple(read_only)
+    # a character is at most 4 bytes of UTF-8: enough bytes are kept to cut at output_limit
+    bounded = dataclasses.replace(limits, output=4 * output_limit + 4)
 
     def run(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
         command = arguments.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ToolFailure("'command' must be a non-empty string")
         if chosen.refuses:
-            raise ToolFailure(
-                f"bash is set to run only in a sandbox (tools.bash_sandbox = \"bwrap\"), "
-                f"and {chosen.problem}; the person running agentfs can {INSTALL_HINT}"
-            )
+            raise ToolFailure(chosen.refusal())
         root = context.root.resolve()
         prefix = chosen.arguments(root, command_env, protected) if chosen.bwrap else []
         before = _snapshot(root)
-        done = run_command(command, cwd=root, timeout=timeout, env=command_env, sandbox=prefix)
+        done = run_command(command, cwd=root, timeout=timeout, env=command_env, sandbox=prefix,
+                           limits=bounded)
         after = _snapshot(root)
         changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
         # a name the message format refuses (a backslash, `.Git/`) is left uncommitted
@@ -79,29 +91,55 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         if done.returncode is None:
             status, failed = f"killed after {timeout:g}s (timeout)", True
         else:
-            status, failed = f"exit status {done.returncode}", done.returncode != 0
+            status, failed = _status(done.returncode, limits), done.returncode != 0
         text = done.output.decode("utf-8", "replace")
-        if len(text) > output_limit:
-            rest = len(text[output_limit:].encode("utf-8"))
+        if len(text) > output_limit or done.dropped:
+            rest = len(text[output_limit:].encode("utf-8")) + done.dropped
             text = f"{text[:output_limit]}\n{cut_marker(rest, CUT_HINT)}"
         return ToolResult(f"{text.rstrip()}\n[{status}]".lstrip("\n"), is_error=failed)
 
     return Tool(
         "bash",
         f"Run a bash command in the workspace root (timeout {timeout:g}s; output over "
-        f"{output_limit} characters is cut). Files it changes are committed with the step. "
+        f"{output_limit} characters is cut{_limited(limits)}). Files it changes are "
+        "committed with the step. "
         + _where(chosen, protected),
         schema({"command": {"type": "string"}}, ["command"]),
         run,
     )
 
 
+def _limited(limits: Limits) -> str:
+    said = []
+    if limits.processes is not None:
+        said.append(f"at most {limits.processes} processes")
+    if limits.memory is not None:
+        said.append(f"{limits.memory // 2**20} MB of memory per process")
+    if limits.file_size is not None:
+        said.append(f"files of at most {limits.file_size // 2**20} MB")
+    return "; " + ", ".join(said) if said else ""
+
+
+def _status(returncode: int, limits: Limits) -> str:
+    """`exit status N`, and which limit ended the command when a signal says so."""
+    number = -returncode if returncode < 0 else returncode - 128
+    said = f"exit status {returncode}"
+    if number == signal.SIGXFSZ and limits.file_size is not None:
+        return (f"{said}: a process was stopped at the file size limit of "
+                f"{limits.file_size // 2**20} MB (tools.bash_max_file_mb)")
+    if number == signal.SIGKILL and returncode != 0:
+        return f"{said}: a process was killed (SIGKILL; out of memory?)"
+    return said
+
+
 def _where(sandbox: Sandbox, protected: tuple[str, ...]) -> str:
     """What the tool's description says about the sandbox."""
     if sandbox.bwrap is not None:
         kept = ", ".join([".git", *protected])
+        network = "It has no network." if sandbox.network == "none" else "It reaches the network."
         return (f"It runs in a sandbox: only the workspace can be changed, except {kept}; "
-                "/tmp and the home directory start empty and are discarded after each command.")
+                "/tmp and the home directory start empty and are discarded after each "
+                f"command. {network}")
     if sandbox.refuses:
         return f"It is unavailable: it must run in a sandbox, and {sandbox.problem}."
     return "It runs without a sandbox."

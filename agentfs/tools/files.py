@@ -30,8 +30,10 @@ from agentfs.tools.paths import (
     FILE_TOOL_TIMEOUT,
     WritePolicy,
     change_lock,
+    confined_dir,
     is_git_path,
     open_regular,
+    open_regular_at,
     resolve_path,
 )
 from agentfs.tools.search import (
@@ -102,10 +104,11 @@ def _digest(data: bytes) -> bytes:
 # --- reading files safely --------------------------------------------------------------
 
 
-def _read_for_change(path: Path, raw: str) -> bytes | None:
-    """The bytes of a file `edit_file` or an append is about to change; None if it is missing."""
+def _read_for_change(parent: int, name: str, raw: str) -> bytes | None:
+    """The bytes of the file `name` of the open folder `parent` that `edit_file` or an
+    append is about to change; None if it is missing."""
     try:
-        file = open_regular(path, raw)
+        file = open_regular_at(parent, name, raw)
     except FileNotFoundError:
         return None
     with file:
@@ -256,7 +259,7 @@ class _FileTools:
         offset = _line_number(arguments, "offset") or 1
         limit = _line_number(arguments, "limit")
         try:
-            file = open_regular(path, raw)
+            file = open_regular(context.root, path, raw)
         except FileNotFoundError:
             raise ToolFailure(f"{raw}: no such file") from None
         with file:
@@ -293,15 +296,16 @@ class _FileTools:
                            "next part.")
         if path.is_dir():
             raise ToolFailure(f"{raw}: is a directory")
-        with change_lock(context.root, path, self.timeout):
-            before = _read_for_change(path, raw) if arguments.get("append") else None
+        with (change_lock(context.root, path, self.timeout),
+              confined_dir(context.root, path, raw, create=True) as (parent, name)):
+            before = _read_for_change(parent, name, raw) if arguments.get("append") else None
             if before is not None:
                 whole = before + data
-                context.write(path, whole)
+                context.write(path, whole, parent)
                 self._note_change(context, path, before, whole)
                 return f"appended {len(data)} bytes to {raw} (now {len(whole)} bytes)"
             existed = path.exists()
-            context.write(path, data)
+            context.write(path, data, parent)
             self._note_change(context, path, None, data)
         verb = "overwrote" if existed else "created"
         return f"{verb} {raw} ({len(data)} bytes)"
@@ -319,8 +323,16 @@ class _FileTools:
             raise _too_big("old_text and new_text together are", carried,
                            "Make several smaller edits.")
         replace_all = bool(arguments.get("replace_all", False))
-        with change_lock(context.root, path, self.timeout):
-            before = _read_for_change(path, raw)
+        try:
+            return self._edit(context, path, raw, old, new, replace_all)
+        except FileNotFoundError:  # a folder on the way is missing
+            raise ToolFailure(f"{raw}: no such file") from None
+
+    def _edit(self, context: ToolContext, path: Path, raw: str, old: str, new: str,
+              replace_all: bool) -> str:
+        with (change_lock(context.root, path, self.timeout),
+              confined_dir(context.root, path, raw) as (parent, name)):
+            before = _read_for_change(parent, name, raw)
             if before is None:
                 raise ToolFailure(f"{raw}: no such file")
             known = self._last_seen(context, path)
@@ -338,7 +350,7 @@ class _FileTools:
                 raise ToolFailure(f"{raw}: old_text occurs {count} times; "
                                   "add context to make it unique or set replace_all")
             after = text.replace(old, new).encode("utf-8")
-            context.write(path, after)
+            context.write(path, after, parent)
             self._note_change(context, path, before, after)
         return f"edited {raw} ({count if replace_all else 1} replacement(s))"
 
@@ -348,7 +360,7 @@ class _FileTools:
         if not base.is_dir():
             raise ToolFailure(f"{arguments.get('path')}: not a directory")
         root = context.root.resolve()
-        walk = Walk(base, time.monotonic() + self.timeout)
+        walk = Walk(root, base, time.monotonic() + self.timeout)
         matches = [
             p.relative_to(root).as_posix()
             for p in walk
@@ -373,12 +385,10 @@ class _FileTools:
         file_glob = _text_arg(arguments, "glob", required=False) or "**/*"
         root = context.root.resolve()
         search = Search(pattern, time.monotonic() + self.timeout, self.timeout)
-        walk = Walk(base, search.deadline)
-        for path in [base] if base.is_file() else walk:
-            if path is not base and not glob_match(path.relative_to(base).as_posix(), file_glob):
-                continue
-            if not search.file(path, path.relative_to(root).as_posix()):
-                break
+        walk = Walk(root, base, search.deadline)
+        files = [base] if base.is_file() else (
+            path for path in walk if glob_match(path.relative_to(base).as_posix(), file_glob))
+        search.run(root, files)
         if walk.timed_out:
             raise search.timed_out()
         if walk.stopped:

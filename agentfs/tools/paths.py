@@ -1,9 +1,15 @@
 """Where the file tools may go: paths confined to the workspace (no `.git`), the
 control folders read-only (`[tools] read_only`), one writer per file at a time,
-and files opened without surprises (regular files only)."""
+and files opened without surprises: regular files only, and exactly the path
+that was checked. A path is checked with its symlinks resolved
+(`resolve_path`), then opened one component at a time from the workspace root
+without following any symlink (`confined_dir`): a symlink swapped in between
+the check and the open (by a bash command running beside the tools, say) makes
+the call fail instead of leading it outside."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import io
@@ -28,8 +34,11 @@ __all__ = [
     "GIT_DIR",
     "WritePolicy",
     "change_lock",
+    "confined_dir",
     "is_git_path",
+    "open_folder",
     "open_regular",
+    "open_regular_at",
     "resolve_path",
 ]
 
@@ -172,14 +181,97 @@ def change_lock(root: Path, path: Path, timeout: float = FILE_TOOL_TIMEOUT) -> I
 
 # --- opening files -------------------------------------------------------------------
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 
-def open_regular(path: Path, raw: str) -> io.BufferedReader:
-    """`path` opened for reading. A directory, FIFO or device is refused: a FIFO
-    would block the run forever. A missing file raises `FileNotFoundError`."""
+
+def _swapped(raw: str) -> ToolFailure:
+    return ToolFailure(f"{raw}: changed while it was being opened (a symlink took the place "
+                       "of a folder or file on its way); try again")
+
+
+def _open_child_dir(parent: int, name: str, raw: str, create: bool) -> int:
+    """The folder `name` of the open folder `parent`, never through a symlink."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        if not create:
+            raise
+        try:
+            os.mkdir(name, dir_fd=parent)
+        except FileExistsError:  # made meanwhile: opened below, if it is a real folder
+            pass
+        return _open_child_dir(parent, name, raw, create=False)
+    except NotADirectoryError:  # O_DIRECTORY says this of a symlink too
+        if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            raise _swapped(raw) from None
+        raise FileNotFoundError(errno.ENOENT, f"{name} is not a folder") from None
+
+
+def _parts(root: Path, path: Path) -> tuple[str, ...]:
+    return path.relative_to(root).parts
+
+
+@contextmanager
+def confined_dir(root: Path, path: Path, raw: str, *,
+                 create: bool = False) -> Iterator[tuple[int, str]]:
+    """The folder holding `path`, open, and the name of `path` in it.
+
+    Args:
+        root: The workspace root; trusted, so followed if it is a symlink.
+        path: A path `resolve_path` checked: resolved, inside `root`.
+        raw: The path as the model gave it, for errors.
+        create: Make the missing folders on the way.
+
+    Yields:
+        (folder descriptor, name); the name is `.` for the root itself.
+
+    Raises:
+        ToolFailure: a folder on the way is now a symlink.
+        FileNotFoundError: a folder on the way is missing, or not a folder.
+    """
+    root = root.resolve()
+    parts = _parts(root, path)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            child = _open_child_dir(fd, part, raw, create)
+            os.close(fd)
+            fd = child
+        yield fd, parts[-1] if parts else "."
+    finally:
+        os.close(fd)
+
+
+def open_folder(root: Path, path: Path, raw: str) -> int:
+    """The folder `path` (checked by `resolve_path`), opened as `confined_dir` opens
+    folders; the caller closes the descriptor."""
+    with confined_dir(root, path, raw) as (parent, name):
+        if name == ".":
+            return os.dup(parent)
+        return _open_child_dir(parent, name, raw, create=False)
+
+
+def open_regular(root: Path, path: Path, raw: str) -> io.BufferedReader:
+    """`path` (checked by `resolve_path`) opened for reading, exactly that file: a
+    symlink swapped in on its way is refused (`confined_dir`). A directory, FIFO or
+    device is refused too: a FIFO would block the run forever. A missing file
+    raises `FileNotFoundError`."""
+    with confined_dir(root, path, raw) as (parent, name):
+        return open_regular_at(parent, name, raw)
+
+
+def open_regular_at(parent: int, name: str, raw: str) -> io.BufferedReader:
+    """The regular file `name` of the open folder `parent` (from `confined_dir`),
+    opened for reading as `open_regular` opens it."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
     except NotADirectoryError:
-        raise FileNotFoundError(path) from None
+        raise FileNotFoundError(errno.ENOENT, name) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink
+            raise _swapped(raw) from None
+        raise
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)

@@ -6,10 +6,12 @@ read them from `/proc/<agentfs pid>/environ` or from files in the home
 directory. In the sandbox it sees only its own processes (a new PID namespace
 with its own `/proc`), an empty home directory and an empty private `/tmp`;
 the rest of the file system is read-only, except the workspace, where `.git`
-and the control folders stay read-only. The network is shared with the host.
+and the control folders stay read-only. It has no network (a network namespace
+of its own, with only a loopback nobody listens on), so it cannot reach agentfs's
+own API nor other services of the machine, unless `[tools] bash_network = "host"`.
 
-Where bubblewrap does not work, `auto` runs commands without a sandbox and
-says so (`Sandbox.notice`); `bwrap` refuses to run them.
+Where bubblewrap does not work, bash calls are refused with how to install it
+(`Sandbox.refuses`), unless the person chose `bash_sandbox = "none"`.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["INSTALL_HINT", "Sandbox", "SandboxMode", "choose_sandbox"]
+__all__ = ["INSTALL_HINT", "NetworkMode", "Sandbox", "SandboxMode", "choose_sandbox"]
 
 #: `tools.bash_sandbox` in agentfs.toml.
 SandboxMode = Literal["auto", "bwrap", "none"]
+#: `tools.bash_network` in agentfs.toml: none, or the host's network (loopback included).
+NetworkMode = Literal["none", "host"]
 
 INSTALL_HINT = "install bubblewrap (Debian and Ubuntu: `apt-get install bubblewrap`)"
 
@@ -41,36 +45,47 @@ _ISOLATION = (
     "--tmpfs", "/tmp",
     "--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
 )
+_NO_NETWORK = ("--unshare-net",)
 _PROBE_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
 class Sandbox:
-    """How bash commands run: in bubblewrap at `bwrap`, or, when it is None, without
-    a sandbox because of `problem` (or because `mode` is `none`)."""
+    """How bash commands run: in bubblewrap at `bwrap`, or, when it is None, not at
+    all because of `problem` (or without a sandbox, when `mode` is `none`).
+    `network` is what a sandboxed command may reach."""
 
     mode: SandboxMode
     bwrap: str | None = None
     problem: str | None = None
+    network: NetworkMode = "none"
 
     @property
     def refuses(self) -> bool:
-        """Commands must not run: a sandbox is required and there is none."""
-        return self.mode == "bwrap" and self.bwrap is None
+        """Commands must not run: a sandbox is required (any mode but `none`) and there is none."""
+        return self.mode != "none" and self.bwrap is None
+
+    def refusal(self) -> str:
+        """Why a bash call is refused, and what the person running agentfs can do."""
+        return (f"bash runs only in a sandbox (tools.bash_sandbox = \"{self.mode}\"), and "
+                f"{self.problem}; the person running agentfs can {INSTALL_HINT}, or set "
+                "tools.bash_sandbox = \"none\" in agentfs.toml to run commands without one")
 
     def notice(self) -> str | None:
-        """One line for a person starting a run with bash on; None when commands are sandboxed."""
-        if self.bwrap is not None:
-            return None
+        """One line for a person starting a run with bash on, or None: commands run
+        sandboxed, without a network."""
         if self.mode == "none":
             return ("bash commands run without a sandbox (tools.bash_sandbox = \"none\"): "
-                    "they can read whatever your user can, API keys included")
+                    "they can read whatever your user can, API keys included, and reach "
+                    "the network, services on this machine included")
         if self.refuses:
-            return (f"bash commands will fail: tools.bash_sandbox = \"bwrap\" but {self.problem}; "
-                    f"{INSTALL_HINT}")
-        return (f"bash commands run without a sandbox ({self.problem}): they can read whatever "
-                f"your user can, API keys included; {INSTALL_HINT}, or set "
-                "tools.bash_sandbox = \"none\" to say that is intended")
+            return (f"bash commands will fail: they run only in a sandbox and {self.problem}; "
+                    f"{INSTALL_HINT}, or set tools.bash_sandbox = \"none\" in agentfs.toml")
+        if self.network == "host":
+            return ("bash commands reach the host's network (tools.bash_network = \"host\"), "
+                    "loopback included: services on this machine, such as `agentfs serve`, "
+                    "answer them")
+        return None
 
     def arguments(self, root: Path, env: Mapping[str, str],
                   read_only: Iterable[str] = ()) -> list[str]:
@@ -88,7 +103,7 @@ class Sandbox:
         """
         if self.bwrap is None:
             raise ValueError("no bubblewrap to run commands in")
-        args = [self.bwrap, *_ISOLATION]
+        args = [self.bwrap, *_isolation(self.network)]
         for hidden in _private_dirs(env):
             args += ["--tmpfs", hidden]
         args += ["--bind", str(root), str(root)]
@@ -100,23 +115,28 @@ class Sandbox:
 
 
 @functools.cache
-def choose_sandbox(mode: SandboxMode) -> Sandbox:
-    """The sandbox for `mode`; whether bubblewrap works is probed once per process."""
+def choose_sandbox(mode: SandboxMode, network: NetworkMode = "none") -> Sandbox:
+    """The sandbox for `mode` and `network`; whether bubblewrap works is probed once
+    per process."""
     if mode == "none":
-        return Sandbox(mode)
-    bwrap, problem = _probe()
-    return Sandbox(mode, bwrap, problem)
+        return Sandbox(mode, network="host")
+    bwrap, problem = _probe(network)
+    return Sandbox(mode, bwrap, problem, network)
+
+
+def _isolation(network: NetworkMode) -> tuple[str, ...]:
+    return _ISOLATION + (_NO_NETWORK if network == "none" else ())
 
 
 @functools.cache
-def _probe() -> tuple[str | None, str | None]:
+def _probe(network: NetworkMode) -> tuple[str | None, str | None]:
     """(path of a working `bwrap`, None), or (None, why there is none)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "`bwrap` is not installed"
     try:
         done = subprocess.run(
-            [bwrap, *_ISOLATION, "true"], stdin=subprocess.DEVNULL,
+            [bwrap, *_isolation(network), "true"], stdin=subprocess.DEVNULL,
             capture_output=True, timeout=_PROBE_TIMEOUT, env={}, check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:

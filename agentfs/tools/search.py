@@ -1,18 +1,26 @@
 """Walking the workspace and searching it (`list_files`, `grep`), within limits of
 entries, bytes, matches and time. Patterns run on the `regex` package, whose
-searches take a timeout, so a catastrophic pattern ends with an error."""
+searches take a timeout, so a catastrophic pattern ends with an error.
+
+That timeout counts CPU time, which on a busy machine passes several times slower
+than the clock (a 10 s budget took 35-45 s). So a search runs in a thread and the
+call waits for it by the clock (`Search.run`): at the deadline the call ends, and
+the thread stops at its next line, or when the CPU time of the one search it is
+in runs out."""
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import stat
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from agentfs.tools.base import ToolFailure
-from agentfs.tools.paths import GIT_DIR, open_regular
+from agentfs.tools.paths import GIT_DIR, open_folder, open_regular
 
 __all__ = [
     "MAX_GREP_BYTES",
@@ -38,13 +46,17 @@ MAX_GREP_READ_BYTES = 64 * 1024 * 1024
 
 class Walk:
     """Files below `base` in name order, without `.git` directories and symlinks
-    (they could lead outside), within `MAX_WALK_ENTRIES` and a deadline.
+    (they could lead outside), within `MAX_WALK_ENTRIES` and a deadline. Folders
+    are opened as the file tools open them (`agentfs/tools/paths.py:open_folder`)
+    and walked by descriptor (`os.fwalk`), so a folder swapped for a symlink
+    meanwhile is not followed.
 
     After the loop, `stopped` says why it ended early, and `timed_out` whether
     the deadline did it.
     """
 
-    def __init__(self, base: Path, deadline: float) -> None:
+    def __init__(self, root: Path, base: Path, deadline: float) -> None:
+        self.root = root
         self.base = base
         self.deadline = deadline
         self.stopped: str | None = None
@@ -52,18 +64,33 @@ class Walk:
 
     def __iter__(self) -> Iterator[Path]:
         seen = 0
-        for directory, dirnames, filenames in os.walk(self.base):
-            dirnames[:] = sorted(d for d in dirnames if d.casefold() != GIT_DIR)
-            seen += len(dirnames) + len(filenames)
-            if seen > MAX_WALK_ENTRIES:
-                self.stopped = f"stopped after looking at {MAX_WALK_ENTRIES:,} entries"
-                return
-            for name in sorted(filenames):
-                if time.monotonic() > self.deadline:
-                    self.stopped, self.timed_out = "stopped at the time limit", True
+        shown = self.base.relative_to(self.root).as_posix()
+        try:
+            base_fd = open_folder(self.root, self.base, shown)
+        except FileNotFoundError:
+            raise ToolFailure(f"{shown}: no such folder") from None
+        try:
+            for directory, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=base_fd):
+                dirnames[:] = sorted(d for d in dirnames if d.casefold() != GIT_DIR)
+                seen += len(dirnames) + len(filenames)
+                if seen > MAX_WALK_ENTRIES:
+                    self.stopped = f"stopped after looking at {MAX_WALK_ENTRIES:,} entries"
                     return
-                if not os.path.islink(os.path.join(directory, name)):
-                    yield Path(directory) / name
+                for name in sorted(filenames):
+                    if time.monotonic() > self.deadline:
+                        self.stopped, self.timed_out = "stopped at the time limit", True
+                        return
+                    if not _is_link(dir_fd, name):
+                        yield Path(os.path.normpath(self.base / directory / name))
+        finally:
+            os.close(base_fd)
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return True  # gone: skipped as a link would be
 
 
 def glob_match(rel: str, pattern: str) -> bool:
@@ -87,11 +114,38 @@ class Search:
         self.too_big = 0
         self.notes: list[str] = []
         self.full: str | None = None  # why the result is complete
+        self._late = threading.Event()  # the call has ended at its deadline
 
-    def file(self, path: Path, rel: str) -> bool:
-        """Search one file; False when the search must stop."""
+    def run(self, root: Path, files: Iterable[Path]) -> None:
+        """Search `files` of the workspace `root`, in a thread the call waits for until
+        the deadline by the clock.
+
+        Raises:
+            ToolFailure: the deadline passed.
+        """
+        failure: list[Exception] = []
+
+        def work() -> None:
+            try:
+                for path in files:
+                    if not self.file(root, path, path.relative_to(root).as_posix()):
+                        break
+            except Exception as exc:  # noqa: BLE001 - raised again in the calling thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=work, name="agentfs-grep", daemon=True)
+        worker.start()
+        worker.join(timeout=max(0.0, self.deadline - time.monotonic()))
+        if worker.is_alive():
+            self._late.set()
+            raise self.timed_out()
+        if failure:
+            raise failure[0]
+
+    def file(self, root: Path, path: Path, rel: str) -> bool:
+        """Search one file of the workspace `root`; False when the search must stop."""
         try:
-            with open_regular(path, rel) as file:
+            with open_regular(root, path, rel) as file:
                 size = os.fstat(file.fileno()).st_size
                 if size > MAX_GREP_FILE_BYTES:
                     self.too_big += 1
@@ -114,7 +168,7 @@ class Search:
 
     def _matches(self, line: str) -> bool:
         remaining = self.deadline - time.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or self._late.is_set():
             raise self.timed_out()
         try:  # concurrent: other threads run while a slow pattern is searched
             return self.pattern.search(line, timeout=remaining, concurrent=True) is not None

@@ -10,8 +10,10 @@ wrote.
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,23 +29,73 @@ def safe_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k in ALLOWED or k.startswith(ALLOWED_PREFIXES)}
 
 
+#: After a command's shell exits, how long what it left behind may still hold its
+#: output open (a process that left the process group) before agentfs stops reading.
+DRAIN_GRACE = 1.0
+_CHUNK = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one command may use; None: no limit.
+
+    `processes` counts the processes and threads the command starts, on top of
+    those its user already runs (RLIMIT_NPROC counts all of them); the kernel
+    does not apply it to root. `memory` is the address space of each process
+    (RLIMIT_AS), `file_size` the largest file a process may write (RLIMIT_FSIZE;
+    a write past it ends the process with SIGXFSZ), `output` the bytes of output
+    kept (the rest is read and dropped, so the command is not blocked).
+    """
+
+    processes: int | None = None
+    memory: int | None = None
+    file_size: int | None = None
+    output: int | None = None
+
+    def ulimit(self) -> str:
+        """The `ulimit` options that set these limits in bash, soft and hard (a command
+        cannot raise them again), or "" for none. RLIMIT_NPROC counts every process
+        of the user, so `processes` is added to those running now."""
+        options = []
+        if self.memory is not None:
+            options.append(f"-v {self.memory // 1024}")  # bash counts KiB
+        if self.file_size is not None:
+            options.append(f"-f {self.file_size // 1024}")  # and 1024-byte blocks
+        nproc = _nproc_limit(self.processes)
+        if nproc is not None:
+            options.append(f"-u {nproc}")
+        return " ".join(options)
+
+
+NO_LIMITS = Limits()
+
+
 @dataclass
 class Completed:
     output: bytes
     returncode: int | None  # None: killed at the timeout
+    dropped: int = 0  # bytes of output past `Limits.output`, read and dropped
 
 
 def run_command(
     command: str, *, cwd: Path, timeout: float, env: Mapping[str, str] | None = None,
-    sandbox: Sequence[str] = (),
+    sandbox: Sequence[str] = (), limits: Limits = NO_LIMITS,
 ) -> Completed:
     """`bash -c command` in its own process group; stdout and stderr together.
+
+    The call returns when the shell exits, and nothing it started outlives it:
+    its process group is killed then, and at the timeout (in a sandbox, the PID
+    namespace ends with the shell, and everything in it).
 
     `sandbox` is a command line that runs what follows it in a sandbox
     (`agentfs/tools/sandbox.py:Sandbox.arguments`); it gets the same environment.
     """
+    options = limits.ulimit()
+    # the limits are set by the shell that then runs the command (inside the sandbox,
+    # so bwrap itself is not limited): its line numbers in errors stay the command's
+    shell = ["bash", "-c", f'ulimit {options} || exit 125; exec bash -c "$1"', "bash", command]
     proc = subprocess.Popen(
-        [*sandbox, "bash", "-c", command],
+        [*sandbox, *(shell if options else ["bash", "-c", command])],
         cwd=cwd,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -52,14 +104,87 @@ def run_command(
         start_new_session=True,
     )
     try:
-        output, _ = proc.communicate(timeout=timeout)
-        return Completed(output, proc.returncode)
-    except subprocess.TimeoutExpired:
-        # in a sandbox this kills bwrap; the PID namespace, and all in it, dies with it
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
-        return Completed(output, None)
+        output, dropped, timed_out = _collect(proc, time.monotonic() + timeout, limits.output)
     except BaseException:  # Ctrl-C (KeyboardInterrupt): the command must not outlive its step
-        os.killpg(proc.pid, signal.SIGKILL)
+        _kill_group(proc)
         proc.wait()
         raise
+    finally:
+        assert proc.stdout is not None
+        proc.stdout.close()
+    proc.wait()
+    return Completed(output, None if timed_out else proc.returncode, dropped)
+
+
+def _collect(proc: subprocess.Popen, deadline: float,
+             cap: int | None) -> tuple[bytes, int, bool]:
+    """Read the command's output until the shell exited and the pipe closed, or the
+    deadline: (the bytes kept, how many were dropped past `cap`, whether it timed out)."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    kept = bytearray()
+    dropped = 0
+    exited_at: float | None = None
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                _kill_group(proc)
+                _drain_for(fd, kept, cap)
+                return bytes(kept), dropped, True
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+                _kill_group(proc)  # what the shell left running, `nohup ... &` included
+            if exited_at is not None and now - exited_at > DRAIN_GRACE:
+                break  # held open by a process that left the group: stop listening
+            wait = min(deadline - now, 0.05 if exited_at is None else DRAIN_GRACE)
+            if not selector.select(wait):
+                continue
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                break
+            room = len(chunk) if cap is None else max(0, cap - len(kept))
+            kept += chunk[:room]
+            dropped += len(chunk) - min(room, len(chunk))
+    return bytes(kept), dropped, False
+
+
+def _drain_for(fd: int, kept: bytearray, cap: int | None) -> None:
+    """What the killed command had written but agentfs not yet read."""
+    os.set_blocking(fd, False)
+    try:
+        while cap is None or len(kept) < cap:
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                break
+            kept += chunk
+    except BlockingIOError:
+        pass
+    if cap is not None:
+        del kept[cap:]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):  # all gone already
+        pass
+
+
+def _nproc_limit(processes: int | None) -> int | None:
+    """RLIMIT_NPROC for a command that may start `processes` more: the kernel counts
+    every process and thread of the user, so it is what they run now plus that."""
+    uid = os.getuid()
+    if processes is None or uid == 0:  # the kernel does not count root's
+        return None
+    running = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid == uid:
+                running += len(os.listdir(f"/proc/{entry.name}/task"))
+        except OSError:  # gone meanwhile
+            continue
+    return running + processes

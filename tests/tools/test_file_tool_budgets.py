@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from agentfs.tools import ToolContext, ToolRegistry, files, search
+from agentfs.tools.base import ToolFailure
 from agentfs.tools.files import file_tools
 
 
@@ -87,3 +90,29 @@ def test_grep_patterns_keep_python_syntax(ctx):
     assert call(ctx, "grep", pattern=r"^def (?P<name>\w+)\(").content == "a.py:1: def main():"
     result = call(ctx, "grep", pattern="(unclosed")
     assert result.is_error and "invalid regular expression" in result.content
+
+
+class _Stalled:
+    """A pattern whose search takes clock time but no CPU time, as a search does on a
+    busy machine: it waits until released (or its own long cap)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.started = threading.Event()
+
+    def search(self, line, timeout=None, concurrent=None) -> None:
+        self.started.set()
+        self.release.wait(timeout=120)
+
+
+def test_grep_ends_at_its_deadline_by_the_clock_even_when_the_search_gets_no_cpu(ctx):
+    """The regex timeout counts CPU time: on a busy machine a 10 s grep took 35-45 s."""
+    (ctx.root / "a.txt").write_text("line\n" * 3)
+    stalled = _Stalled()
+    found = search.Search(stalled, time.monotonic() + 0.2, 0.2)
+    try:
+        with pytest.raises(ToolFailure, match="timed out after 0.2 s"):
+            found.run(ctx.root.resolve(), [ctx.root.resolve() / "a.txt"])
+        assert stalled.started.is_set() and not stalled.release.is_set()
+    finally:
+        stalled.release.set()

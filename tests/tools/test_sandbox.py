@@ -194,13 +194,15 @@ def test_bwrap_mode_without_bubblewrap_refuses_and_says_how_to_install_it(worksp
     assert "apt-get install bubblewrap" in (missing.notice() or "")
 
 
-def test_auto_without_bubblewrap_runs_unsandboxed_and_says_so(workspace):
+def test_auto_without_bubblewrap_refuses_and_says_how_to_install_it_or_choose_none(workspace):
     missing = Sandbox("auto", None, "`bwrap` is not installed")
-    tool, result, _ = call(workspace, "echo data > made.txt", missing)
-    assert not result.is_error and (workspace / "made.txt").read_text() == "data\n"
-    assert "without a sandbox" in tool.description
+    tool, result, context = call(workspace, "echo data > made.txt", missing)
+    assert result.is_error and "apt-get install bubblewrap" in result.content
+    assert 'tools.bash_sandbox = "none"' in result.content
+    assert not (workspace / "made.txt").exists() and not context.changed
+    assert "unavailable" in tool.description
     notice = missing.notice() or ""
-    assert "without a sandbox (`bwrap` is not installed)" in notice
+    assert "bash commands will fail" in notice and "`bwrap` is not installed" in notice
     assert "apt-get install bubblewrap" in notice and "\n" not in notice
 
 
