@@ -331,8 +331,8 @@ def test_a_batch_cut_by_its_size_takes_the_oldest_objects(root: Path, monkeypatc
 def test_another_process_packing_meanwhile_makes_packing_skip(root: Path) -> None:
     repo = GitRepo(root)
     commit_message(repo, 1)
-    with packing._pack_lock(root / ".git" / "agentfs") as held:
-        assert held
+    with packing._pack_lock(root / ".git" / "agentfs") as lock:
+        assert lock.held
         assert repo.pack() is None
     assert repo.pack() is not None
     repo.close()

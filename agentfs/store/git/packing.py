@@ -23,14 +23,11 @@ before the new one appeared look again (`ObjectWriter.read_raw`).
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import os
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +48,7 @@ from agentfs.store.git.packfile import (
     whole,
 )
 from agentfs.store.git.remote import git
+from agentfs.store.locking import FileLock
 
 #: Loose objects that start a packing run (about what 35 steps of a trace write).
 LOOSE_LIMIT = 256
@@ -137,8 +135,8 @@ class Packer:
 
         Returns None if another process is packing this repository.
         """
-        with _pack_lock(self.state_dir) as held:
-            if not held:
+        with _pack_lock(self.state_dir) as lock:
+            if not lock.held:
                 return None
             report = PackReport()
             report.pack, report.packed = pack_loose_objects(
@@ -436,20 +434,7 @@ def _names(folder: Path) -> list[str]:
         return []
 
 
-@contextmanager
-def _pack_lock(state_dir: Path) -> Iterator[bool]:
-    """Whether this process got the repository's packing lock (never waits)."""
-    path = state_dir / "locks" / "pack.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+def _pack_lock(state_dir: Path) -> FileLock:
+    """The repository's packing lock: `with _pack_lock(...) as lock`, `lock.held` says
+    whether this process got it (it never waits)."""
+    return FileLock(state_dir / "locks" / "pack.lock", wait=0)
