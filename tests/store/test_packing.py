@@ -279,6 +279,7 @@ def test_a_run_of_commits_keeps_loose_objects_bounded_and_git_near_its_gc_size(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 3,000 commits and ten `git gc` copies: minutes on a busy machine
 def test_three_thousand_commits_stay_within_three_times_the_gc_size(
     root: Path, tmp_path: Path, merger: str, monkeypatch
 ) -> None:
