@@ -35,7 +35,7 @@ from dulwich.errors import ChecksumMismatch
 from dulwich.object_format import DEFAULT_OBJECT_FORMAT
 from dulwich.pack import Pack, UnpackedObject, load_pack_index
 
-from agentfs.errors import GitStateError
+from agentfs.errors import GitStateError, RemoteError
 from agentfs.store.atomic import alive
 from agentfs.store.git.lineage import ReadRaw, predecessors, skip_delta_bases
 from agentfs.store.git.objects import ObjectWriter
@@ -126,7 +126,8 @@ class Packer:
         self._packed_at, self._next_check = (written, written_bytes), written + CHECK_EVERY
         try:
             return self.pack()
-        except (OSError, ValueError, ChecksumMismatch, GitStateError, zlib.error) as exc:
+        except (OSError, ValueError, ChecksumMismatch, GitStateError, RemoteError,
+                zlib.error) as exc:
             self.last_error = exc  # the commit is made; packing is tried again later
             return None
 
