@@ -162,7 +162,7 @@ def install_pack(pack_dir: Path, entries: Iterable[UnpackedObject], count: int) 
     token = f"{os.getpid()}_{secrets.token_hex(4)}"
     tmp_pack, tmp_idx = (pack_dir / f"{prefix}{token}" for prefix in TEMP_PREFIXES)
     pack_dir.mkdir(parents=True, exist_ok=True)
-    bases: set[bytes] = set()
+    bases: set[bytes | int] = set()
 
     def noting_bases() -> Iterator[UnpackedObject]:
         for entry in entries:

@@ -301,8 +301,11 @@ def packs_to_merge(pack_dir: Path) -> list[str]:
         if any(f"{name}{ext}" in files for ext in (".keep", ".promisor", ".mtimes")):
             continue
         try:
-            with load_pack_index(str(pack_dir / file), DEFAULT_OBJECT_FORMAT) as index:
+            index = load_pack_index(str(pack_dir / file), DEFAULT_OBJECT_FORMAT)
+            try:
                 sized.append((len(index), name))
+            finally:
+                index.close()
         except (OSError, ValueError, AssertionError):
             continue  # damaged, or gone meanwhile: left for Git to report
     if len(sized) < MIN_PACKS:
