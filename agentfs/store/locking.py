@@ -15,7 +15,8 @@ There are two kinds, and every lock is one of them:
 
 A lock that is taken waits in one way (`retry`): attempts with a randomized
 exponential backoff (1 ms doubling up to 50 ms) until a deadline. A wait of
-0 tries once, and None waits as long as it takes.
+0 tries once; a `FileLock` with no deadline (None) blocks in the kernel
+instead, which wakes it the moment the lock is free.
 """
 
 from __future__ import annotations
@@ -90,7 +91,16 @@ class FileLock:
     def acquire(self) -> bool:
         """Take the lock, waiting up to `wait` seconds; whether it was got."""
         fd = open_creating(self.path, os.O_RDWR)
-        if retry(lambda: try_flock(fd) or None, self.wait):
+        try:
+            if self.wait is None:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # woken by the kernel as soon as it is free
+                got = True
+            else:
+                got = retry(lambda: try_flock(fd) or None, self.wait) is not None
+        except BaseException:
+            os.close(fd)
+            raise
+        if got:
             self.fd = fd
             return True
         os.close(fd)
