@@ -118,12 +118,22 @@ def _write_at(tmp_fd: int, temp: str, dir_fd: int, name: str, data: bytes, mode:
 
 
 def open_creating(path: Path, flags: int, mode: int = 0o644) -> int:
-    """`os.open` with `os.O_CREAT`, making the missing parent folders on the way."""
-    try:
-        return os.open(path, flags | os.O_CREAT, mode)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, flags | os.O_CREAT, mode)
+    """`os.open` with `os.O_CREAT`, making the missing parent folders on the way.
+
+    A folder made may be removed again before the open, when empty: `git
+    prune-packed` (run by `git repack -d` and `git gc`) removes the emptied
+    folders of loose objects. So the folder is made again, a few times.
+    """
+    for _ in range(_CREATE_ATTEMPTS):
+        try:
+            return os.open(path, flags | os.O_CREAT, mode)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, flags | os.O_CREAT, mode)
+
+
+#: Opens tried by `open_creating` while its folder keeps being removed.
+_CREATE_ATTEMPTS = 5
 
 
 def fsync_dir(directory: Path) -> None:

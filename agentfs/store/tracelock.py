@@ -1,14 +1,12 @@
 """One runner per trace: an advisory lock that dies with its process.
 
-The lock is `fcntl.flock` on `.git/agentfs/locks/<trace>.lock`. The kernel
-releases it when the holder exits for any reason (including SIGKILL), so a
-crashed run never leaves a trace stuck; the file itself may stay and only
-records who held it last.
+The lock is a `agentfs/store/locking.py:FileLock` (an flock) on
+`.git/agentfs/locks/<trace>.lock`, so a crashed run never leaves a trace
+stuck; the file itself may stay and only records who held it last.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -17,6 +15,10 @@ from types import TracebackType
 from typing import Self
 
 from agentfs.errors import TraceLocked
+from agentfs.store.locking import FileLock, is_held
+
+#: How long to try for a trace's lock: `is_locked` probes hold it for an instant.
+PATIENCE = 0.2
 
 
 class TraceLock:
@@ -25,14 +27,11 @@ class TraceLock:
     def __init__(self, lock_dir: Path, trace_id: str) -> None:
         self.path = lock_dir / f"{trace_id}.lock"
         self.trace_id = trace_id
-        self._fd: int | None = None
+        self._lock = FileLock(self.path, wait=PATIENCE)
 
     def acquire(self) -> None:
         """Take the lock or raise `TraceLocked` naming the holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        if not _flock_briefly(fd):
-            os.close(fd)
+        if not self._lock.acquire():
             holder = read_holder(self.path)
             who = f" by pid {holder['pid']} on {holder['host']}" if holder else ""
             raise TraceLocked(
@@ -40,15 +39,12 @@ class TraceLock:
                 hint="wait for that run to finish, or stop it (Ctrl-C) first",
             ) from None
         record = {"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(record).encode(), 0)
-        self._fd = fd
+        assert self._lock.fd is not None
+        os.ftruncate(self._lock.fd, 0)
+        os.pwrite(self._lock.fd, json.dumps(record).encode(), 0)
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        self._lock.release()
 
     def __enter__(self) -> Self:
         self.acquire()
@@ -63,33 +59,9 @@ class TraceLock:
         self.release()
 
 
-def _flock_briefly(fd: int, patience: float = 0.2) -> bool:
-    """Try for the exclusive lock a little while: `is_locked` probes hold it for an instant."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.01)
-
-
 def is_locked(lock_dir: Path, trace_id: str) -> bool:
     """True while some process holds the trace's lock (a stale file does not count)."""
-    path = lock_dir / f"{trace_id}.lock"
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return is_held(lock_dir / f"{trace_id}.lock")
 
 
 def read_holder(path: Path) -> dict | None:

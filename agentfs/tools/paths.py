@@ -10,7 +10,6 @@ the call fail instead of leading it outside."""
 from __future__ import annotations
 
 import errno
-import fcntl
 import hashlib
 import io
 import os
@@ -25,7 +24,7 @@ from typing import Any
 
 from agentfs.config import DEFAULT_READ_ONLY
 from agentfs.errors import ConfigError
-from agentfs.store.atomic import open_creating
+from agentfs.store.locking import FileLock
 from agentfs.store.workspace import Workspace
 from agentfs.tools.base import ToolContext, ToolFailure
 
@@ -161,19 +160,10 @@ def change_lock(root: Path, path: Path, timeout: float = FILE_TOOL_TIMEOUT) -> I
             yield
             return
         lock_file = Workspace(root).state_dir / "locks" / "file-tools" / f"{stripe:02d}.lock"
-        fd = open_creating(lock_file, os.O_RDWR)
-        try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise ToolFailure(busy) from None
-                    time.sleep(0.005)  # held by another process for one write, briefly
+        with FileLock(lock_file, wait=max(deadline - time.monotonic(), 0)) as lock:
+            if not lock.held:
+                raise ToolFailure(busy)
             yield
-        finally:
-            os.close(fd)  # releases the flock
     finally:
         _THREAD_LOCKS[stripe].release()
 

@@ -12,25 +12,35 @@ import os
 import random
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import threading
+import traceback
 import zlib
 from pathlib import Path
 
 import pytest
-from dulwich.pack import apply_delta
+from dulwich.object_format import SHA1
+from dulwich.pack import Pack, apply_delta, write_pack_index
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentfs.store.git import packfile, packing, packmerge
+from agentfs.store.git import packfile, packing
 from agentfs.store.git.lineage import changed_entries, predecessors, skip_delta_bases, tree_entries
-from agentfs.store.git.packfile import PackReader, PackWriter, make_delta
+from agentfs.store.git.packfile import install_pack, make_delta, whole
 from agentfs.store.git.repo import GitRepo, init_repo
 from tests.conftest import git
 
 TEXT = "The notes mention three follow-ups: migrate the build, own the checklist. " * 6
+
+
+@pytest.fixture(params=["git", "dulwich"])
+def merger(request, monkeypatch) -> str:
+    """Packs merged by `git repack --geometric=2`, and with `git` hidden, by dulwich."""
+    monkeypatch.setattr(packing, "MIN_PACKS", 2)
+    if request.param == "dulwich":
+        monkeypatch.setattr(packing, "GIT", None)
+    return request.param
 
 
 @pytest.fixture
@@ -53,6 +63,15 @@ def commit_message(repo: GitRepo, n: int, trace: str = "t") -> bytes:
 
 def loose_count(root: Path) -> int:
     return len(packing.loose_objects(root / ".git" / "objects")[0])
+
+
+def delta_count(root: Path) -> int:
+    """How many entries of the repository's packs are deltas."""
+    count = 0
+    for name in packs(root):
+        with Pack(str(root / ".git" / "objects" / "pack" / name), object_format=SHA1) as pack:
+            count += sum(entry.pack_type_num in (6, 7) for entry in pack.data.iter_unpacked())
+    return count
 
 
 def packs(root: Path) -> list[str]:
@@ -228,29 +247,6 @@ def test_a_file_paired_with_a_folder_is_not_stored_as_a_delta_of_it(root: Path) 
     repo.close()
 
 
-def test_a_hint_naming_an_object_of_another_type_makes_no_delta(root: Path, monkeypatch) -> None:
-    """`.bases` files are hints: one that pairs a file with a tree (damaged, or
-    made as above) must not have a merge store the file as a delta of the tree."""
-    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
-    repo = GitRepo(root)
-    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
-    for n in range(1, 20):
-        commit_message(repo, n)
-    first = packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)[0]
-    tree = git(root, "rev-parse", "HEAD:traces/t/messages").strip()
-    raw = subprocess.run(["git", "cat-file", "tree", tree], cwd=root, capture_output=True,
-                         check=True).stdout
-    (root / "copy").write_bytes(raw + b"!")
-    repo.commit_worktree(["copy"], b"a file much like a tree\n")
-    second = packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)[0]
-    assert first and second
-    blob = git(root, "rev-parse", "HEAD:copy").strip()
-    packmerge.write_bases(root / ".git", second, {blob.encode(): tree.encode()})
-    assert packmerge.merge_packs(root / ".git", [first, second])
-    assert_everything_readable(root)
-    repo.close()
-
-
 # --- a run stays packed -------------------------------------------------------------
 
 
@@ -264,7 +260,7 @@ def run_stays_packed(root: Path, scratch: Path, commits: int, check_every: int) 
             packed = size_after_gc(root, scratch)
             assert tree_size(root / ".git") <= 3 * packed, (n, tree_size(root / ".git"), packed)
     assert repo.packer.last_error is None
-    assert len(packs(root)) <= packmerge.MIN_PACKS + 6
+    assert len(packs(root)) <= 8 + 6
     assert_everything_readable(root)
     assert_messages_committed(root, commits)
     old = repo.head()
@@ -276,15 +272,18 @@ def run_stays_packed(root: Path, scratch: Path, commits: int, check_every: int) 
 
 
 def test_a_run_of_commits_keeps_loose_objects_bounded_and_git_near_its_gc_size(
-    root: Path, tmp_path: Path
+    root: Path, tmp_path: Path, merger: str, monkeypatch
 ) -> None:
+    monkeypatch.setattr(packing, "MIN_PACKS", 8)
     run_stays_packed(root, tmp_path, commits=700, check_every=175)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 3,000 commits and ten `git gc` copies: minutes on a busy machine
 def test_three_thousand_commits_stay_within_three_times_the_gc_size(
-    root: Path, tmp_path: Path
+    root: Path, tmp_path: Path, merger: str, monkeypatch
 ) -> None:
+    monkeypatch.setattr(packing, "MIN_PACKS", 8)
     run_stays_packed(root, tmp_path, commits=3000, check_every=300)
 
 
@@ -293,13 +292,8 @@ def test_trees_in_packs_are_stored_as_deltas_against_their_previous_version(root
     for n in range(1, 120):
         commit_message(repo, n)
     repo.pack()
-    deltas = 0
-    for name in packs(root):
-        reader = PackReader(root / ".git" / "objects" / "pack" / name)
-        deltas += sum(entry.is_delta for entry in reader.entries)
-        reader.close()
     # `messages/` is a new version at every commit; small objects are not worth a delta
-    assert deltas >= 90
+    assert delta_count(root) >= 90
     repo.close()
 
 
@@ -338,8 +332,8 @@ def test_a_batch_cut_by_its_size_takes_the_oldest_objects(root: Path, monkeypatc
 def test_another_process_packing_meanwhile_makes_packing_skip(root: Path) -> None:
     repo = GitRepo(root)
     commit_message(repo, 1)
-    with packing._pack_lock(root / ".git" / "agentfs") as held:
-        assert held
+    with packing._pack_lock(root / ".git" / "agentfs") as lock:
+        assert lock.held
         assert repo.pack() is None
     assert repo.pack() is not None
     repo.close()
@@ -349,10 +343,11 @@ def test_another_process_packing_meanwhile_makes_packing_skip(root: Path) -> Non
 
 
 def fake_pack(pack_dir: Path, name: str, count: int) -> None:
-    """An index that says it lists `count` objects, beside an empty pack."""
+    """An index that lists `count` made-up objects, beside an empty pack."""
     pack_dir.mkdir(parents=True, exist_ok=True)
-    header = b"\377tOc" + struct.pack(">L", 2) + struct.pack(">256L", *([0] * 255 + [count]))
-    (pack_dir / f"{name}.idx").write_bytes(header)
+    ids = sorted(hashlib.sha1(b"%s %d" % (name.encode(), i)).digest() for i in range(count))
+    with open(pack_dir / f"{name}.idx", "wb") as f:
+        write_pack_index(f, [(sha, i, 0) for i, sha in enumerate(ids)], bytes(20), version=2)
     (pack_dir / f"{name}.pack").write_bytes(b"")
 
 
@@ -364,18 +359,15 @@ def test_small_packs_are_merged_geometrically_and_kept_packs_never(tmp_path: Pat
         fake_pack(pack_dir, name, count)
     (pack_dir / "pack-k.keep").write_text("")
     fake_pack(pack_dir, "pack-k", 10)
-    chosen = packmerge.packs_to_merge(pack_dir)
+    chosen = packing.packs_to_merge(pack_dir)
     assert set(chosen) == {"pack-a", "pack-b", "pack-c", "pack-d", "pack-e", "pack-f", "pack-g"}
     for name in chosen[2:]:
         for ext in (".idx", ".pack"):
             (pack_dir / f"{name}{ext}").unlink()
-    assert packmerge.packs_to_merge(pack_dir) == []  # too few packs to bother
+    assert packing.packs_to_merge(pack_dir) == []  # too few packs to bother
 
 
-def test_merged_packs_hold_every_object_and_chain_their_first_versions(
-    root: Path, monkeypatch
-) -> None:
-    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+def test_merged_packs_hold_every_object_and_keep_their_deltas(root: Path, merger: str) -> None:
     repo = GitRepo(root)
     repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
     made, done = [], 0
@@ -384,27 +376,18 @@ def test_merged_packs_hold_every_object_and_chain_their_first_versions(
             commit_message(repo, n)
         done += size
         made.append(packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)[0])
-    # the first version of each path in a later pack is whole there, and hinted
-    hinted = [packmerge.read_bases(root / ".git", name) for name in made[1:]]
-    assert all(hinted)
-    firsts = {bytes.fromhex(sha.decode()) for hints in hinted[1:] for sha in hints}
-    merged = packmerge.merge_packs(root / ".git", made)
-    assert merged is not None and packs(root) == [merged]
-    reader = PackReader(root / ".git/objects/pack" / merged)
-    # `messages/` of the 3rd and 4th packs: deltas now (the 2nd one's is whole: the
-    # only earlier version, the first one, is too small to be worth a delta)
-    big = [entry for entry in reader.entries if entry.sha in firsts
-           and len(repo.objects.read_raw(entry.sha.hex().encode())[1]) > 1000]
-    reader.close()
-    assert len(big) == 2 and all(entry.is_delta for entry in big)
-    assert not list((root / ".git/agentfs/packs").glob("*.bases"))  # nothing left to link
+    deltas = delta_count(root)
+    due = packing.packs_to_merge(root / ".git/objects/pack")
+    assert len(due) >= 3
+    assert packing.merge_packs(root / ".git") == due
+    assert not set(due) & set(packs(root)) and len(packs(root)) < len(made)
+    assert delta_count(root) >= deltas  # copied as they were, or better
     assert_everything_readable(root)
     assert_messages_committed(root, 180)
     repo.close()
 
 
-def test_a_reader_that_has_a_merged_pack_open_goes_on_reading(root: Path, monkeypatch) -> None:
-    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+def test_a_reader_that_has_a_merged_pack_open_goes_on_reading(root: Path, merger: str) -> None:
     writer = GitRepo(root)
     for n in range(1, 30):
         commit_message(writer, n)
@@ -418,7 +401,7 @@ def test_a_reader_that_has_a_merged_pack_open_goes_on_reading(root: Path, monkey
     for n in range(60, 90):
         commit_message(writer, n)
     report = writer.pack()
-    assert report is not None and report.merge is not None
+    assert report is not None and report.merged
     head = writer.head()
     assert head is not None
     for n in (1, 45, 89):  # in a pack the reader had open, one it never saw, the newest
@@ -481,13 +464,12 @@ def test_a_read_that_misses_both_pack_and_loose_object_looks_again(root: Path) -
 
 
 def test_threads_sharing_a_repository_commit_while_its_packs_are_merged(
-    root: Path, monkeypatch
+    root: Path, monkeypatch, merger: str
 ) -> None:
     """dulwich's list of open packs is shared by the threads of a `GitRepo` (the
     watcher's); merged packs disappear from under it while they read."""
     monkeypatch.setattr(packing, "LOOSE_LIMIT", 16)
     monkeypatch.setattr(packing, "CHECK_EVERY", 4)
-    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
     repo = GitRepo(root)
     errors: list[BaseException] = []
 
@@ -505,7 +487,7 @@ def test_threads_sharing_a_repository_commit_while_its_packs_are_merged(
         worker.start()
     for worker in workers:
         worker.join()
-    assert errors == []
+    assert errors == [], "".join(traceback.format_exception(errors[0]))
     assert repo.packer.last_error is None
     for t in range(4):
         assert_messages_committed(root, 59, trace=f"t{t}")
@@ -519,11 +501,14 @@ def test_threads_sharing_a_repository_commit_while_its_packs_are_merged(
 CHILD = r"""
 import os, signal, sys
 from pathlib import Path
-from agentfs.store.git import packfile, packing, packmerge
+from agentfs.errors import GitStateError
+from agentfs.store.git import packing
 from agentfs.store.git.repo import GitRepo
 
 root, role, die_at = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-packing.LOOSE_LIMIT, packing.CHECK_EVERY, packmerge.MIN_PACKS = 24, 4, 2
+packing.LOOSE_LIMIT, packing.CHECK_EVERY, packing.MIN_PACKS = 24, 4, 2
+if os.environ.get("HIDE_GIT"):
+    packing.GIT = None
 kind, _, k = die_at.partition(":")
 seen, packing_now = [0], [False]
 
@@ -538,7 +523,29 @@ def counted(fn):
 
 for name in ("replace", "unlink", "fsync", "chmod"):
     setattr(os, name, counted(getattr(os, name)))
-packfile.PackWriter._write = counted(packfile.PackWriter._write)
+import builtins, io
+real_open = builtins.open
+
+class Writes:  # a file being written while packing: each chunk is a `_write`
+    def __init__(self, f):
+        self._f = f
+    def write(self, data):
+        return _write(self._f, data)
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+    def __enter__(self):
+        return self
+    def __exit__(self, *exc):
+        self._f.close()
+
+@counted
+def _write(f, data):
+    return f.write(data)
+
+def open_counting(*args, **kwargs):
+    f = real_open(*args, **kwargs)
+    return Writes(f) if packing_now[0] and isinstance(f, io.BufferedWriter) else f
+builtins.open = open_counting
 real_pack = packing.Packer.pack
 def pack(self, **kwargs):
     packing_now[0] = True
@@ -554,9 +561,10 @@ sys.stdin.readline()
 if role == "packer":  # packs without the lock, as `git gc` would
     for _ in range(int(sys.argv[4])):
         packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
-        chosen = packmerge.packs_to_merge(root / ".git" / "objects" / "pack")
-        if chosen:
-            packmerge.merge_packs(root / ".git", chosen)
+        try:
+            packing.merge_packs(root / ".git")
+        except GitStateError:
+            pass  # two `git repack` at once: one may give up, as with two `git gc`
     print("done", flush=True)
     sys.exit(0)
 n = int(sys.argv[4])
@@ -572,10 +580,13 @@ while True:
 """
 
 
-def start(root: Path, role: str, die_at: str, arg: int) -> subprocess.Popen:
+def start(root: Path, role: str, die_at: str, arg: int, *, hide_git: bool = False
+          ) -> subprocess.Popen:
+    env = {**os.environ, "HIDE_GIT": "1" if hide_git else ""}
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(root), role, str(die_at), str(arg)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
     )
     assert child.stdout is not None and child.stdout.readline() == "ready\n", child.stderr
     assert child.stdin is not None
@@ -596,14 +607,15 @@ OPERATIONS = {"_write": 300, "fsync": 9, "chmod": 6, "replace": 9, "unlink": 60}
 def kill_while_packing(root: Path, trials: int, seed: int) -> None:
     """Each trial a committer packs every few commits and SIGKILLs itself at a random
     file operation of its packing: writing the pack or its index, fsyncing, renaming
-    them into place, writing the hints, deleting loose objects or merged packs."""
+    them into place, deleting loose objects or merged packs. Every other trial merges
+    through dulwich (`git` hidden)."""
     rng = random.Random(seed)
     committed: dict[str, int] = {}
     next_n = 1
     for trial in range(trials):
         kind = sorted(OPERATIONS)[trial % len(OPERATIONS)]
         die_at = f"{kind}:{rng.randrange(1, OPERATIONS[kind] + 1)}"
-        child = start(root, "t", die_at=die_at, arg=next_n)
+        child = start(root, "t", die_at=die_at, arg=next_n, hide_git=trial % 2 == 1)
         out, err = finish(child)
         assert child.returncode == -signal.SIGKILL, f"{die_at}: {err}"
         lines = [line.split() for line in out.splitlines()]
@@ -634,8 +646,8 @@ def test_forty_kills_while_packing_leave_the_repository_whole(root: Path) -> Non
 
 
 def test_processes_packing_at_once_lose_nothing(root: Path) -> None:
-    """Two processes pack and merge without the lock, as `git gc` would, while two
-    others commit and pack under it."""
+    """Two processes pack and merge without the lock, as `git gc` would (one merging
+    with `git`, one through dulwich), while two others commit and pack under it."""
     committers = [start(root, f"c{i}", "", 1) for i in range(2)]
     seen = [0, 0]
     try:
@@ -644,7 +656,7 @@ def test_processes_packing_at_once_lose_nothing(root: Path) -> None:
             while seen[i] < 30:
                 assert committer.stdout.readline(), committer.stderr
                 seen[i] += 1
-        packers = [start(root, "packer", "", 40) for _ in range(2)]
+        packers = [start(root, "packer", "", 40, hide_git=i == 1) for i in range(2)]
         for packer in packers:
             out, err = finish(packer)
             assert packer.returncode == 0 and out == "done\n", err
@@ -687,16 +699,15 @@ def test_what_killed_packers_left_is_removed(root: Path) -> None:
     stale = [pack_dir / f"tmp_pack_{dead}_00ff00ff", pack_dir / f"tmp_idx_{dead}_00ff00ff",
              root / f".git/objects/ab/tmp_obj_{dead}_1"]
     live = [pack_dir / f"tmp_pack_{os.getpid()}_00ff00ff"]
-    hints = root / ".git/agentfs/packs/pack-0000000000000000000000000000000000000000.bases"
     orphan = pack_dir / f"pack-{'1' * 40}.pack"  # killed between the .pack and .idx renames
     installing = pack_dir / f"pack-{'2' * 40}.pack"  # maybe a `git` command, right now
-    for path in [*stale, *live, hints, orphan, installing]:
+    for path in [*stale, *live, orphan, installing]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
     two_hours_ago = os.stat(orphan).st_mtime - 7200
     os.utime(orphan, (two_hours_ago, two_hours_ago))
     repo.pack()
-    assert not any(path.exists() for path in [*stale, hints, orphan])
+    assert not any(path.exists() for path in [*stale, orphan])
     assert all(path.exists() for path in [*live, installing])
     repo.close()
 
@@ -721,8 +732,9 @@ def test_temp_files_of_git_itself_are_never_taken_for_a_dead_process(root: Path)
     repo.close()
 
 
-def test_a_damaged_pack_fails_packing_but_never_the_commit(root: Path, monkeypatch) -> None:
-    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+def test_a_damaged_pack_fails_packing_but_never_the_commit(
+    root: Path, monkeypatch, merger: str
+) -> None:
     repo = GitRepo(root)
     repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
     for n in range(1, 4):
@@ -730,47 +742,44 @@ def test_a_damaged_pack_fails_packing_but_never_the_commit(root: Path, monkeypat
         packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
     del repo.packer.after_commit
     pack_dir = root / ".git/objects/pack"
-    for damage in ("idx", "pack"):
-        victim = min(pack_dir.glob(f"*.{damage}"))
-        kept = victim.read_bytes()
-        victim.chmod(0o644)
-        victim.write_bytes(kept[: 8 + 256 * 4 + 10] if damage == "idx" else b"")
-        monkeypatch.setattr(packing, "LOOSE_LIMIT", 0)
-        repo.packer.last_error = None
-        commit_message(repo, 10 if damage == "idx" else 11)  # packs, and tries to merge
-        assert isinstance(repo.packer.last_error, packfile.PackFormatError), damage
-        victim.write_bytes(kept)
+    victim = min(pack_dir.glob("*.pack"))
+    kept = victim.read_bytes()
+    victim.chmod(0o644)
+    victim.write_bytes(kept[:-30] + bytes(10) + kept[-20:])
+    monkeypatch.setattr(packing, "LOOSE_LIMIT", 0)
+    commit_message(repo, 10)  # packs, and tries to merge
+    assert repo.packer.last_error is not None
+    assert victim.exists()  # still there, for `git fsck` to report
     repo.close()
 
 
-def test_a_damaged_entry_is_never_merged_over_a_good_copy(root: Path, monkeypatch) -> None:
+def test_a_damaged_entry_is_never_merged_over_a_good_copy(
+    root: Path, monkeypatch, merger: str
+) -> None:
     """An object in two packs, damaged in one: Git reads the good copy. A merge
-    that copied the damaged one and deleted the other pack would lose it; it
-    checks each entry's CRC32 and merges nothing."""
-    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
+    that copied the damaged one and deleted the other pack would lose it."""
     repo = GitRepo(root)
     repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
     commit_message(repo, 1)
     first = packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)[0]
     assert first is not None
     blob = git(root, "rev-parse", "HEAD:traces/t/messages/000001-user.md").strip()
+    text = git(root, "cat-file", "blob", blob).encode()
     pack_dir = root / ".git/objects/pack"
-    writer = PackWriter(pack_dir, 1)  # a second copy, as `git gc` racing us may make
-    writer.add_object(bytes.fromhex(blob), packfile.BLOB,
-                      git(root, "cat-file", "blob", blob).encode())
-    second = writer.install()
-    reader = PackReader(pack_dir / first)
-    entry = reader.by_sha[bytes.fromhex(blob)]
-    reader.close()
+    # a second copy, as `git gc` racing us may make
+    install_pack(pack_dir, [whole(bytes.fromhex(blob), packfile.BLOB, text)], 1)
+    with Pack(str(pack_dir / first), object_format=SHA1) as pack:
+        offset = pack.index.object_offset(bytes.fromhex(blob))
     damaged = bytearray((pack_dir / f"{first}.pack").read_bytes())
-    damaged[entry.data_start + 5] ^= 0xFF
+    damaged[offset + 8] ^= 0xFF
     (pack_dir / f"{first}.pack").chmod(0o644)
     (pack_dir / f"{first}.pack").write_bytes(damaged)
-    assert git(root, "cat-file", "blob", blob).startswith("---")  # from the good copy
-    with pytest.raises(packfile.PackFormatError):
-        packmerge.merge_packs(root / ".git", [first, second])
-    assert packs(root) == sorted([first, second])
-    assert git(root, "cat-file", "blob", blob).startswith("---")
+    assert git(root, "cat-file", "blob", blob).encode() == text  # from the good copy
+    try:
+        packing.merge_packs(root / ".git")
+    except Exception:  # noqa: BLE001, S110 -- failing is fine; losing the good copy is not
+        pass
+    assert git(root, "cat-file", "blob", blob).encode() == text
     repo.close()
 
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentfs.store.git import packing, packmerge
+from agentfs.store.git import packing
 from agentfs.store.git.repo import GitRepo, init_repo
 from tests.conftest import git
 
@@ -71,11 +71,12 @@ def remove(root: Path, path: str, model: dict[str, bytes]) -> list[str]:
     return gone
 
 
-def run_history(tmp_path: Path, steps, monkeypatch) -> None:
+def run_history(tmp_path: Path, steps, monkeypatch, merger: str) -> None:
     monkeypatch.setattr(packing, "LOOSE_LIMIT", 8)
     monkeypatch.setattr(packing, "CHECK_EVERY", 1)
-    monkeypatch.setattr(packmerge, "MIN_PACKS", 2)
-    monkeypatch.setattr(packmerge, "DELTA_MIN", 1)
+    monkeypatch.setattr(packing, "MIN_PACKS", 2)
+    monkeypatch.setattr(packing, "DELTA_MIN", 1)
+    monkeypatch.setattr(packing, "GIT", "git" if merger == "git" else None)
     root = tmp_path / "ws"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir()
@@ -124,13 +125,17 @@ def run_history(tmp_path: Path, steps, monkeypatch) -> None:
 @settings(max_examples=4, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=1, max_size=25))
-def test_random_histories_stay_whole_when_packed_and_merged(tmp_path, steps, monkeypatch):
-    run_history(tmp_path, steps, monkeypatch)
+@pytest.mark.parametrize("merger", ["git", "dulwich"])
+def test_random_histories_stay_whole_when_packed_and_merged(tmp_path, steps, monkeypatch, merger):
+    run_history(tmp_path, steps, monkeypatch, merger)
 
 
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=st.lists(step, min_size=1, max_size=60))
-def test_many_random_histories_stay_whole_when_packed_and_merged(tmp_path, steps, monkeypatch):
-    run_history(tmp_path, steps, monkeypatch)
+@pytest.mark.parametrize("merger", ["git", "dulwich"])
+def test_many_random_histories_stay_whole_when_packed_and_merged(
+    tmp_path, steps, monkeypatch, merger
+):
+    run_history(tmp_path, steps, monkeypatch, merger)

@@ -12,7 +12,6 @@ process. The next commit claims it (`DeadIntents`) and, while holding Git's
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import uuid
@@ -22,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from agentfs.store.atomic import open_creating
+from agentfs.store.locking import create_exclusive, try_flock
 
 
 def _folder(state_dir: Path) -> Path:
@@ -39,9 +38,10 @@ def index_intent(state_dir: Path, paths: list[str]) -> Iterator[None]:
     folder = _folder(state_dir)
     name = f"{os.getpid()}-{uuid.uuid4().hex}.json"
     tmp = folder / f".{name}"
-    fd = open_creating(tmp, os.O_RDWR | os.O_EXCL)
+    fd = create_exclusive(tmp)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        taken = try_flock(fd)  # a new file, named for this call alone: nobody else holds it
+        assert taken
         os.write(fd, json.dumps(paths).encode())
         os.rename(tmp, folder / name)  # visible only once complete; the flock stays on it
         yield
@@ -84,9 +84,7 @@ class DeadIntents:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not try_flock(fd):
             os.close(fd)  # its process is alive and still working
             return
         if os.fstat(fd).st_nlink == 0:

@@ -7,7 +7,8 @@ included, is refused until someone deletes it.
 
 agentfs keeps an *owner record* beside every lock it takes
 (`.git/agentfs/locks/git-<name>.owner`), holding the lock file's inode, and
-holds an `flock` on the record while the lock exists. A `.lock` whose inode
+holds an `flock` on the record while the lock exists (both kinds of lock, and
+the wait, are `agentfs/store/locking.py`'s). A `.lock` whose inode
 matches a record nobody holds was left by a dead agentfs process and is
 removed; a `.lock` agentfs cannot vouch for (git's own) is waited for.
 
@@ -19,18 +20,17 @@ and the ctime tells that file apart.
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import os
-import random
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from agentfs.errors import GitStateError
-from agentfs.store.atomic import fsync_dir, open_creating
+from agentfs.store.atomic import fsync_dir
+from agentfs.store.locking import FileLock, create_exclusive, retry
 
 #: How long to wait for a `.lock` held by another program before giving up.
 WAIT_S = 30.0
@@ -64,7 +64,7 @@ class GitLockFile:
         self.durable = durable
         self.lock_path, self.owner_path = _paths(target, state_dir)
         self.wait = wait
-        self._owner_fd: int | None = None
+        self._owner: FileLock | None = None
         self._fd: int | None = None
 
     def __enter__(self) -> Self:
@@ -83,13 +83,9 @@ class GitLockFile:
             self.abort()
 
     def acquire(self) -> None:
-        owner = open_creating(self.owner_path, os.O_RDWR)
-        try:
-            fcntl.flock(owner, fcntl.LOCK_EX)  # only agentfs processes take it, briefly
-        except BaseException:
-            os.close(owner)
-            raise
-        self._owner_fd = owner
+        owner = FileLock(self.owner_path, wait=None)  # only agentfs processes take it, briefly
+        owner.acquire()
+        self._owner = owner
         try:
             self._acquire_lock_file()
         except BaseException:
@@ -97,43 +93,40 @@ class GitLockFile:
             raise
 
     def _acquire_lock_file(self) -> None:
-        assert self._owner_fd is not None
-        owner = self._owner_fd
-        deadline = time.monotonic() + self.wait
-        delay = 0.001
-        previous = os.pread(owner, RECORD_SIZE, 0).decode(errors="replace").strip()
-        while True:
+        assert self._owner is not None and self._owner.fd is not None
+        previous = os.pread(self._owner.fd, RECORD_SIZE, 0).decode(errors="replace").strip()
+
+        def attempt() -> int | None:
+            nonlocal previous
             if os.path.lexists(self.lock_path):
-                if self._remove_if_stale(previous):
-                    previous = ""
-                    continue
-                # held by someone alive: wait, leaving the record as it is (if we die
-                # waiting, the next process must still be able to read it)
-                if time.monotonic() > deadline:
-                    self._release_owner(clear=False)  # keep a dead holder's note
-                    raise GitStateError(
-                        f"{self.lock_path} exists and is held by another program",
-                        hint="if no git command is running, delete that .lock file",
-                    ) from None
-                time.sleep(delay * (1 + random.random()))
-                delay = min(delay * 2, 0.05)
-                continue
+                if not self._remove_if_stale(previous):
+                    # held by someone alive: wait, leaving the record as it is (if we
+                    # die waiting, the next process must still be able to read it)
+                    return None
+                previous = ""
             # Say we are about to create it, so a crash right after the create
             # still leaves a record that names this lock as ours.
             self._record(f"creating {time.time_ns()}")
             previous = ""
             try:
-                fd = open_creating(self.lock_path, os.O_RDWR | os.O_EXCL)
-                break
+                return create_exclusive(self.lock_path)
             except FileExistsError:
-                continue  # someone else took it between the check and the create
+                return None  # someone else took it between the check and the create
+
+        fd = retry(attempt, self.wait)
+        if fd is None:
+            self._release_owner(clear=False)  # keep a dead holder's note
+            raise GitStateError(
+                f"{self.lock_path} exists and is held by another program",
+                hint="if no git command is running, delete that .lock file",
+            )
         self._fd = fd
         self._record(f"inode {os.fstat(fd).st_ino}")
 
     def _record(self, text: str) -> None:
         """Replace the record in one write (a kill never leaves it half-changed)."""
-        assert self._owner_fd is not None
-        os.pwrite(self._owner_fd, text.encode().ljust(RECORD_SIZE), 0)
+        assert self._owner is not None and self._owner.fd is not None
+        os.pwrite(self._owner.fd, text.encode().ljust(RECORD_SIZE), 0)
 
     def _remove_if_stale(self, record: str) -> bool:
         """Remove the `.lock` if `record`, left by a dead agentfs process (we now hold
@@ -215,12 +208,11 @@ class GitLockFile:
         self._record(f"inode {st.st_ino} ctime {st.st_ctime_ns}")
 
     def _release_owner(self, *, clear: bool = True) -> None:
-        if self._owner_fd is not None:
+        if self._owner is not None:
             if clear:
                 self._record("")
-            fcntl.flock(self._owner_fd, fcntl.LOCK_UN)
-            os.close(self._owner_fd)
-            self._owner_fd = None
+            self._owner.release()
+            self._owner = None
 
 
 def clear_stale(target: Path, state_dir: Path, *, wait: float = WAIT_S) -> None:

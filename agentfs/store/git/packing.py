@@ -6,10 +6,11 @@ tree is rewritten whole at every step, so loose objects grew quadratically
 commit, once about `LOOSE_LIMIT` loose objects exist, the committing process
 moves them into one pack, storing each new version of a tree or file as a
 delta against an earlier version of the same path (`lineage.py`), and then
-deletes the loose copies. Packs made that way are merged a few at a time
-so that their sizes grow geometrically (`packmerge.py`): there are only
-ever a handful, and a merge rewrites a bounded number of objects, so no
-step waits long for it.
+deletes the loose copies. Once there are `MIN_PACKS` packs, the small ones
+are merged so that their sizes grow geometrically: by `git repack
+--geometric=2 -d` when a `git` binary is found, else by copying their entries
+through dulwich's writers. There are only ever a handful, and a merge
+rewrites a bounded number of objects, so no step waits long for it.
 
 Safety does not rest on the lock that keeps two processes from packing at
 the same moment (it only saves duplicate work, and `git gc` does not take
@@ -22,36 +23,32 @@ before the new one appeared look again (`ObjectWriter.read_raw`).
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
 import os
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dulwich.errors import ChecksumMismatch
+from dulwich.object_format import DEFAULT_OBJECT_FORMAT
+from dulwich.pack import Pack, UnpackedObject, load_pack_index
+
+from agentfs.errors import GitStateError, RemoteError
 from agentfs.store.atomic import alive
 from agentfs.store.git.lineage import ReadRaw, predecessors, skip_delta_bases
 from agentfs.store.git.objects import ObjectWriter
 from agentfs.store.git.packfile import (
     TEMP_PREFIXES,
     TYPE_NUMBERS,
-    PackFormatError,
-    PackWriter,
+    delta,
+    install_pack,
     make_delta,
+    whole,
 )
-from agentfs.store.git.packmerge import (
-    DELTA_MIN,
-    DELTA_WORTH,
-    HINT_TEMP,
-    bases_dir,
-    merge_packs,
-    packs_to_merge,
-    write_bases,
-)
+from agentfs.store.git.remote import git
+from agentfs.store.locking import FileLock
 
 #: Loose objects that start a packing run (about what 35 steps of a trace write).
 LOOSE_LIMIT = 256
@@ -64,6 +61,18 @@ CHECK_EVERY = 32
 BATCH_LIMIT, BATCH_BYTES = 4096, 64 * 1024 * 1024
 #: Seconds after which a `.pack` without its `.idx` is taken for a killed packer's.
 ORPHAN_AGE = 3600
+#: A delta is kept only if it is smaller than this share of its object ...
+DELTA_WORTH = 0.5
+#: ... and none is tried for objects smaller than this (a state file, a small
+#: folder): it would save a few dozen bytes for the time of a larger one.
+DELTA_MIN = 512
+#: Merges wait until there are this many packs that may be merged.
+MIN_PACKS = 8
+#: Objects a merge may write at most; bigger packs are left as they are.
+MERGE_LIMIT = 40_000
+#: The `git` that merges packs; None merges them through dulwich (as when no `git`
+#: binary is found).
+GIT: str | None = "git"
 
 _SAMPLED = [f"{n:02x}" for n in range(0, 256, 16)]
 _LOOSE_TEMP = "tmp_obj_"  # `agentfs/store/git/objects.py:ObjectWriter`'s temp files
@@ -79,8 +88,7 @@ class PackReport:
 
     packed: int = 0  # loose objects moved into the new pack
     pack: str | None = None  # the new pack's name
-    merged: list[str] = field(default_factory=list)  # packs merged into `merge`
-    merge: str | None = None
+    merged: list[str] = field(default_factory=list)  # packs merged into others, now gone
 
 
 class Packer:
@@ -118,7 +126,8 @@ class Packer:
         self._packed_at, self._next_check = (written, written_bytes), written + CHECK_EVERY
         try:
             return self.pack()
-        except (OSError, PackFormatError, zlib.error) as exc:
+        except (OSError, ValueError, ChecksumMismatch, GitStateError, RemoteError,
+                zlib.error) as exc:
             self.last_error = exc  # the commit is made; packing is tried again later
             return None
 
@@ -127,16 +136,15 @@ class Packer:
 
         Returns None if another process is packing this repository.
         """
-        with _pack_lock(self.state_dir) as held:
-            if not held:
+        with _pack_lock(self.state_dir) as lock:
+            if not lock.held:
                 return None
             report = PackReport()
             report.pack, report.packed = pack_loose_objects(
                 self.git_dir, read=self.objects.read_raw, cached=self.objects.cached, limit=limit
             )
-            report.merged = packs_to_merge(self.objects_dir / "pack")
+            report.merged = merge_packs(self.git_dir)
             if report.merged:
-                report.merge = merge_packs(self.git_dir, report.merged)
                 self.objects.forget_removed_packs()
             remove_stale_files(self.git_dir)
             return report
@@ -213,28 +221,19 @@ def pack_loose_objects(
         return None, 0
     previous = predecessors(batch, read)
     bases, position = skip_delta_bases(previous, batch)
-    writer = PackWriter(objects_dir / "pack", len(batch))
-    whole = []
-    try:
-        for sha in sorted(batch, key=position.__getitem__):  # bases first
-            type_num, data = batch[sha]
-            base = bases.get(sha)
-            # a delta takes its base's type: `bases` are only guesses from paths
-            if base is not None and len(data) >= DELTA_MIN and batch[base][0] == type_num:
-                delta = make_delta(batch[base][1], data)
-                if len(delta) < DELTA_WORTH * len(data):
-                    writer.add_delta(bytes.fromhex(sha.decode()), bytes.fromhex(base.decode()),
-                                     delta)
-                    continue
-            writer.add_object(bytes.fromhex(sha.decode()), type_num, data)
-            whole.append(sha)
-        name = writer.install()
-    except BaseException:
-        writer.abort()
-        raise
-    write_bases(git_dir, name, {
-        sha: previous[sha] for sha in whole if sha in previous and previous[sha] not in batch
-    })
+    entries = []
+    for sha in sorted(batch, key=position.__getitem__):  # bases first
+        type_num, data = batch[sha]
+        base = bases.get(sha)
+        # a delta takes its base's type: `bases` are only guesses from paths
+        if base is not None and len(data) >= DELTA_MIN and batch[base][0] == type_num:
+            instructions = make_delta(batch[base][1], data)
+            if len(instructions) < DELTA_WORTH * len(data):
+                entries.append(delta(bytes.fromhex(sha.decode()), bytes.fromhex(base.decode()),
+                                     instructions))
+                continue
+        entries.append(whole(bytes.fromhex(sha.decode()), type_num, data))
+    name = install_pack(objects_dir / "pack", entries, len(entries))
     for sha in batch:
         try:
             os.unlink(loose[sha])
@@ -280,14 +279,125 @@ def _mtime(path: str) -> int:
         return 0
 
 
+# --- merging packs ------------------------------------------------------------
+
+
+def packs_to_merge(pack_dir: Path) -> list[str]:
+    """The small packs to merge so that, sorted by size, each pack holds at least
+    twice as many objects as all smaller ones together; [] if none are due.
+
+    Packs with a `.keep`, `.promisor` or `.mtimes` file are never merged, nor any
+    pack while a `multi-pack-index` lists them, and a merge never writes more than
+    `MERGE_LIMIT` objects.
+    """
+    files = set(_names(pack_dir))
+    if "multi-pack-index" in files:
+        return []
+    sized = []
+    for file in files:
+        name = file[:-4]
+        if not file.endswith(".idx") or f"{name}.pack" not in files:
+            continue
+        if any(f"{name}{ext}" in files for ext in (".keep", ".promisor", ".mtimes")):
+            continue
+        try:
+            index = load_pack_index(str(pack_dir / file), DEFAULT_OBJECT_FORMAT)
+            try:
+                sized.append((len(index), name))
+            finally:
+                index.close()
+        except (OSError, ValueError, AssertionError):
+            continue  # damaged, or gone meanwhile: left for Git to report
+    if len(sized) < MIN_PACKS:
+        return []
+    sized.sort()
+    total, upto = 0, 0
+    for i, (count, _) in enumerate(sized):
+        if total + count > MERGE_LIMIT:
+            break
+        if i and count < 2 * total:
+            upto = i + 1
+        total += count
+    return [name for _, name in sized[:upto]] if upto >= 2 else []
+
+
+def merge_packs(git_dir: Path) -> list[str]:
+    """Merge the small packs that are due (`packs_to_merge`); returns those now gone.
+
+    With a `git` binary (unless `GIT` is None) this is `git repack
+    --geometric=2 -d`, which also finds deltas for the objects each pack
+    stores whole; without one, `merge_with_dulwich` copies the entries as they
+    are.
+    """
+    pack_dir = git_dir / "objects" / "pack"
+    due = packs_to_merge(pack_dir)
+    if not due:
+        return []
+    if GIT is None:
+        merge_with_dulwich(git_dir, due)
+    else:
+        try:
+            git(git_dir, f"--git-dir={git_dir}", "repack", "--geometric=2", "-d", "-q")
+        except FileNotFoundError:  # no `git` on this machine
+            merge_with_dulwich(git_dir, due)
+    files = set(_names(pack_dir))
+    return [name for name in due if f"{name}.idx" not in files]
+
+
+def merge_with_dulwich(git_dir: Path, names: list[str]) -> str | None:
+    """Write one pack holding every object of the packs `names` through dulwich's
+    writers, entries copied as they are (deltas included), then delete those packs.
+
+    Each pack's checksums are checked first, so a damaged pack fails the merge
+    and every pack stays. Returns the new pack's name; None if one of the packs
+    is gone (another process merged it first), and then nothing is changed.
+    """
+    pack_dir = git_dir / "objects" / "pack"
+    packs: list[Pack] = []
+    try:
+        for name in names:
+            if not (pack_dir / f"{name}.idx").exists():
+                return None
+            packs.append(Pack(str(pack_dir / name), object_format=DEFAULT_OBJECT_FORMAT))
+        for pack in packs:
+            pack.check_length_and_checksum()
+            pack.index.check()
+            pack.data.check()
+        members = [set(pack) for pack in packs]
+        count = len(set().union(*members))
+
+        def entries() -> Iterator[UnpackedObject]:
+            seen: set[bytes] = set()
+            for pack, shas in zip(packs, members, strict=True):
+                for entry in pack.iter_unpacked_subset(shas, convert_ofs_delta=True):
+                    if entry.sha() not in seen:
+                        seen.add(entry.sha())
+                        yield entry
+
+        merged = install_pack(pack_dir, entries(), count)
+    finally:
+        for pack in packs:
+            pack.close()
+    for name in names:
+        if name != merged:
+            remove_pack(pack_dir, name)
+    return merged
+
+
+def remove_pack(pack_dir: Path, name: str) -> None:
+    """Delete a pack whose objects another pack holds: `.idx` first, so that it
+    disappears for new readers at once; readers that have it open keep reading."""
+    for ext in (".idx", ".pack", ".rev", ".bitmap"):
+        (pack_dir / f"{name}{ext}").unlink(missing_ok=True)
+
+
 # --- leftovers ------------------------------------------------------------------
 
 
 def remove_stale_files(git_dir: Path) -> None:
     """Delete what killed packers left: temp files of processes that are gone, a
     `.pack` whose `.idx` never came (killed between the two renames; unseen by Git
-    and dulwich, and left an hour in case a `git` command is installing it), and
-    the `.bases` hints of packs that are gone. (Temp files of loose objects go
+    and dulwich, and left an hour in case a `git` command is installing it). (Temp files of loose objects go
     when loose objects are packed.)"""
     pack_dir = git_dir / "objects" / "pack"
     files = set(_names(pack_dir))
@@ -302,14 +412,6 @@ def remove_stale_files(git_dir: Path) -> None:
                     path.unlink()
             except FileNotFoundError:
                 pass
-    hints_dir = bases_dir(git_dir)
-    hints = _names(hints_dir)
-    _remove_dead_temps(
-        [os.path.join(hints_dir, name) for name in hints if name.startswith(HINT_TEMP)]
-    )
-    for name in hints:
-        if name.endswith(".bases") and f"{name[:-6]}.idx" not in files:
-            (hints_dir / name).unlink(missing_ok=True)
 
 
 def _remove_dead_temps(paths: list[str]) -> None:
@@ -320,7 +422,7 @@ def _remove_dead_temps(paths: list[str]) -> None:
     """
     for path in paths:
         name = os.path.basename(path)
-        prefix = next(p for p in (*TEMP_PREFIXES, HINT_TEMP, _LOOSE_TEMP) if name.startswith(p))
+        prefix = next(p for p in (*TEMP_PREFIXES, _LOOSE_TEMP) if name.startswith(p))
         pid, ours, _ = name[len(prefix) :].partition("_")
         if ours and pid.isdigit() and not alive(int(pid)):
             try:
@@ -336,20 +438,7 @@ def _names(folder: Path) -> list[str]:
         return []
 
 
-@contextmanager
-def _pack_lock(state_dir: Path) -> Iterator[bool]:
-    """Whether this process got the repository's packing lock (never waits)."""
-    path = state_dir / "locks" / "pack.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
+def _pack_lock(state_dir: Path) -> FileLock:
+    """The repository's packing lock: `with _pack_lock(...) as lock`, `lock.held` says
+    whether this process got it (it never waits)."""
+    return FileLock(state_dir / "locks" / "pack.lock", wait=0)
