@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Self
 
@@ -88,15 +88,27 @@ class IndexUpdate:
         return self
 
     def apply(self, changes: Mapping[bytes, IndexEntry | None]) -> None:
-        """Set (or with None remove) entries; written when the block ends. Call once."""
+        """Set (or with None remove) entries; written into `index.lock` now, in place
+        when the block ends. Call once.
+
+        A file set where the index has a folder's entries (or a folder's entry set
+        where it has a file) replaces them, as in the commit's tree: Git refuses an
+        index holding both `a` and `a/b`.
+        """
         assert self._data is None, "apply() is called once per lock"
         if not changes:
             return
         if self._current is not None:
-            self._raw = self._form(self._current.apply(changes))
+            current = self._current
+            changes = _without_conflicts(changes, current.paths, current.has)
+            self._raw = self._form(current.apply(changes))
             self._data = self._raw.encode()
         else:
             assert self._parsed is not None
+            entries = self._parsed[0]
+            changes = _without_conflicts(
+                changes, lambda prefix: [p for p in entries if p.startswith(prefix)],
+                entries.__contains__)
             self._data = _rewrite_with_dulwich(self._parsed, changes)
         self._lock.write(self._data)
 
@@ -136,6 +148,29 @@ class IndexUpdate:
                 rawindex.remember(self.index_path, self._raw, self._data)
         else:
             self._lock.abort()
+
+
+def _without_conflicts(
+    changes: Mapping[bytes, IndexEntry | None],
+    paths: Callable[[bytes], list[bytes]],
+    has: Callable[[bytes], bool],
+) -> Mapping[bytes, IndexEntry | None]:
+    """`changes` plus the removal of the entries a set entry displaces: those below
+    it (a file replaced a folder) and those at a folder above it (a folder replaced
+    a file). `paths(prefix)` lists the index's paths starting with `prefix`, `has`
+    says whether a path has an entry."""
+    removed: dict[bytes, IndexEntry | None] = {}
+    for path, entry in changes.items():
+        if entry is None:
+            continue
+        displaced = paths(path + b"/")
+        parts = path.split(b"/")
+        for depth in range(1, len(parts)):
+            folder = b"/".join(parts[:depth])
+            if has(folder):
+                displaced.append(folder)
+        removed.update((p, None) for p in displaced if p not in changes)
+    return {**changes, **removed} if removed else changes
 
 
 def _load_raw(index_path: Path) -> rawindex.RawIndex | None:
