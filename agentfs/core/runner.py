@@ -62,11 +62,11 @@ from agentfs.models.base import (
 from agentfs.skills import load_skills
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.history import is_final_answer
-from agentfs.store.inbox import SettleClock
+from agentfs.store.inbox import SettleClock, save_in_inbox
 from agentfs.store.ingest import IngestReport, finish_staged, take_waiting
 from agentfs.store.messages import Message, ToolCall, Usage, parse_dropped
 from agentfs.store.trace import Trace
-from agentfs.store.workspace import Workspace
+from agentfs.store.workspace import INBOX_DIR, Workspace
 from agentfs.tools import ToolRegistry
 
 #: `agentfs compress` refuses a trace with fewer messages than this after the
@@ -242,8 +242,12 @@ class Runner:
                 trace.reload()
                 session = self._session(trace, inject_skills, skill_recency_threshold, clock)
                 self._bring_up_to_date(session, result, pending_tools)
-                for text in texts:
-                    trace.commit_step("user", [session.new_message("user", text)])
+                for number, text in enumerate(texts):
+                    message = session.new_message("user", text)
+                    try:
+                        trace.commit_step("user", [message])
+                    except OSError as exc:  # e.g. a full disk: the texts must not be lost
+                        raise _texts_kept(trace, message, texts[number + 1:], exc) from exc
                     result.steps.append("user")
                 self._loop(session, max_iterations or self.config.max_iterations, result)
         finally:
@@ -613,6 +617,38 @@ def _check_compressible(trace: Trace) -> None:
             "user message: a summary would not make it shorter",
             hint="compress once the trace has grown; `agentfs show` lists its path",
         )
+
+
+def _texts_kept(trace: Trace, failed: Message, rest: Sequence[str],
+                exc: OSError) -> AgentfsError:
+    """The error for user texts a failed write could not commit, saying where each is
+    kept: the message file written before the failure (the next run adopts it), a
+    file in the trace's inbox, or, if nothing could be written, the error itself."""
+    written = trace.message_path(failed)
+    places: list[str] = []
+    unsaved: list[str] = []
+    if written.is_file():
+        places.append(trace.rel(written))
+        texts = list(rest)
+    else:
+        texts = [str(failed.content), *rest]
+    for number, text in enumerate(texts):
+        name = f"unsent-{failed.sequence:06d}-{number}.md"
+        try:
+            kept = save_in_inbox(trace.dir / INBOX_DIR, name, text)
+        except OSError:
+            unsaved.append(text)
+        else:
+            places.append(trace.rel(kept))
+    where = f" ({exc.filename})" if exc.filename else ""
+    kept_in = f"; your message is kept in {', '.join(places)}" if places else ""
+    lost = "".join(f"\n--- not saved, copy it: ---\n{text}" for text in unsaved)
+    return AgentfsError(
+        f"could not commit the user message to trace {trace.id}: "
+        f"{exc.strerror or exc}{where}{kept_in}{lost}",
+        hint=f"free disk space (or fix the file's permissions), then `agentfs run {trace.id}` "
+        "commits it; nothing committed before was changed",
+    )
 
 
 def _split_messages(messages: Sequence[str | dict[str, str]]) -> tuple[str | None, list[str]]:

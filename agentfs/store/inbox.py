@@ -37,6 +37,7 @@ __all__ = [
     "reject",
     "rejected_names",
     "reserve",
+    "save_in_inbox",
     "stage",
     "staged_in",
     "unstage",
@@ -205,6 +206,14 @@ def unstage(staged: Staged) -> None:
     """Remove a claim whose message is committed (or whose file was rejected)."""
     shutil.rmtree(staged.dir, ignore_errors=True)
     fsync_dir(staged.dir.parent)
+
+
+def save_in_inbox(folder: Path, name: str, text: str) -> Path:
+    """Write `text` as a new file `name` of the inbox `folder`: a user message the
+    next run takes (used to keep a message a failed command could not commit)."""
+    path = folder / name
+    atomic_write(path, text.encode())
+    return path
 
 
 def rejected_names(inbox: Path) -> list[str]:

@@ -110,7 +110,11 @@ class IndexUpdate:
                 changes, lambda prefix: [p for p in entries if p.startswith(prefix)],
                 entries.__contains__)
             self._data = _rewrite_with_dulwich(self._parsed, changes)
-        self._lock.write(self._data)
+        try:
+            self._lock.write(self._data)
+        except OSError as exc:  # os.write names no file: say which one
+            path = str(self._lock.lock_path)
+            raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
 
     def refresh(self, found: Mapping[str, tuple[os.stat_result, bytes]]) -> None:
         """Record the stat of files found to hold the blob their index entry names

@@ -346,15 +346,20 @@ class GitRepo:
                     )
         # Lock order: dead intents are claimed (never waited for), then our own
         # intent, then index.lock; main moves only while index.lock is held, so
-        # the entries repaired from the new commit are what HEAD holds.
+        # the entries repaired from the new commit are what HEAD holds. The new
+        # index is written into index.lock before main moves: if that write fails
+        # (a full disk), main stays where it was and the index with it.
         with (
             DeadIntents(self.state_dir) as dead,
             index_intent(self.state_dir, [change.path for change in changes]),
             IndexUpdate(self.index_path, self.state_dir, durable=self.durable,
                         split=self.split_index) as index,
         ):
-            sha = self._commit(MAIN, changes, message, extra_parents=extra_parents)
-            index.apply({**self._entries_at(sha, dead.paths), **index_changes})
+            def write_index(new: bytes) -> None:
+                index.apply({**self._entries_at(new, dead.paths), **index_changes})
+
+            sha = self._commit(MAIN, changes, message, extra_parents=extra_parents,
+                               before_swap=write_index)
         self.packer.after_commit()  # outside the locks: others go on meanwhile
         return sha
 
@@ -436,7 +441,12 @@ class GitRepo:
         *,
         extra_parents: Sequence[bytes] = (),
         start: bytes | None = None,
+        before_swap: Callable[[bytes], None] | None = None,
     ) -> bytes:
+        """Commit `changes` on `ref` by compare-and-swap, rebuilt on the new head if it
+        moved. `before_swap` is called with the first commit built, before the ref
+        first moves (the index written for it: the later attempts differ from it only
+        in paths someone else committed meanwhile, never in `changes`)."""
         for change in changes:
             check_path(change.path)
         tree_changes: list[tuple[bytes, int, bytes | None]] = []
@@ -455,6 +465,9 @@ class GitRepo:
                 tree = self.objects.add_raw(Tree.type_num, b"")
             parents = ([parent] if parent is not None else []) + list(extra_parents)
             commit = self._make_commit(tree, message, parents)
+            if before_swap is not None:
+                before_swap(commit.id)
+                before_swap = None
             if self._swap(ref, current, commit.id, message):
                 return commit.id
             time.sleep(delay * (1 + random.random()))
