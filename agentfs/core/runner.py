@@ -66,7 +66,7 @@ from agentfs.store.inbox import SettleClock, save_in_inbox
 from agentfs.store.ingest import IngestReport, finish_staged, take_waiting
 from agentfs.store.messages import Message, ToolCall, Usage, parse_dropped
 from agentfs.store.trace import Trace
-from agentfs.store.workspace import INBOX_DIR, Workspace
+from agentfs.store.workspace import Workspace
 from agentfs.tools import ToolRegistry
 
 #: `agentfs compress` refuses a trace with fewer messages than this after the
@@ -197,6 +197,7 @@ class Runner:
         preset: str | None = None,
         pending_tools: PendingTools = "refuse",
         clock: SettleClock | None = None,
+        model_name: str | None = None,
     ) -> RunResult:
         """Append `messages` as user messages, then run until the model stops.
 
@@ -216,6 +217,9 @@ class Runner:
             stops with an error, `run` runs them, `skip` answers them as not run.
           clock: decides when files dropped into the inbox are ready (a watcher
             passes its own, so a file it saw settle is not waited for again).
+          model_name: recorded as the model of a trace this run creates (the name
+            the runner's model was chosen by, e.g. `--model`), so that later
+            commands on the trace use it too.
         """
         for name in inject_skills:
             self.skills.get(name)  # unknown skills fail before anything is written
@@ -229,7 +233,7 @@ class Runner:
                     f"trace {trace.id!r} does not exist and no first message was given",
                     hint=f"agentfs run {trace.id} -m '...' (or agentfs new)",
                 )
-            self._create(trace.id, texts.pop(0), system, system_prompt, preset)
+            self._create(trace.id, texts.pop(0), system, system_prompt, preset, model_name)
         elif system is not None:
             raise AgentfsError(
                 f"trace {trace.id!r} already has its system prompt",
@@ -332,12 +336,12 @@ class Runner:
 
     def _create(
         self, trace_id: str, first: str, system: str | None, run_prompt: str | None,
-        preset: str | None,
+        preset: str | None, model_name: str | None,
     ) -> Trace:
         return self.project.new_trace(
             trace_id, parse_dropped(Path("<message>"), first.encode()),
             system_prompt=run_prompt, explicit_system=system, preset=preset,
-            skills=self.skills,
+            model=model_name, skills=self.skills,
         )
 
     # --- the loop ------------------------------------------------------------
@@ -632,10 +636,9 @@ def _texts_kept(trace: Trace, failed: Message, rest: Sequence[str],
         texts = list(rest)
     else:
         texts = [str(failed.content), *rest]
-    for number, text in enumerate(texts):
-        name = f"unsent-{failed.sequence:06d}-{number}.md"
+    for text in texts:
         try:
-            kept = save_in_inbox(trace.dir / INBOX_DIR, name, text)
+            kept = save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir)
         except OSError:
             unsaved.append(text)
         else:

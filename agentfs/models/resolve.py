@@ -17,6 +17,20 @@ class ProviderSettings:
     anthropic_base_url: str | None = None
 
 
+def rebase_model_name(name: str, *, base_dir: Path, root: Path) -> str:
+    """`name` with a relative replay path taken from `base_dir` rewritten relative to
+    `root` (absolute if outside it), as a trace records it: a recorded name is
+    resolved from the workspace's root."""
+    provider, sep, rest = name.partition(":")
+    if provider != "replay" or not sep or not rest or Path(rest).is_absolute():
+        return name
+    path = (base_dir / rest).resolve()
+    try:
+        return f"replay:{path.relative_to(root.resolve()).as_posix()}"
+    except ValueError:
+        return f"replay:{path}"
+
+
 def resolve_model(name: str, *, base_dir: Path, settings: ProviderSettings) -> Model:
     """The model called `name`; relative replay paths are taken from `base_dir`."""
     provider, sep, rest = name.partition(":")

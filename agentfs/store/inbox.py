@@ -21,10 +21,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agentfs.store.atomic import atomic_write, fsync_dir
@@ -208,11 +210,13 @@ def unstage(staged: Staged) -> None:
     fsync_dir(staged.dir.parent)
 
 
-def save_in_inbox(folder: Path, name: str, text: str) -> Path:
-    """Write `text` as a new file `name` of the inbox `folder`: a user message the
-    next run takes (used to keep a message a failed command could not commit)."""
-    path = folder / name
-    atomic_write(path, text.encode())
+def save_in_inbox(folder: Path, text: str, *, tmp_dir: Path | None = None,
+                  durable: bool = False) -> Path:
+    """Write `text` atomically as a new file of the inbox `folder`, named by the
+    time, so files are taken in the order they were written; returns its path."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")
+    path = folder / f"{stamp}-{secrets.token_hex(4)}.md"
+    atomic_write(path, text.encode(), tmp_dir=tmp_dir, sync_dir=durable)
     return path
 
 

@@ -239,6 +239,34 @@ def _signature(extension: object) -> bytes:
     return getattr(extension, "signature", b"")
 
 
+def staged_changes(
+    index_path: Path, prefix: str, committed: Mapping[str, tuple[int, bytes]]
+) -> list[tuple[str, str]]:
+    """How the index differs from `committed` (path → (mode, blob hex id): the files
+    below folder `prefix` at HEAD), as (path, what `git diff --cached` would show)."""
+    try:
+        index, _ = rawindex.load(index_path)
+    except FileNotFoundError:
+        index = rawindex.RawIndex(version=2)
+    except rawindex.Unsupported:
+        return [(prefix, "the index is in a format agentfs cannot compare")]
+    found: list[tuple[str, str]] = []
+    indexed = set()
+    for raw_path in index.paths(prefix.encode() + b"/"):
+        path = raw_path.decode(errors="replace")
+        indexed.add(path)
+        entry = index.entry_stat(raw_path)
+        if entry is None:
+            found.append((path, "in a merge conflict in the index"))
+        elif path not in committed:
+            found.append((path, "staged but not committed"))
+        elif (entry[1], entry[2]) != (committed[path][1], committed[path][0]):
+            found.append((path, "staged differently from HEAD"))
+    found += [(path, "missing from the index (staged as deleted)")
+              for path in committed if path not in indexed]
+    return sorted(found)
+
+
 class StatCache:
     """What the index knows about files, to skip reading files whose stat has not
     changed since they were committed (as `git status`). Each lookup is a search

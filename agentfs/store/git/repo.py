@@ -16,7 +16,7 @@ import random
 import stat
 import time
 import weakref
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -28,7 +28,7 @@ from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
 from agentfs.store.atomic import open_creating
-from agentfs.store.git.index import IndexUpdate, StatCache, stat_cache
+from agentfs.store.git.index import IndexUpdate, StatCache, staged_changes, stat_cache
 from agentfs.store.git.intents import DeadIntents, index_intent
 from agentfs.store.git.lockfiles import GitLockFile
 from agentfs.store.git.objects import ObjectWriter
@@ -274,6 +274,11 @@ class GitRepo:
         return stat_cache(self.index_path)
 
     # --- writing -----------------------------------------------------------
+
+    def staged_changes(self, prefix: str) -> list[tuple[str, str]]:
+        """Files below folder `prefix` whose index entry differs from HEAD, with how
+        (`agentfs/store/git/index.py:staged_changes`)."""
+        return staged_changes(self.index_path, prefix, self.walk(self.head(), prefix))
 
     def refresh_stat(self, found: dict[str, tuple[os.stat_result, bytes]]) -> None:
         """Record in the index the stat of files read and found to hold their entry's
