@@ -467,8 +467,12 @@ class Runner:
         self._emit("prompt_too_long", trace=trace.id, detail=error.message)
         try:
             self._compress(session, request, result)
-        except PromptTooLong:
-            raise refusal from None
+        except PromptTooLong as failed:  # nothing was compressed: say so
+            raise PromptTooLong(
+                f"trace {trace.id!r} is too long for {self.model.name}, and so is the "
+                f"request that would compress it, so nothing was compressed: {failed.message}",
+                hint=refusal.hint,
+            ) from None
 
     @staticmethod
     def _stale_skills(session: Session, request: ModelRequest) -> list[str]:
