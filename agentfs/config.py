@@ -124,6 +124,10 @@ class WorkspaceConfig(BaseModel):
     max_iterations: int = Field(default=50, ge=1, description="Model calls per run")
     system_prompt: str | None = Field(default=None, description="Role prompt for new traces")
     max_tokens: int = Field(default=4096, ge=1, description="Output tokens per model call")
+    request_timeout: float = Field(
+        default=600.0, gt=0,
+        description="Seconds a model request may take before it fails (and is retried)",
+    )
     context_injection_interval: int = Field(
         default=CONTEXT_INJECTION_INTERVAL,
         ge=1,

@@ -29,13 +29,15 @@ if TYPE_CHECKING:
 EXAMPLE_TRACE = "demo"
 
 
-def _settings() -> ProviderSettings:
-    """Provider secrets from the environment; nothing else reads it."""
+def _settings(project: Project) -> ProviderSettings:
+    """Provider secrets from the environment (nothing else reads it), and the
+    workspace's request timeout."""
     from agentfs.models.resolve import ProviderSettings
 
     return ProviderSettings(
         anthropic_api_key=os.environ.get("ANTHROPIC_API_KEY") or None,
         anthropic_base_url=os.environ.get("ANTHROPIC_BASE_URL") or None,
+        request_timeout=project.config.request_timeout,
     )
 
 
@@ -247,7 +249,7 @@ def _choose_model(project: Project, trace_model: str | None, preset: str | None,
 
     name = project.model_name(trace_model, preset, flag)
     base = Path.cwd() if flag else project.workspace.root
-    return resolve_model(name, base_dir=base, settings=_settings())
+    return resolve_model(name, base_dir=base, settings=_settings(project))
 
 
 def _model_to_record(project: Project, flag: str | None) -> str | None:

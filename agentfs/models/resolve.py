@@ -15,6 +15,8 @@ class ProviderSettings:
 
     anthropic_api_key: str | None = None
     anthropic_base_url: str | None = None
+    #: Seconds a request may take (`request_timeout` in agentfs.toml).
+    request_timeout: float = 600.0
 
 
 def rebase_model_name(name: str, *, base_dir: Path, root: Path) -> str:
@@ -54,6 +56,7 @@ def resolve_model(name: str, *, base_dir: Path, settings: ProviderSettings) -> M
         from agentfs.models.anthropic import AnthropicModel
 
         return AnthropicModel(
-            rest, api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url
+            rest, api_key=settings.anthropic_api_key, base_url=settings.anthropic_base_url,
+            timeout=settings.request_timeout,
         )
     raise ConfigError(f"unknown model provider {provider!r} in {name!r}", hint="use replay or anthropic")

@@ -107,3 +107,24 @@ def test_a_trace_run_creates_records_the_model_it_was_given(tmp_path: Path) -> N
     assert meta["model"] == "replay:mine.json"  # read from the workspace root later
     done = run_cli("run", "t", "-m", "again", cwd=ws)  # agentfs.toml's script is gone
     assert "Two." in done.stdout
+
+
+def test_request_timeout_in_agentfs_toml_reaches_the_anthropic_provider(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from agentfs.errors import ModelError
+
+    given: dict = {}
+
+    class Recorder:
+        def __init__(self, model_id: str, **options: object) -> None:
+            given.update(options, model_id=model_id)
+            raise ModelError("recorded")
+
+    monkeypatch.setattr("agentfs.models.anthropic.AnthropicModel", Recorder)
+    ws = replay_workspace(tmp_path / "ws", SCRIPT, config={"max_iterations = 50": (
+        "max_iterations = 50\nrequest_timeout = 12.5")})
+    done = run_cli("run", "t", "-m", "hi", "--model", "anthropic:claude-x", cwd=ws,
+                   env={"ANTHROPIC_API_KEY": "k"}, check=False)
+    assert "recorded" in done.stderr
+    assert given["model_id"] == "claude-x" and given["timeout"] == 12.5
