@@ -420,8 +420,10 @@ class Runner:
     def _over_budget(self, session: Session, request: ModelRequest) -> bool:
         """Is the request still over the budget after Level 1, with no Level 2 compression
         at this head yet?"""
-        return (self.requests.over_budget(request)
-                and session.compressed_at != session.trace.meta.head)
+        if not self.requests.over_budget(request):
+            return False
+        self.requests.check_room(request)  # compressing would not help
+        return session.compressed_at != session.trace.meta.head
 
     def _compress(self, session: Session, request: ModelRequest, result: RunResult) -> None:
         """The side-branch queue, in order: reflection (if extraction is on), knowledge
