@@ -327,8 +327,11 @@ class MessageDir:
         listing = self._list(found)
         where: dict[int, str] = {}
         racy_after = time.time_ns() - RACY_NS
+        parsed = 0
         for folder in sorted(listing, key=lambda f: _first(f) if f else -1):
-            _, part_where, _, _ = self._parse_folder(folder, listing[folder], racy_after, found)
+            _, part_where, _, count = self._parse_folder(folder, listing[folder], racy_after,
+                                                         found)
+            parsed += count
             for sequence in sorted(part_where.keys() & where.keys()):
                 found.append(MessageFileError(
                     self.path / part_where[sequence],
@@ -336,6 +339,8 @@ class MessageDir:
                     hint="each sequence number may be used by one file only; rename one",
                 ))
             where.update(part_where)
+        if parsed >= parsecache.SAVE_AFTER:
+            parsecache.save(self.cache_path, self._cache)
         return found
 
     def _parse_folder(
