@@ -120,3 +120,29 @@ def test_a_full_disk_at_the_index_write_moves_nothing_and_keeps_the_message(
     assert texts.count("my precious words") == 1
     assert texts[-1] == "Got it."
     assert_git_clean(ws)
+
+
+def test_a_message_file_a_full_disk_refused_leaves_the_text_in_the_inbox(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import errno
+
+    from agentfs.store.trace import Trace
+
+    ws = replay_workspace(tmp_path / "ws", {"turns": [{"text": "Got it."}]})
+    run_cli("new", "t", "-m", "first", cwd=ws)
+
+    def disk_full(self: Trace, message: object) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.messages_dir / "x.md"))
+
+    monkeypatch.setattr(Trace, "write_message", disk_full)
+    failed = run_cli("run", "t", "-m", "my precious words", "-m", "and more", cwd=ws,
+                     check=False)
+    assert failed.returncode == 1 and "is kept in traces/t/inbox/" in failed.stderr
+    assert sorted(p.read_text() for p in (ws / "traces" / "t" / "inbox").glob("*.md")) == [
+        "and more", "my precious words"]
+    monkeypatch.undo()
+    run_cli("run", "t", cwd=ws)
+    texts = [m["text"] for m in json.loads(run_cli("show", "t", "--json", cwd=ws).stdout)["messages"]]
+    assert texts[-3:] == ["my precious words", "and more", "Got it."]
+    assert_git_clean(ws)
