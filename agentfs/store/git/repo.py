@@ -496,8 +496,11 @@ class GitRepo:
             if self._read_ref(ref) != old:
                 lock.abort()
                 return False
-            lock.write(new + b"\n")
-            self._append_reflog(ref, old, new, message)
+            try:
+                lock.write(new + b"\n")
+                self._append_reflog(ref, old, new, message)
+            except OSError as exc:  # os.write names no file (a full disk): say which one
+                raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         return True
 
     def _read_ref(self, ref: bytes) -> bytes | None:
