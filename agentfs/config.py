@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import tomllib
+import typing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -139,6 +141,10 @@ class WorkspaceConfig(BaseModel):
     max_iterations: int = Field(default=50, ge=1, description="Model calls per run")
     system_prompt: str | None = Field(default=None, description="Role prompt for new traces")
     max_tokens: int = Field(default=4096, ge=1, description="Output tokens per model call")
+    request_timeout: float = Field(
+        default=600.0, gt=0,
+        description="Seconds a model request may take before it fails (and is retried)",
+    )
     context_injection_interval: int = Field(
         default=CONTEXT_INJECTION_INTERVAL,
         ge=1,
@@ -222,4 +228,28 @@ def load_config(path: Path) -> WorkspaceConfig:
     try:
         return WorkspaceConfig.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{path}: {validation_problems(exc)}") from None
+        raise ConfigError(f"{path}: {validation_problems(exc, _did_you_mean)}") from None
+
+
+def _did_you_mean(error: Any) -> str | None:
+    """For an unknown key, the known key of its table it most resembles."""
+    if error["type"] != "extra_forbidden":
+        return None
+    *table, key = error["loc"]
+    close = difflib.get_close_matches(str(key), _known_keys(table), n=1)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+def _known_keys(location: list[str | int]) -> list[str]:
+    """The keys of the table at `location` (e.g. ["presets", "x"] → a preset's keys)."""
+    model: Any = WorkspaceConfig
+    for part in location:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            field_info = model.model_fields.get(str(part))
+            model = field_info.annotation if field_info is not None else None
+        else:  # dict[str, X] or list[X]: the part is a key or an index
+            args = typing.get_args(model)
+            model = args[-1] if args else None
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return []

@@ -7,8 +7,9 @@ without a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported by its callers; errors.py stays cheap to import
     from pydantic import ValidationError
@@ -72,8 +73,14 @@ class MergeConflict(AgentfsError):
         self.paths = paths
 
 
-def validation_problems(exc: ValidationError) -> str:
-    """Pydantic's errors as one line: `field.sub: problem; other: problem`."""
-    return "; ".join(
-        f"{'.'.join(str(p) for p in err['loc']) or 'file'}: {err['msg']}" for err in exc.errors()
-    )
+def validation_problems(
+    exc: ValidationError, advice: Callable[[Any], str | None] | None = None
+) -> str:
+    """Pydantic's errors as one line: `field.sub: problem; other: problem`; `advice`
+    may add a note to an error (e.g. the known key an unknown one resembles)."""
+    parts = []
+    for err in exc.errors():
+        note = advice(err) if advice is not None else None
+        text = f"{err['msg']} ({note})" if note else err["msg"]
+        parts.append(f"{'.'.join(str(p) for p in err['loc']) or 'file'}: {text}")
+    return "; ".join(parts)

@@ -6,6 +6,7 @@ and base URL) and passes them down as settings.
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import click
@@ -33,6 +34,9 @@ def main() -> None:
     except OSError as exc:  # disk full, permissions, ...: say which file, no traceback
         where = f" ({exc.filename})" if exc.filename else ""
         click.echo(f"agentfs: error: {exc.strerror or exc}{where}", err=True)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            click.echo("agentfs: free some disk space, then run the command again; "
+                       "what was committed before is unchanged", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         click.echo("\nagentfs: interrupted; everything committed so far is kept", err=True)

@@ -73,6 +73,7 @@ def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: 
     """
     from agentfs.cli.commands import (
         _choose_model,
+        _model_to_record,
         _project,
         _start_notices,
         _thinking_options,
@@ -90,7 +91,7 @@ def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: 
     session = _Chat(project, trace_id, chosen, quiet, {**thinking_options, **trusted}, {
         "max_iterations": max_iterations, "inject_skills": declared,
         "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
-        "preset": preset,
+        "preset": preset, "model_name": _model_to_record(project, model),
     })
     reader = _LineReader(project.workspace.state_dir / HISTORY_FILE)
     try:

@@ -17,9 +17,11 @@ from agentfs.cli.options import run_options
 if TYPE_CHECKING:
     from agentfs.core.project import Project
     from agentfs.core.trust import TrustStore
+    from agentfs.core.status import WorkspaceStatus
     from agentfs.models.base import Model
     from agentfs.models.resolve import ProviderSettings
     from agentfs.store.trace import Trace
+    from agentfs.store.workspace import Workspace
 
 # Module level: the standard library and click only. Each command imports what it
 # uses when it runs, so `agentfs --help` and `agentfs status` start fast (they
@@ -28,12 +30,14 @@ if TYPE_CHECKING:
 EXAMPLE_TRACE = "demo"
 
 
-def _settings() -> ProviderSettings:
+def _settings(project: Project) -> ProviderSettings:
     """Provider secrets and endpoints from the environment, the variables each provider
-    declares (`agentfs/models/providers.py:Provider`); nothing else reads it."""
+    declares (`agentfs/models/providers.py:Provider`; nothing else reads it), and the
+    workspace's request timeout."""
     from agentfs.models.resolve import ProviderSettings
 
-    return ProviderSettings.from_environment(os.environ)
+    return ProviderSettings.from_environment(
+        os.environ, request_timeout=project.config.request_timeout)
 
 
 def _trust_store() -> TrustStore:
@@ -190,7 +194,8 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
                             **trusted)
     result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
                         inject_skills=declared, skill_recency_threshold=skill_recency,
-                        pending_tools=pending_tools)  # type: ignore[arg-type]
+                        pending_tools=pending_tools,  # type: ignore[arg-type]
+                        model_name=_model_to_record(project, model))
     terminal.end_line()
     if result.stop is StopReason.NOTHING_TO_DO:
         _say_waiting(project, trace_id)
@@ -270,7 +275,18 @@ def _choose_model(project: Project, trace_model: str | None, preset: str | None,
 
     name = project.model_name(trace_model, preset, flag)
     base = Path.cwd() if flag else project.workspace.root
-    return resolve_model(name, base_dir=base, settings=_settings())
+    return resolve_model(name, base_dir=base, settings=_settings(project))
+
+
+def _model_to_record(project: Project, flag: str | None) -> str | None:
+    """`run --model` as a trace the run creates records it: a replay path taken from
+    the current directory, rewritten for the workspace root that recorded names are
+    read from."""
+    from agentfs.models.resolve import rebase_model_name
+
+    if flag is None:
+        return None
+    return rebase_model_name(flag, base_dir=Path.cwd(), root=project.workspace.root)
 
 
 class _Terminal:
@@ -456,19 +472,60 @@ def rewind(trace_ref: str, sequence: int) -> None:
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def status(as_json: bool) -> None:
-    """List the workspace's traces: head, running or idle, pending inbox files."""
+@click.option("--check", is_flag=True, help="Check every file as `agentfs doctor` does.")
+def status(as_json: bool, check: bool) -> None:
+    """List the workspace's traces: head, running or idle, pending inbox files.
+
+    An invalid agentfs.toml is an error. A trace whose trace.json cannot be
+    read is listed as broken, with what is wrong; the command then exits 1.
+    """
+    from agentfs.core.doctor import check_config
     from agentfs.core.status import workspace_status
     from agentfs.store.workspace import find_workspace
 
     workspace = find_workspace(None)
+    if check:
+        _doctor(workspace)
+    check_config(workspace)
     report = workspace_status(workspace)
+    broken = any(row.error for row in report.traces)
     if as_json:
         click.echo(json.dumps({"workspace": str(workspace.root),
                                "traces": [row.record() for row in report.traces],
                                "inbox": report.inbox, "inbox_rejected": report.inbox_rejected},
                               indent=2))
-        return
+    else:
+        _status_text(report)
+    if broken:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
+def doctor() -> None:
+    """Check the workspace: agentfs.toml, every trace.json and message file, the
+    side-branch queues, and that the Git index holds what HEAD holds under traces/.
+
+    Prints one line per problem, naming the file and how to fix it, and exits 1;
+    or a short summary and exits 0.
+    """
+    from agentfs.store.workspace import find_workspace
+
+    _doctor(find_workspace(None))
+
+
+def _doctor(workspace: Workspace) -> None:
+    from agentfs.core.doctor import diagnose
+
+    report = diagnose(workspace)
+    for problem in report.problems:
+        click.echo(problem)
+    if report.problems:
+        raise click.exceptions.Exit(1)
+    click.echo(f"ok: agentfs.toml, {report.traces} trace(s), {report.messages} message "
+               "file(s), the index under traces/")
+
+
+def _status_text(report: WorkspaceStatus) -> None:
     if not report.traces:
         click.echo("no traces yet: agentfs new TRACE -m '...'")
     for row in report.traces:
@@ -477,7 +534,10 @@ def status(as_json: bool) -> None:
         if row.rejected:
             pending += f", {len(row.rejected)} rejected (inbox/.rejected/)"
         state = "failed" if row.last_error and not row.running else state
-        error = f"  ERROR: {row.error}" if row.error else ""
+        if row.error:
+            click.echo(f"{row.trace:<24} BROKEN  {row.error}")
+            continue
+        error = ""
         if row.last_error and not row.running:
             error += f"  last run: {row.last_error.splitlines()[0][:120]}"
         click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{error}")

@@ -4,17 +4,15 @@ rewind."""
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Literal
 
 from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError, TraceLocked
-from agentfs.store.atomic import atomic_write
 from agentfs.store.history import unanswered_calls
+from agentfs.store.inbox import save_in_inbox
 from agentfs.store.ingest import Rejected, finish_staged, take_file
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
@@ -55,10 +53,8 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
       AgentfsError: the text cannot be a message (the file is put aside in
         `inbox/.rejected/` with a note), or recovery refused an edit of the trace.
     """
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")
-    file = trace.inbox_dir / f"{stamp}-{secrets.token_hex(4)}.md"
-    file.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(file, text.encode(), tmp_dir=trace.tmp_dir, sync_dir=trace.repo.durable)
+    file = save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir,
+                         durable=trace.repo.durable)
     name = trace.rel(file)
     deadline = time.monotonic() + patience
     while True:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentfs.config import DEFAULT_CONFIG_TEXT, DEFAULT_MODEL, WorkspaceConfig, load_config
+from agentfs.config import DEFAULT_CONFIG_TEXT, DEFAULT_MODEL, WorkspaceConfig
+from agentfs.core.doctor import load_valid_config
 from agentfs.core.options import RunnerOptions
 from agentfs.core.system_prompt import build_system_prompt
 from agentfs.errors import AgentfsError
@@ -57,7 +58,7 @@ class Project:
     def open(cls, start: Path | str | None = None) -> Project:
         """The workspace containing `start` (default: the current directory)."""
         workspace = find_workspace(start)
-        config = load_config(workspace.config_path)
+        config = load_valid_config(workspace)
         return cls(workspace, GitRepo(workspace.root, durable=config.fsync == "all"), config)
 
     def runner(self, model: Model, options: RunnerOptions | None = None, **keywords: Any) -> Runner:

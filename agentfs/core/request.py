@@ -19,7 +19,7 @@ from agentfs.core.options import EventSink, RunnerOptions
 from agentfs.core.prefix import PrefixMap, PrefixSums
 from agentfs.core.tokens import TokenCounter
 from agentfs.core.toolset import build_tools
-from agentfs.errors import AgentfsError
+from agentfs.errors import AgentfsError, ConfigError
 from agentfs.models.base import ModelRequest, ModelResponse, ToolSpec
 from agentfs.skills import load_skills
 from agentfs.store.messages import Message
@@ -107,6 +107,25 @@ class RequestBuilder:
         """Is `request` over `context_window × compression_threshold` (after Level 1)?"""
         budget = self.budget(request.messages)
         return not budget.fits(request.system, request.messages, request.tools)
+
+    def check_room(self, request: ModelRequest) -> None:
+        """Refuse a budget that the system prompt and the tools alone fill: every step
+        would be compressed, and no summary could make the request fit.
+
+        Raises:
+            ConfigError: says the sizes and which settings to change.
+        """
+        budget = self.budget(request.messages)
+        if budget.fits(request.system, [], request.tools):
+            return
+        fixed = round(self.tokens.request(request.system, [], request.tools) * budget.ratio)
+        raise ConfigError(
+            f"the system prompt and the tools alone take about {fixed:,} tokens, more "
+            f"than the {budget.limit:,} at which requests to {self.model_name} are "
+            "compressed (context_window × compression_threshold in agentfs.toml)",
+            hint=f"raise context_window (or context_windows[\"{self.model_name}\"]) or "
+            "compression_threshold in agentfs.toml, or shorten the system prompt",
+        )
 
     def note_estimate(self, response: ModelResponse, request: ModelRequest) -> None:
         """Store our estimate of `request` beside the input size the provider reported,

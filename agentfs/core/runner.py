@@ -62,7 +62,7 @@ from agentfs.models.base import (
 from agentfs.skills import load_skills
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.history import is_final_answer
-from agentfs.store.inbox import SettleClock
+from agentfs.store.inbox import SettleClock, save_in_inbox
 from agentfs.store.ingest import IngestReport, finish_staged, take_waiting
 from agentfs.store.messages import Message, ToolCall, Usage, parse_dropped
 from agentfs.store.trace import Trace
@@ -197,6 +197,7 @@ class Runner:
         preset: str | None = None,
         pending_tools: PendingTools = "refuse",
         clock: SettleClock | None = None,
+        model_name: str | None = None,
     ) -> RunResult:
         """Append `messages` as user messages, then run until the model stops.
 
@@ -216,6 +217,9 @@ class Runner:
             stops with an error, `run` runs them, `skip` answers them as not run.
           clock: decides when files dropped into the inbox are ready (a watcher
             passes its own, so a file it saw settle is not waited for again).
+          model_name: recorded as the model of a trace this run creates (the name
+            the runner's model was chosen by, e.g. `--model`), so that later
+            commands on the trace use it too.
         """
         for name in inject_skills:
             self.skills.get(name)  # unknown skills fail before anything is written
@@ -229,7 +233,7 @@ class Runner:
                     f"trace {trace.id!r} does not exist and no first message was given",
                     hint=f"agentfs run {trace.id} -m '...' (or agentfs new)",
                 )
-            self._create(trace.id, texts.pop(0), system, system_prompt, preset)
+            self._create(trace.id, texts.pop(0), system, system_prompt, preset, model_name)
         elif system is not None:
             raise AgentfsError(
                 f"trace {trace.id!r} already has its system prompt",
@@ -242,8 +246,12 @@ class Runner:
                 trace.reload()
                 session = self._session(trace, inject_skills, skill_recency_threshold, clock)
                 self._bring_up_to_date(session, result, pending_tools)
-                for text in texts:
-                    trace.commit_step("user", [session.new_message("user", text)])
+                for number, text in enumerate(texts):
+                    message = session.new_message("user", text)
+                    try:
+                        trace.commit_step("user", [message])
+                    except OSError as exc:  # e.g. a full disk: the texts must not be lost
+                        raise _texts_kept(trace, message, texts[number + 1:], exc) from exc
                     result.steps.append("user")
                 self._loop(session, max_iterations or self.config.max_iterations, result)
         finally:
@@ -328,12 +336,12 @@ class Runner:
 
     def _create(
         self, trace_id: str, first: str, system: str | None, run_prompt: str | None,
-        preset: str | None,
+        preset: str | None, model_name: str | None,
     ) -> Trace:
         return self.project.new_trace(
             trace_id, parse_dropped(Path("<message>"), first.encode()),
             system_prompt=run_prompt, explicit_system=system, preset=preset,
-            skills=self.skills,
+            model=model_name, skills=self.skills,
         )
 
     # --- the loop ------------------------------------------------------------
@@ -412,8 +420,10 @@ class Runner:
     def _over_budget(self, session: Session, request: ModelRequest) -> bool:
         """Is the request still over the budget after Level 1, with no Level 2 compression
         at this head yet?"""
-        return (self.requests.over_budget(request)
-                and session.compressed_at != session.trace.meta.head)
+        if not self.requests.over_budget(request):
+            return False
+        self.requests.check_room(request)  # compressing would not help
+        return session.compressed_at != session.trace.meta.head
 
     def _compress(self, session: Session, request: ModelRequest, result: RunResult) -> None:
         """The side-branch queue, in order: reflection (if extraction is on), knowledge
@@ -459,8 +469,12 @@ class Runner:
         self._emit("prompt_too_long", trace=trace.id, detail=error.message)
         try:
             self._compress(session, request, result)
-        except PromptTooLong:
-            raise refusal from None
+        except PromptTooLong as failed:  # nothing was compressed: say so
+            raise PromptTooLong(
+                f"trace {trace.id!r} is too long for {self.model.name}, and so is the "
+                f"request that would compress it, so nothing was compressed: {failed.message}",
+                hint=refusal.hint,
+            ) from None
 
     @staticmethod
     def _stale_skills(session: Session, request: ModelRequest) -> list[str]:
@@ -613,6 +627,37 @@ def _check_compressible(trace: Trace) -> None:
             "user message: a summary would not make it shorter",
             hint="compress once the trace has grown; `agentfs show` lists its path",
         )
+
+
+def _texts_kept(trace: Trace, failed: Message, rest: Sequence[str],
+                exc: OSError) -> AgentfsError:
+    """The error for user texts a failed write could not commit, saying where each is
+    kept: the message file written before the failure (the next run adopts it), a
+    file in the trace's inbox, or, if nothing could be written, the error itself."""
+    written = trace.message_path(failed)
+    places: list[str] = []
+    unsaved: list[str] = []
+    if written.is_file():
+        places.append(trace.rel(written))
+        texts = list(rest)
+    else:
+        texts = [str(failed.content), *rest]
+    for text in texts:
+        try:
+            kept = save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir)
+        except OSError:
+            unsaved.append(text)
+        else:
+            places.append(trace.rel(kept))
+    where = f" ({exc.filename})" if exc.filename else ""
+    kept_in = f"; your message is kept in {', '.join(places)}" if places else ""
+    lost = "".join(f"\n--- not saved, copy it: ---\n{text}" for text in unsaved)
+    return AgentfsError(
+        f"could not commit the user message to trace {trace.id}: "
+        f"{exc.strerror or exc}{where}{kept_in}{lost}",
+        hint=f"free disk space (or fix the file's permissions), then `agentfs run {trace.id}` "
+        "commits it; nothing committed before was changed",
+    )
 
 
 def _split_messages(messages: Sequence[str | dict[str, str]]) -> tuple[str | None, list[str]]:

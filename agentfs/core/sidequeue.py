@@ -57,7 +57,7 @@ from agentfs.store.messages import Message
 from agentfs.store.meta import QueueStep, SideQueue
 from agentfs.store.trace import Trace
 
-__all__ = ["BRANCHES", "QueueReport", "compression_queue", "plan", "run_queue"]
+__all__ = ["BRANCHES", "QueueReport", "compression_queue", "plan", "queue_problems", "run_queue"]
 
 #: What runs on a branch of each type and commits its outcome there.
 BRANCHES: dict[str, Callable[[SideWork, QueueStep], None]] = {
@@ -159,6 +159,19 @@ def _merge(work: SideWork, queue: SideQueue, step: QueueStep) -> Merged:
     work.emit("merged", trace=trace.id, branch=step.branch, type=step.type,
               files=merged.files, sequence=trace.meta.head)
     return merged
+
+
+def queue_problems(trace: Trace) -> list[AgentfsError]:
+    """What is wrong with each step of the trace's queue as `trace.json` holds it
+    (`agentfs doctor`): the errors a run would stop at."""
+    queue = trace.meta.side_queue
+    found = []
+    for step in queue.steps if queue is not None else []:
+        try:
+            _check_step(trace, step)
+        except AgentfsError as exc:
+            found.append(exc)
+    return found
 
 
 def _check_step(trace: Trace, step: QueueStep) -> None:

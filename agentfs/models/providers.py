@@ -34,6 +34,7 @@ class ModelSpec:
     rest: str  # what follows it: a model id, a script's path, ...
     settings: Mapping[str, str]  # this provider's settings (see `Provider.env`)
     base_dir: Path  # relative paths in `rest` are taken from here
+    timeout: float = 600.0  # seconds one request may take (`request_timeout` in agentfs.toml)
 
     @property
     def name(self) -> str:
@@ -63,17 +64,20 @@ class ProviderSettings:
     variables the providers declare (`Provider.env`) and passed down."""
 
     values: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: Seconds one request may take, for every provider (`request_timeout` in agentfs.toml).
+    request_timeout: float = 600.0
 
     def of(self, provider: str) -> Mapping[str, str]:
         return MappingProxyType(dict(self.values.get(provider, {})))
 
     @classmethod
-    def from_environment(cls, environ: Mapping[str, str]) -> ProviderSettings:
+    def from_environment(cls, environ: Mapping[str, str], *,
+                         request_timeout: float = 600.0) -> ProviderSettings:
         """The settings every known provider declares, from `environ` (the CLI passes
         `os.environ`; empty values count as unset)."""
         return cls({provider.name: {key: environ[var] for key, var in provider.env.items()
                                     if environ.get(var)}
-                    for provider in _registry().values()})
+                    for provider in _registry().values()}, request_timeout)
 
 
 def _replay(spec: ModelSpec) -> Model:
@@ -95,7 +99,8 @@ def _anthropic(spec: ModelSpec) -> Model:
         )
     from agentfs.models.anthropic import AnthropicModel
 
-    return AnthropicModel(spec.rest, api_key=key, base_url=spec.settings.get("base_url"))
+    return AnthropicModel(spec.rest, api_key=key, base_url=spec.settings.get("base_url"),
+                          timeout=spec.timeout)
 
 
 BUILT_IN = (

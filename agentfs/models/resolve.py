@@ -9,7 +9,21 @@ from agentfs.errors import ConfigError
 from agentfs.models.base import Model
 from agentfs.models.providers import ModelSpec, ProviderSettings, find_provider
 
-__all__ = ["ProviderSettings", "resolve_model"]
+__all__ = ["ProviderSettings", "rebase_model_name", "resolve_model"]
+
+
+def rebase_model_name(name: str, *, base_dir: Path, root: Path) -> str:
+    """`name` with a relative replay path taken from `base_dir` rewritten relative to
+    `root` (absolute if outside it), as a trace records it: a recorded name is
+    resolved from the workspace's root."""
+    provider, sep, rest = name.partition(":")
+    if provider != "replay" or not sep or not rest or Path(rest).is_absolute():
+        return name
+    path = (base_dir / rest).resolve()
+    try:
+        return f"replay:{path.relative_to(root.resolve()).as_posix()}"
+    except ValueError:
+        return f"replay:{path}"
 
 
 def resolve_model(name: str, *, base_dir: Path, settings: ProviderSettings) -> Model:
@@ -24,4 +38,5 @@ def resolve_model(name: str, *, base_dir: Path, settings: ProviderSettings) -> M
         raise ConfigError(f"model {name!r} is not PROVIDER:NAME",
                           hint="use replay:PATH or anthropic:MODEL-ID")
     found = find_provider(provider)
-    return found.create(ModelSpec(provider, rest, settings.of(provider), base_dir))
+    return found.create(ModelSpec(provider, rest, settings.of(provider), base_dir,
+                                  timeout=settings.request_timeout))

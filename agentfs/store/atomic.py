@@ -61,6 +61,9 @@ def _write_via(tmp: Path, path: Path, data: bytes, sync_dir: bool) -> None:
         while view:
             view = view[os.write(fd, view) :]
         os.fsync(fd)
+    except OSError as exc:  # os.write names no file (a full disk): say which one
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     finally:
         os.close(fd)
     try:

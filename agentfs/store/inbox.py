@@ -21,10 +21,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shutil
 import stat
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agentfs.store.atomic import atomic_write, fsync_dir
@@ -38,6 +40,7 @@ __all__ = [
     "reject",
     "rejected_names",
     "reserve",
+    "save_in_inbox",
     "stage",
     "staged_in",
     "unstage",
@@ -207,6 +210,16 @@ def unstage(staged: Staged) -> None:
     """Remove a claim whose message is committed (or whose file was rejected)."""
     shutil.rmtree(staged.dir, ignore_errors=True)
     fsync_dir(staged.dir.parent)
+
+
+def save_in_inbox(folder: Path, text: str, *, tmp_dir: Path | None = None,
+                  durable: bool = False) -> Path:
+    """Write `text` atomically as a new file of the inbox `folder`, named by the
+    time, so files are taken in the order they were written; returns its path."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")
+    path = folder / f"{stamp}-{secrets.token_hex(4)}.md"
+    atomic_write(path, text.encode(), tmp_dir=tmp_dir, sync_dir=durable)
+    return path
 
 
 def rejected_names(inbox: Path) -> list[str]:

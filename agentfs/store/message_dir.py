@@ -317,11 +317,40 @@ class MessageDir:
         self._newest = newest
         return self._snapshot
 
+    def problems(self) -> list[MessageFileError]:
+        """Every message file that cannot be read or breaks a path rule, each with what
+        to fix (`agentfs doctor`); `messages()` stops at the first. Files whose stamp
+        is in the parse cache are not read again."""
+        if not self._cache:
+            self._cache.update(parsecache.load(self.cache_path))
+        found: list[MessageFileError] = []
+        listing = self._list(found)
+        where: dict[int, str] = {}
+        racy_after = time.time_ns() - RACY_NS
+        parsed = 0
+        for folder in sorted(listing, key=lambda f: _first(f) if f else -1):
+            _, part_where, _, count = self._parse_folder(folder, listing[folder], racy_after,
+                                                         found)
+            parsed += count
+            for sequence in sorted(part_where.keys() & where.keys()):
+                found.append(MessageFileError(
+                    self.path / part_where[sequence],
+                    f"sequence {sequence} is also used by {where[sequence]}",
+                    hint="each sequence number may be used by one file only; rename one",
+                ))
+            where.update(part_where)
+        if parsed >= parsecache.SAVE_AFTER:
+            parsecache.save(self.cache_path, self._cache)
+        return found
+
     def _parse_folder(
-        self, folder: str, stamps: dict[str, parsecache.Stamp], racy_after: int
+        self, folder: str, stamps: dict[str, parsecache.Stamp], racy_after: int,
+        problems: list[MessageFileError] | None = None,
     ) -> tuple[dict[int, Message], dict[int, str], bool, int]:
         """The messages of one folder's files by sequence (in order), where each was
-        found, whether every file's stamp is settled, and how many files were parsed."""
+        found, whether every file's stamp is settled, and how many files were parsed.
+        With `problems`, a file that breaks a rule is added to it and left out,
+        instead of raised."""
         part: dict[int, Message] = {}
         part_where: dict[int, str] = {}
         all_settled = True
@@ -333,34 +362,47 @@ class MessageDir:
             if cached is not None and cached[0] == stamp:
                 message = cached[1]
             else:
-                message = load_message(self.path / rel)
+                try:
+                    message = load_message(self.path / rel)
+                except MessageFileError as exc:
+                    if problems is None:
+                        raise
+                    problems.append(exc)
+                    continue
                 parsed += 1
                 if settled(stamp[0], racy_after):
                     self._cache[rel] = (stamp, message)
                 # else: changed within the last clock ticks; a second change in the same
                 # tick could keep its stamp, so it is parsed again next time (as Git does)
             all_settled = all_settled and settled(max(stamp[0], stamp[1]), racy_after)
+            problem = None
             if folder and folder != shard_name(message.sequence):
-                raise MessageFileError(
+                problem = MessageFileError(
                     self.path / rel,
                     f"message #{message.sequence} is in folder {folder}/",
                     hint=f"move it to {self.path.name}/{shard_name(message.sequence)}/",
                 )
-            if message.sequence in part:
-                raise MessageFileError(
+            elif message.sequence in part:
+                problem = MessageFileError(
                     self.path / rel,
                     f"sequence {message.sequence} is also used by {part_where[message.sequence]}",
                     hint="each sequence number may be used by one file only; rename one",
                 )
+            if problem is not None:
+                if problems is None:
+                    raise problem
+                problems.append(problem)
+                continue
             part[message.sequence] = message
             part_where[message.sequence] = rel
         order = sorted(part)
         return ({n: part[n] for n in order}, {n: part_where[n] for n in order},
                 all_settled, parsed)
 
-    def _list(self) -> Listing:
+    def _list(self, problems: list[MessageFileError] | None = None) -> Listing:
         """The message files and their stamps: those directly in `messages/` and in its
-        folders (symlinks refused; other folders are not messages)."""
+        folders (symlinks refused, or with `problems` added to it; other folders are
+        not messages)."""
         listing: Listing = {}
         pending = [(self.path, "")]
         while pending:
@@ -377,10 +419,13 @@ class MessageDir:
                     continue
                 if is_ignored_name(entry.name) or not entry.is_file(follow_symlinks=False):
                     if entry.is_symlink():
-                        raise MessageFileError(
+                        error = MessageFileError(
                             Path(entry.path), "is a symlink",
                             hint="message files must be regular files",
                         )
+                        if problems is None:
+                            raise error
+                        problems.append(error)
                     continue
                 files[entry.name] = stamp_of(entry.stat(follow_symlinks=False))
         return listing

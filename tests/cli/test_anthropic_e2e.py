@@ -304,6 +304,20 @@ def test_prompt_still_too_long_after_compressing_stops_with_a_hint(project, serv
     assert_git_clean(project.workspace.root)
 
 
+def test_a_compression_request_that_is_itself_too_long_says_nothing_was_compressed(
+    project, server, cli_model
+):
+    project.new_trace("t", user("write it"))
+    server.prompt_too_long_next(2)  # the request, then the compression's request
+    done = run_cli("run", "t", "--model", "anthropic:claude-test", cwd=project.workspace.root,
+                   env=cli_model, check=False)
+    assert done.returncode == 1
+    assert "even after compressing" not in done.stderr
+    assert "the request that would compress it" in done.stderr
+    assert "nothing was compressed" in done.stderr and "agentfs compress t" in done.stderr
+    assert_git_clean(project.workspace.root)
+
+
 def test_text_after_tool_use_goes_back_block_by_block(project, server):
     received = [
         {"type": "text", "text": "First the file."},

@@ -161,6 +161,8 @@ def test_a_chat_session_commits_every_turn_as_agentfs_run_does(tmp_path, termina
     chat.line("second")
     chat.expect("And this is the second answer.")
     chat.expect("t1> ")
+    meta = json.loads((root / "traces" / "t1" / "trace.json").read_text())
+    assert meta["model"] == model  # the trace it created keeps --model
 
     chat.line("/show")
     shown = chat.expect("t1> ")

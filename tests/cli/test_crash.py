@@ -11,6 +11,7 @@ from agentfs.store.message_dir import message_relpath
 from agentfs.store.messages import load_message
 from tests.conftest import (
     assert_git_clean,
+    git,
     kill_runs_at_random,
     message_paths,
     replay_workspace,
@@ -83,3 +84,65 @@ def step_of(messages: dict, message) -> int:
     while message.role == "tool":
         message = messages[message.parent_sequence]
     return message.sequence
+
+
+def test_a_full_disk_at_the_index_write_moves_nothing_and_keeps_the_message(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The index is written before main moves: a failed write leaves both where they
+    were, the error names the file and what to do, and the -m text is committed by
+    the next run."""
+    import errno
+
+    from agentfs.store.git.lockfiles import GitLockFile
+
+    ws = replay_workspace(tmp_path / "ws", {"turns": [{"text": "Got it."}]})
+    run_cli("new", "t", "-m", "first", cwd=ws)
+    before = git(ws, "rev-parse", "HEAD").strip()
+    real_write = GitLockFile.write
+
+    def disk_full_at_the_index(self: GitLockFile, data: bytes) -> None:
+        if self.target.name == "index":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_write(self, data)
+
+    monkeypatch.setattr(GitLockFile, "write", disk_full_at_the_index)
+    failed = run_cli("run", "t", "-m", "my precious words", cwd=ws, check=False)
+    assert failed.returncode == 1
+    assert str(ws / ".git" / "index.lock") in failed.stderr
+    assert "is kept in traces/t/messages/" in failed.stderr
+    assert "free disk space" in failed.stderr
+    assert git(ws, "rev-parse", "HEAD").strip() == before  # main did not move
+    assert git(ws, "diff", "--cached", "--name-status") == ""  # nor the index
+    monkeypatch.undo()
+    run_cli("run", "t", cwd=ws)
+    texts = [m["text"] for m in json.loads(run_cli("show", "t", "--json", cwd=ws).stdout)["messages"]]
+    assert texts.count("my precious words") == 1
+    assert texts[-1] == "Got it."
+    assert_git_clean(ws)
+
+
+def test_a_message_file_a_full_disk_refused_leaves_the_text_in_the_inbox(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import errno
+
+    from agentfs.store.trace import Trace
+
+    ws = replay_workspace(tmp_path / "ws", {"turns": [{"text": "Got it."}]})
+    run_cli("new", "t", "-m", "first", cwd=ws)
+
+    def disk_full(self: Trace, message: object) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.messages_dir / "x.md"))
+
+    monkeypatch.setattr(Trace, "write_message", disk_full)
+    failed = run_cli("run", "t", "-m", "my precious words", "-m", "and more", cwd=ws,
+                     check=False)
+    assert failed.returncode == 1 and "is kept in traces/t/inbox/" in failed.stderr
+    assert sorted(p.read_text() for p in (ws / "traces" / "t" / "inbox").glob("*.md")) == [
+        "and more", "my precious words"]
+    monkeypatch.undo()
+    run_cli("run", "t", cwd=ws)
+    texts = [m["text"] for m in json.loads(run_cli("show", "t", "--json", cwd=ws).stdout)["messages"]]
+    assert texts[-3:] == ["my precious words", "and more", "Got it."]
+    assert_git_clean(ws)

@@ -202,3 +202,21 @@ def test_compress_refuses_a_trace_too_small_to_shrink(workspace, write_script):
     refused = run_cli("compress", "t", "--model", f"replay:{script}", cwd=workspace, check=False)
     assert refused.returncode == 1 and "would not make it shorter" in refused.stderr
     assert git(workspace, "rev-parse", "HEAD") == before
+
+
+def test_a_window_the_system_prompt_and_tools_fill_is_refused_saying_what_to_change(
+    workspace, write_script
+):
+    config = workspace / "agentfs.toml"
+    config.write_text(config.read_text() + "\ncontext_window = 1000\n"
+                      "compression_threshold = 0.01\n")
+    git(workspace, "commit", "-qam", "a window of 10 tokens")
+    script = write_script([{"text": "never"}], compression=[{"text": "Summary."}] * 5)
+    done = run_cli("run", "t", "-m", "hi", "--model", f"replay:{script}", cwd=workspace,
+                   check=False)
+    assert done.returncode == 1
+    assert "the system prompt and the tools alone take about" in done.stderr
+    assert "more than the 10 at which requests" in done.stderr
+    assert "raise context_window" in done.stderr and "compression_threshold" in done.stderr
+    assert git(workspace, "branch", "--list", "agentfs/*") == ""  # nothing was compressed
+    assert_git_clean(workspace)

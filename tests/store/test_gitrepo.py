@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -102,6 +103,32 @@ def test_a_file_replaced_by_a_folder_is_committed_as_the_folder(project: Project
     assert git(root, "ls-tree", "-r", "--name-only", "HEAD", "a").split() == ["a/inside.txt"]
     assert_git_clean(root)
     git(root, "fsck", "--strict")
+
+
+def test_a_folder_replaced_by_a_file_leaves_no_entry_of_the_folder_in_the_index(
+    project: Project,
+) -> None:
+    """Only the new file is committed; Git refuses an index holding both `data/n` and
+    `data/n/sub/f`, so the folder's entries go with it (and the other way round)."""
+    root = project.workspace.root
+    (root / "data" / "n" / "sub").mkdir(parents=True)
+    (root / "data" / "n" / "sub" / "f").write_text("in the folder\n")
+    project.repo.commit_worktree(["data/n/sub/f"], Step("", "edit", summary="folder").message())
+    shutil.rmtree(root / "data" / "n")
+    (root / "data" / "n").write_text("x\n")
+    project.repo.commit_worktree(["data/n"], Step("", "edit", summary="file").message())
+    assert git(root, "ls-files", "data").split() == ["data/n"]
+    assert_git_clean(root)
+
+    (root / "data" / "n").unlink()
+    (root / "data" / "n").mkdir()
+    (root / "data" / "n" / "g").write_text("a folder again\n")
+    project.repo.commit_worktree(["data/n/g"], Step("", "edit", summary="again").message())
+    assert git(root, "ls-files", "data").split() == ["data/n/g"]
+    assert_git_clean(root)
+    (root / "mine.txt").write_text("the user's own commit works\n")
+    git(root, "add", "mine.txt")
+    git(root, "commit", "-q", "-m", "mine")
 
 
 def test_commit_message_subject_and_trailers(project: Project, trace: Trace) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Self
 
@@ -88,17 +88,33 @@ class IndexUpdate:
         return self
 
     def apply(self, changes: Mapping[bytes, IndexEntry | None]) -> None:
-        """Set (or with None remove) entries; written when the block ends. Call once."""
+        """Set (or with None remove) entries; written into `index.lock` now, in place
+        when the block ends. Call once.
+
+        A file set where the index has a folder's entries (or a folder's entry set
+        where it has a file) replaces them, as in the commit's tree: Git refuses an
+        index holding both `a` and `a/b`.
+        """
         assert self._data is None, "apply() is called once per lock"
         if not changes:
             return
         if self._current is not None:
-            self._raw = self._form(self._current.apply(changes))
+            current = self._current
+            changes = _without_conflicts(changes, current.paths, current.has)
+            self._raw = self._form(current.apply(changes))
             self._data = self._raw.encode()
         else:
             assert self._parsed is not None
+            entries = self._parsed[0]
+            changes = _without_conflicts(
+                changes, lambda prefix: [p for p in entries if p.startswith(prefix)],
+                entries.__contains__)
             self._data = _rewrite_with_dulwich(self._parsed, changes)
-        self._lock.write(self._data)
+        try:
+            self._lock.write(self._data)
+        except OSError as exc:  # os.write names no file: say which one
+            path = str(self._lock.lock_path)
+            raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
 
     def refresh(self, found: Mapping[str, tuple[os.stat_result, bytes]]) -> None:
         """Record the stat of files found to hold the blob their index entry names
@@ -136,6 +152,29 @@ class IndexUpdate:
                 rawindex.remember(self.index_path, self._raw, self._data)
         else:
             self._lock.abort()
+
+
+def _without_conflicts(
+    changes: Mapping[bytes, IndexEntry | None],
+    paths: Callable[[bytes], list[bytes]],
+    has: Callable[[bytes], bool],
+) -> Mapping[bytes, IndexEntry | None]:
+    """`changes` plus the removal of the entries a set entry displaces: those below
+    it (a file replaced a folder) and those at a folder above it (a folder replaced
+    a file). `paths(prefix)` lists the index's paths starting with `prefix`, `has`
+    says whether a path has an entry."""
+    removed: dict[bytes, IndexEntry | None] = {}
+    for path, entry in changes.items():
+        if entry is None:
+            continue
+        displaced = paths(path + b"/")
+        parts = path.split(b"/")
+        for depth in range(1, len(parts)):
+            folder = b"/".join(parts[:depth])
+            if has(folder):
+                displaced.append(folder)
+        removed.update((p, None) for p in displaced if p not in changes)
+    return {**changes, **removed} if removed else changes
 
 
 def _load_raw(index_path: Path) -> rawindex.RawIndex | None:
@@ -198,6 +237,34 @@ def _read(index_path: Path) -> tuple[dict, int | None, list]:
 
 def _signature(extension: object) -> bytes:
     return getattr(extension, "signature", b"")
+
+
+def staged_changes(
+    index_path: Path, prefix: str, committed: Mapping[str, tuple[int, bytes]]
+) -> list[tuple[str, str]]:
+    """How the index differs from `committed` (path → (mode, blob hex id): the files
+    below folder `prefix` at HEAD), as (path, what `git diff --cached` would show)."""
+    try:
+        index, _ = rawindex.load(index_path)
+    except FileNotFoundError:
+        index = rawindex.RawIndex(version=2)
+    except rawindex.Unsupported:
+        return [(prefix, "the index is in a format agentfs cannot compare")]
+    found: list[tuple[str, str]] = []
+    indexed = set()
+    for raw_path in index.paths(prefix.encode() + b"/"):
+        path = raw_path.decode(errors="replace")
+        indexed.add(path)
+        entry = index.entry_stat(raw_path)
+        if entry is None:
+            found.append((path, "in a merge conflict in the index"))
+        elif path not in committed:
+            found.append((path, "staged but not committed"))
+        elif (entry[1], entry[2]) != (committed[path][1], committed[path][0]):
+            found.append((path, "staged differently from HEAD"))
+    found += [(path, "missing from the index (staged as deleted)")
+              for path in committed if path not in indexed]
+    return sorted(found)
 
 
 class StatCache:

@@ -1,8 +1,8 @@
 """Index refreshes that must finish even if the committing process dies.
 
-A commit moves `refs/heads/main` first and refreshes the index entries of
-its paths right after. A process killed in between leaves the index behind
-HEAD, and `git status` would show the step as staged changes. Before it
+A commit writes the new index into `index.lock`, moves `refs/heads/main`,
+then renames `index.lock` into place. A process killed between the last two
+leaves the index behind HEAD, and `git status` would show the step as staged changes. Before it
 commits, agentfs writes an *intent* naming the paths and holds an `flock` on
 it until the index is refreshed; an intent nobody holds belongs to a dead
 process. The next commit claims it (`DeadIntents`) and, while holding Git's

@@ -139,6 +139,9 @@ class ObjectWriter:
                 view = view[os.write(fd, view) :]
             if self.durable:
                 os.fsync(fd)
+        except OSError as exc:  # a full disk: no half-written temp left, and say where
+            tmp.unlink(missing_ok=True)
+            raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
         finally:
             os.close(fd)
         os.replace(tmp, target)  # same name means same content: replacing is harmless

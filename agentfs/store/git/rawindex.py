@@ -90,6 +90,23 @@ class RawIndex:
                     new.delta[(path, 0)] = raw
         return new
 
+    def has(self, path: bytes) -> bool:
+        """True if `path` has an entry (at any stage)."""
+        at = bisect.bisect_left(self.keys, (path, 0))
+        return at < len(self.keys) and self.keys[at][0] == path
+
+    def paths(self, prefix: bytes) -> list[bytes]:
+        """Paths of the entries starting with `prefix` (a search: the keys, sorted by
+        bytes, keep them together)."""
+        start = bisect.bisect_left(self.keys, (prefix, 0))
+        found: list[bytes] = []
+        for path, _ in self.keys[start:]:
+            if not path.startswith(prefix):
+                break
+            if not found or found[-1] != path:
+                found.append(path)
+        return found
+
     def _forget(self, key: Key) -> None:
         if self.base is None:
             return

@@ -16,7 +16,7 @@ import random
 import stat
 import time
 import weakref
-from collections.abc import Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -28,7 +28,7 @@ from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
 from agentfs.store.atomic import open_creating
-from agentfs.store.git.index import IndexUpdate, StatCache, stat_cache
+from agentfs.store.git.index import IndexUpdate, StatCache, staged_changes, stat_cache
 from agentfs.store.git.intents import DeadIntents, index_intent
 from agentfs.store.git.lockfiles import GitLockFile
 from agentfs.store.git.objects import ObjectWriter
@@ -275,6 +275,11 @@ class GitRepo:
 
     # --- writing -----------------------------------------------------------
 
+    def staged_changes(self, prefix: str) -> list[tuple[str, str]]:
+        """Files below folder `prefix` whose index entry differs from HEAD, with how
+        (`agentfs/store/git/index.py:staged_changes`)."""
+        return staged_changes(self.index_path, prefix, self.walk(self.head(), prefix))
+
     def refresh_stat(self, found: dict[str, tuple[os.stat_result, bytes]]) -> None:
         """Record in the index the stat of files read and found to hold their entry's
         blob (`path → (stat taken before reading, blob hex id)`), so the next look
@@ -346,15 +351,20 @@ class GitRepo:
                     )
         # Lock order: dead intents are claimed (never waited for), then our own
         # intent, then index.lock; main moves only while index.lock is held, so
-        # the entries repaired from the new commit are what HEAD holds.
+        # the entries repaired from the new commit are what HEAD holds. The new
+        # index is written into index.lock before main moves: if that write fails
+        # (a full disk), main stays where it was and the index with it.
         with (
             DeadIntents(self.state_dir) as dead,
             index_intent(self.state_dir, [change.path for change in changes]),
             IndexUpdate(self.index_path, self.state_dir, durable=self.durable,
                         split=self.split_index) as index,
         ):
-            sha = self._commit(MAIN, changes, message, extra_parents=extra_parents)
-            index.apply({**self._entries_at(sha, dead.paths), **index_changes})
+            def write_index(new: bytes) -> None:
+                index.apply({**self._entries_at(new, dead.paths), **index_changes})
+
+            sha = self._commit(MAIN, changes, message, extra_parents=extra_parents,
+                               before_swap=write_index)
         self.packer.after_commit()  # outside the locks: others go on meanwhile
         return sha
 
@@ -436,7 +446,12 @@ class GitRepo:
         *,
         extra_parents: Sequence[bytes] = (),
         start: bytes | None = None,
+        before_swap: Callable[[bytes], None] | None = None,
     ) -> bytes:
+        """Commit `changes` on `ref` by compare-and-swap, rebuilt on the new head if it
+        moved. `before_swap` is called with the first commit built, before the ref
+        first moves (the index written for it: the later attempts differ from it only
+        in paths someone else committed meanwhile, never in `changes`)."""
         for change in changes:
             check_path(change.path)
         tree_changes: list[tuple[bytes, int, bytes | None]] = []
@@ -455,6 +470,9 @@ class GitRepo:
                 tree = self.objects.add_raw(Tree.type_num, b"")
             parents = ([parent] if parent is not None else []) + list(extra_parents)
             commit = self._make_commit(tree, message, parents)
+            if before_swap is not None:
+                before_swap(commit.id)
+                before_swap = None
             if self._swap(ref, current, commit.id, message):
                 return commit.id
             time.sleep(delay * (1 + random.random()))
@@ -478,8 +496,11 @@ class GitRepo:
             if self._read_ref(ref) != old:
                 lock.abort()
                 return False
-            lock.write(new + b"\n")
-            self._append_reflog(ref, old, new, message)
+            try:
+                lock.write(new + b"\n")
+                self._append_reflog(ref, old, new, message)
+            except OSError as exc:  # os.write names no file (a full disk): say which one
+                raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         return True
 
     def _read_ref(self, ref: bytes) -> bytes | None:

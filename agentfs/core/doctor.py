@@ -1,0 +1,121 @@
+"""`agentfs doctor`: every file agentfs reads, checked by the code that reads it.
+
+Nothing here states a rule of its own: `agentfs.toml` is checked by
+`agentfs/config.py:load_config`, `trace.json` by `agentfs/store/meta.py:load_meta`,
+message files by `agentfs/store/message_dir.py:MessageDir.problems` (the rules a
+run applies, each file once, the parse cache reused), the side-branch queue by
+`agentfs/core/sidequeue.py:queue_problems`, and the index against HEAD by
+`agentfs/store/git/index.py:staged_changes`. Each problem is one line naming
+the file and its fix.
+
+`check_config` is the cheap check `agentfs status` runs: the bytes of an
+`agentfs.toml` found valid are remembered (their SHA-1 in `.git/agentfs/`), so
+a status of an unchanged configuration imports no pydantic (`Project.open`
+remembers it too, through `load_valid_config`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agentfs.errors import AgentfsError
+from agentfs.store.atomic import atomic_write
+from agentfs.store.workspace import TRACES_DIR, Workspace
+
+if TYPE_CHECKING:
+    from agentfs.config import WorkspaceConfig
+
+__all__ = ["Diagnosis", "check_config", "diagnose", "load_valid_config"]
+
+#: What `check_config` remembers: the SHA-1 of the last agentfs.toml found valid.
+VALID_CONFIG_STAMP = "config-valid"
+
+
+@dataclass
+class Diagnosis:
+    """What `agentfs doctor` found: one line per problem, and what it looked at."""
+
+    problems: list[str] = field(default_factory=list)
+    traces: int = 0
+    messages: int = 0
+
+
+def check_config(workspace: Workspace) -> None:
+    """Raise the error of an invalid `agentfs.toml`; cheap for one already found valid.
+
+    Raises:
+        ConfigError: it does not exist, is not TOML, or has bad keys or values.
+    """
+    stamp = workspace.state_dir / VALID_CONFIG_STAMP
+    try:
+        if stamp.read_text() == _digest(workspace):
+            return
+    except OSError:
+        pass
+    load_valid_config(workspace)
+
+
+def load_valid_config(workspace: Workspace) -> WorkspaceConfig:
+    """`agentfs.toml` loaded (`agentfs/config.py:load_config`), and remembered as valid.
+
+    Raises:
+        ConfigError: it does not exist, is not TOML, or has bad keys or values.
+    """
+    from agentfs.config import load_config
+
+    before = _digest(workspace)
+    config = load_config(workspace.config_path)
+    if before is not None and before == _digest(workspace):  # not changed meanwhile
+        stamp = workspace.state_dir / VALID_CONFIG_STAMP
+        try:
+            if not stamp.is_file() or stamp.read_text() != before:
+                atomic_write(stamp, before.encode(), tmp_dir=workspace.state_dir / "tmp")
+        except OSError:
+            pass  # only a shortcut: the next status checks again
+    return config
+
+
+def _digest(workspace: Workspace) -> str | None:
+    try:
+        return hashlib.sha1(workspace.config_path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def diagnose(workspace: Workspace) -> Diagnosis:
+    """Check the workspace's configuration, traces, message files, side-branch queues
+    and the index's entries for `traces/`."""
+    from agentfs.core.sidequeue import queue_problems
+    from agentfs.store.git.repo import GitRepo
+    from agentfs.store.trace import Trace
+
+    report = Diagnosis()
+    try:
+        check_config(workspace)
+    except AgentfsError as exc:
+        report.problems.append(str(exc))
+    repo = GitRepo(workspace.root)
+    try:
+        for trace_id in workspace.trace_ids():
+            report.traces += 1
+            trace = Trace(workspace, repo, trace_id)
+            problems = [str(p) for p in trace.message_dir.problems()]
+            if not problems:
+                report.messages += len(trace.messages())
+            try:
+                trace.meta  # noqa: B018 — loading it is the check
+                problems += [str(p) for p in queue_problems(trace)]
+            except AgentfsError as exc:
+                problems.insert(0, str(exc))
+            report.problems += problems
+        staged = repo.staged_changes(TRACES_DIR)
+        report.problems += [
+            f"{path}: {how} (agentfs commits trace files itself: "
+            f"`git restore --staged {path}` puts the index back to HEAD)"
+            for path, how in staged
+        ]
+    finally:
+        repo.close()
+    return report

@@ -1,0 +1,130 @@
+"""`agentfs doctor`, `agentfs status` on broken files, and what a new trace records."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from tests.conftest import assert_git_clean, git, replay_workspace, run_cli
+
+SCRIPT = {"turns": [{"text": "One."}, {"text": "Two."}, {"text": "Three."}]}
+
+
+def make(tmp_path: Path) -> Path:
+    ws = replay_workspace(tmp_path / "ws", SCRIPT)
+    run_cli("run", "good", "-m", "hello", cwd=ws)
+    run_cli("run", "other", "-m", "hello", cwd=ws)
+    return ws
+
+
+def message_files(ws: Path, trace: str) -> list[Path]:
+    return sorted((ws / "traces" / trace / "messages").rglob("*.md"))
+
+
+def test_doctor_on_a_healthy_workspace_says_ok_and_exits_0(tmp_path: Path) -> None:
+    ws = make(tmp_path)
+    done = run_cli("doctor", cwd=ws)
+    assert done.stdout.startswith("ok: ")
+    assert "2 trace(s)" in done.stdout and "6 message file(s)" in done.stdout
+    checked = run_cli("status", "--check", cwd=ws).stdout  # the check, then the traces
+    assert checked.startswith(done.stdout) and "good " in checked
+    assert_git_clean(ws)
+
+
+def test_doctor_prints_one_line_per_problem_naming_the_file_and_its_fix(tmp_path: Path) -> None:
+    ws = make(tmp_path)
+    toml = ws / "agentfs.toml"
+    toml.write_text(toml.read_text() + "max_iteration = 3\n")
+    (ws / "traces" / "good" / "trace.json").write_text("{not json")
+    system, user, _ = message_files(ws, "other")
+    user.write_text("---\nrole: [nonsense\n---\nhi\n")
+    shutil.copy(system, system.parent.parent / system.name)  # a second file for sequence 1
+    meta_path = ws / "traces" / "other" / "trace.json"
+    meta = json.loads(meta_path.read_text())
+    meta["side_queue"] = {"reason": "compress", "head": 3,
+                          "steps": [{"type": "magic", "state": "waiting"}]}
+    meta_path.write_text(json.dumps(meta))
+    staged = ws / "traces" / "good" / "goals.json"
+    staged.write_text("{}\n")
+    git(ws, "add", "traces/good/goals.json")
+    first = message_files(ws, "good")[0]
+    git(ws, "rm", "-q", "--cached", first.relative_to(ws).as_posix())
+
+    done = run_cli("doctor", cwd=ws, check=False)
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert len(lines) == 7, done.stdout
+    config, trace_json, bad_user, duplicate, queue, *index = lines
+    assert "agentfs.toml" in config and "did you mean 'max_iterations'?" in config
+    assert "traces/good/trace.json: not valid JSON" in trace_json
+    assert "git checkout -- traces/good/trace.json" in trace_json
+    assert str(user) in bad_user
+    assert "sequence 1 is also used by" in duplicate and "rename one" in duplicate
+    assert "trace.json: side_queue: unknown side-branch type 'magic'" in queue
+    assert "delete its side_queue" in queue
+    missing, staged_path = first.relative_to(ws).as_posix(), "traces/good/goals.json"
+    fix = "agentfs commits trace files itself: `git restore --staged {}` puts the index back to HEAD"
+    assert sorted(index) == sorted([
+        f"{missing}: missing from the index (staged as deleted) ({fix.format(missing)})",
+        f"traces/good/goals.json: staged but not committed ({fix.format(staged_path)})",
+    ])
+    assert run_cli("status", "--check", cwd=ws, check=False).stdout == done.stdout
+
+
+def test_status_of_a_broken_trace_json_names_it_and_exits_1(tmp_path: Path) -> None:
+    ws = make(tmp_path)
+    (ws / "traces" / "good" / "trace.json").write_text("{not json")
+    done = run_cli("status", cwd=ws, check=False)
+    assert done.returncode == 1
+    assert "head #None" not in done.stdout
+    broken = next(line for line in done.stdout.splitlines() if line.startswith("good "))
+    assert "BROKEN" in broken and "trace.json: not valid JSON" in broken
+    assert "other " in done.stdout  # the other traces are still listed
+    as_json = run_cli("status", "--json", cwd=ws, check=False)
+    assert as_json.returncode == 1 and json.loads(as_json.stdout)["traces"][0]["error"]
+
+
+def test_status_with_an_invalid_agentfs_toml_fails_naming_it(tmp_path: Path) -> None:
+    ws = make(tmp_path)
+    run_cli("status", cwd=ws)  # remembered as valid
+    toml = ws / "agentfs.toml"
+    toml.write_text(toml.read_text() + "[tools]\nbsh = true\n")
+    done = run_cli("status", cwd=ws, check=False)
+    assert done.returncode == 1
+    assert f"{toml}: tools.bsh" in done.stderr and "did you mean 'bash'?" in done.stderr
+    toml.write_text("max_iterations = [\n")
+    done = run_cli("status", cwd=ws, check=False)
+    assert done.returncode == 1 and f"{toml}: invalid TOML" in done.stderr
+
+
+def test_a_trace_run_creates_records_the_model_it_was_given(tmp_path: Path) -> None:
+    ws = replay_workspace(tmp_path / "ws", SCRIPT)
+    (ws / "script.json").rename(ws / "mine.json")
+    (ws / "sub").mkdir()
+    run_cli("run", "t", "-m", "hello", "--model", "replay:../mine.json", cwd=ws / "sub")
+    meta = json.loads((ws / "traces" / "t" / "trace.json").read_text())
+    assert meta["model"] == "replay:mine.json"  # read from the workspace root later
+    done = run_cli("run", "t", "-m", "again", cwd=ws)  # agentfs.toml's script is gone
+    assert "Two." in done.stdout
+
+
+def test_request_timeout_in_agentfs_toml_reaches_the_anthropic_provider(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from agentfs.errors import ModelError
+
+    given: dict = {}
+
+    class Recorder:
+        def __init__(self, model_id: str, **options: object) -> None:
+            given.update(options, model_id=model_id)
+            raise ModelError("recorded")
+
+    monkeypatch.setattr("agentfs.models.anthropic.AnthropicModel", Recorder)
+    ws = replay_workspace(tmp_path / "ws", SCRIPT, config={"max_iterations = 50": (
+        "max_iterations = 50\nrequest_timeout = 12.5")})
+    done = run_cli("run", "t", "-m", "hi", "--model", "anthropic:claude-x", cwd=ws,
+                   env={"ANTHROPIC_API_KEY": "k"}, check=False)
+    assert "recorded" in done.stderr
+    assert given["model_id"] == "claude-x" and given["timeout"] == 12.5
