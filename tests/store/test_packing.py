@@ -649,6 +649,7 @@ def test_processes_packing_at_once_lose_nothing(root: Path) -> None:
     """Two processes pack and merge without the lock, as `git gc` would (one merging
     with `git`, one through dulwich), while two others commit and pack under it."""
     committers = [start(root, f"c{i}", "", 1) for i in range(2)]
+    packers: list[subprocess.Popen] = []
     seen = [0, 0]
     try:
         for i, committer in enumerate(committers):  # both are committing
@@ -665,6 +666,11 @@ def test_processes_packing_at_once_lose_nothing(root: Path) -> None:
             for _ in range(10):
                 assert committer.stdout.readline(), committer.stderr
                 seen[i] += 1
+    except BaseException:
+        for child in [*committers, *packers]:  # no process left behind a failed check
+            child.kill()
+            child.communicate()
+        raise
     finally:
         for committer in committers:
             committer.kill()

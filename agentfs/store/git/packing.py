@@ -33,7 +33,7 @@ from pathlib import Path
 
 from dulwich.errors import ChecksumMismatch
 from dulwich.object_format import DEFAULT_OBJECT_FORMAT
-from dulwich.pack import Pack, UnpackedObject, load_pack_index
+from dulwich.pack import Pack, PackFileDisappeared, UnpackedObject, load_pack_index
 
 from agentfs.errors import GitStateError, RemoteError
 from agentfs.store.atomic import alive
@@ -356,9 +356,13 @@ def merge_with_dulwich(git_dir: Path, names: list[str]) -> str | None:
     packs: list[Pack] = []
     try:
         for name in names:
-            if not (pack_dir / f"{name}.idx").exists():
-                return None
-            packs.append(Pack(str(pack_dir / name), object_format=DEFAULT_OBJECT_FORMAT))
+            pack = Pack(str(pack_dir / name), object_format=DEFAULT_OBJECT_FORMAT)
+            packs.append(pack)
+            try:  # opened now: a pack deleted after this is still read to its end
+                pack.index  # noqa: B018 — dulwich opens its files on first use
+                pack.data  # noqa: B018
+            except (OSError, PackFileDisappeared):
+                return None  # another process merged it first
         for pack in packs:
             pack.check_length_and_checksum()
             pack.index.check()
