@@ -82,10 +82,14 @@ def test_the_setup_commands_are_the_two_the_developers_guide_promises():
     assert any(line.endswith("agentfs demo") for line in setup)
     [tests] = [line for line in setup if "pytest" in line]
     assert "test" in re.search(r"\[([a-z,]+)\]", tests)[1].split(",")
+    venv, install, run = tests.split(" && ")  # one command: install and run the whole suite
     ci = (ROOT / ".ci" / "run").read_text()
-    assert tests.split(" && ")[1] in ci, ".ci/run installs what the README's test command does"
-    assert all(line.startswith("python3 -m venv .venv && .venv/bin/pip install -e ")
-               for line in setup)
+    assert f"{venv} && {install}\n" in ci, ".ci/run installs what the README's test command does"
+    assert f"\n{run} " in ci, ".ci/run runs the tests as the README's test command does"
+    # both install the versions CI passes on (docs/dependencies.md)
+    assert all(line.startswith("python3 -m venv .venv && .venv/bin/pip install "
+                               "-c requirements/ci.lock -e ") for line in setup)
+    assert (ROOT / "requirements" / "ci.lock").is_file()
 
 
 def test_every_command_the_readme_does_not_run_here_is_still_in_it():

@@ -142,7 +142,8 @@ def goal_tool(goals_path: Path) -> Tool:
             goal = tree.find(str(arguments["focus"]))
             tree.focus = goal.id
             updates.append(f"focus moved to {goal.id} {goal.title}")
-        for action, status in (("done", "done"), ("abandon", "abandoned")):
+        finishing: tuple[tuple[str, GoalStatus], ...] = (("done", "done"), ("abandon", "abandoned"))
+        for action, status in finishing:
             if arguments.get(action):
                 goal = tree.finish(str(arguments[action]), status, arguments.get("summary"))
                 updates.append(f"{goal.id} {status}")

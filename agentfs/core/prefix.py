@@ -111,4 +111,4 @@ def _remember(kept: tuple[_Kept, ...], new: _Kept, best: _Kept | None, shared: i
               keep: int) -> tuple[_Kept, ...]:
     """`new` first; `best` dropped when `new` extends it; at most `keep` entries."""
     superseded = best if best is not None and shared == len(best.messages) else None
-    return (new, *[e for e in kept if e is not superseded][: keep - 1])
+    return (new,) + tuple(e for e in kept if e is not superseded)[: keep - 1]

@@ -216,7 +216,7 @@ def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[W
 
 def _files_below(root: Path) -> list[str]:
     """Every file below `root` outside `.git`, as Git paths."""
-    found = []
+    found: list[str] = []
     for directory, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d != ".git"]
         found.extend(Workspace(root).relpath(Path(directory) / f) for f in filenames)

@@ -99,7 +99,7 @@ class EventHub:
                     continue
                 if item is CLOSED:
                     return
-                yield item  # type: ignore[misc]
+                yield item
         finally:
             self._drop(trace_id, reader)
 

@@ -173,6 +173,8 @@ def assert_every_message_loads(project, trace_id: str) -> None:
         ("control_characters", "dump:\n" + "\x00\x01" * 10_000_000),
         ("json", {"rows": [{"n": n, "text": "\x02" * 20} for n in range(200_000)]}),
     ],
+    # named, not shown: pytest puts the test's id in the environment of the git it runs
+    ids=["text", "control_characters", "json"],
 )
 def test_a_run_with_a_huge_tool_result_stays_readable(project, name, value):
     project.new_trace("t", user("go"))

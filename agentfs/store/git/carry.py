@@ -19,6 +19,7 @@ from dulwich.diff_tree import tree_changes
 from dulwich.objects import Blob, Commit, Tree
 
 from agentfs.errors import MergeConflict
+from agentfs.store.git import ids
 from agentfs.store.git.conflicts import conflict_copy
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.git.trees import change_tree
@@ -53,8 +54,9 @@ def changed_paths(repo: GitRepo, old_tree: bytes | None,
             change.old.mode, change.old.sha)
         new = None if change.new is None or change.new.sha is None else (
             change.new.mode, change.new.sha)
-        path = change.new.path if new is not None else change.old.path
-        found[path.decode()] = (old, new)
+        side = change.new if new is not None else change.old
+        assert side is not None and side.path is not None  # a change has a side with a path
+        found[side.path.decode()] = (old, new)
     return found
 
 
@@ -134,7 +136,7 @@ def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes,
     merged_commit = repo.commit(ours)
     commit = Commit()
     commit.tree = tree
-    commit.parents = [ours, theirs]
+    commit.parents = ids.object_ids([ours, theirs])
     commit.author = commit.committer = repo.identity()
     commit.author_time = commit.commit_time = merged_commit.commit_time
     commit.author_timezone = commit.commit_timezone = merged_commit.commit_timezone
@@ -170,7 +172,7 @@ def _tree(repo: GitRepo, base: bytes, changes: list) -> bytes:
 def _remake(repo: GitRepo, original: Commit, tree: bytes, parents: list[bytes]) -> bytes:
     commit = Commit()
     commit.tree = tree
-    commit.parents = parents
+    commit.parents = ids.object_ids(parents)
     commit.author, commit.committer = original.author, original.committer
     commit.author_time, commit.commit_time = original.author_time, original.commit_time
     commit.author_timezone = original.author_timezone

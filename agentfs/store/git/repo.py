@@ -28,6 +28,7 @@ from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
 from agentfs.store.atomic import open_creating
+from agentfs.store.git import ids
 from agentfs.store.git.index import IndexUpdate, StatCache, staged_changes, stat_cache
 from agentfs.store.git.intents import DeadIntents, index_intent
 from agentfs.store.git.lockfiles import GitLockFile
@@ -153,19 +154,19 @@ class GitRepo:
     def head(self, ref: bytes = MAIN) -> bytes | None:
         """Commit id `ref` points at, or None for an unborn branch."""
         try:
-            return self.repo.refs[ref]
+            return self.repo.refs[ids.ref(ref)]
         except KeyError:
             return None
 
     def point_unborn_head_at_main(self) -> None:
         """A repository with no commits yet (e.g. on `master`) is switched to `main`."""
-        target = self.repo.refs.read_ref(b"HEAD") or b""
+        target = self.repo.refs.read_ref(ids.ref(b"HEAD")) or b""
         if target.startswith(b"ref: ") and self.head(target[5:]) is None and self.head() is None:
-            self.repo.refs.set_symbolic_ref(b"HEAD", MAIN)
+            self.repo.refs.set_symbolic_ref(ids.ref(b"HEAD"), ids.ref(MAIN))
 
     def check_on_main(self) -> None:
         """Refuse to commit when the work tree is not `main`'s (HEAD elsewhere)."""
-        target = self.repo.refs.read_ref(b"HEAD") or b""
+        target = self.repo.refs.read_ref(ids.ref(b"HEAD")) or b""
         if target == b"ref: " + MAIN:
             return
         if target.startswith(b"ref: refs/heads/"):
@@ -265,7 +266,7 @@ class GitRepo:
         base = b"refs/heads/" + prefix.encode()
         return sorted(
             (b"refs/heads/" + name).decode()[len("refs/heads/") :]
-            for name in self.repo.refs.keys(base=b"refs/heads/")
+            for name in self.repo.refs.keys(base=ids.ref(b"refs/heads/"))
             if (b"refs/heads/" + name).startswith(base)
         )
 
@@ -410,7 +411,7 @@ class GitRepo:
             return index_entry_from_stat(found.stat, sha, mode=mode)
         return IndexEntry(
             ctime=(0, 0), mtime=(0, 0), dev=0, ino=0, mode=mode, uid=0, gid=0, size=0,
-            sha=sha, flags=0, extended_flags=0,
+            sha=ids.object_id(sha), flags=0, extended_flags=0,
         )
 
     def commit_changes(
@@ -507,7 +508,7 @@ class GitRepo:
         try:
             value = (self.git_dir / ref.decode()).read_bytes().strip()
         except (FileNotFoundError, NotADirectoryError):
-            return self.repo.refs.get_packed_refs().get(ref)
+            return self.repo.refs.get_packed_refs().get(ids.ref(ref))
         return value or None
 
     def _append_reflog(self, ref: bytes, old: bytes | None, new: bytes, message: bytes) -> None:
@@ -537,7 +538,7 @@ class GitRepo:
     def _make_commit(self, tree: bytes, message: bytes, parents: list[bytes]) -> Commit:
         commit = Commit()
         commit.tree = tree
-        commit.parents = parents
+        commit.parents = ids.object_ids(parents)
         commit.author = commit.committer = self.identity()
         now = int(time.time())
         offset = _utc_offset(now)
