@@ -259,7 +259,7 @@ def _check_comment(command: str, comment: str, out: str) -> None:
         assert quoted in out.splitlines() or any(
             line.split(" ", 1)[-1] == quoted for line in out.splitlines()  # after a sha
         ), f"{command}: README says it prints {quoted!r}; it printed:\n{out}"
-    shown = re.findall(r"\b([a-z]+ #\d+)", comment.split('"')[0])
+    shown = re.findall(r"\b([a-z]+ #\d+)", comment.split('"', maxsplit=1)[0])
     if command.startswith("git log") and shown and re.search(r" -\d+\b", command):
         for expected, line in zip(shown, out.splitlines(), strict=True):
             assert expected in line, f"{command}: expected {expected!r}, got {line!r}"

@@ -16,8 +16,8 @@ from agentfs.cli.options import run_options
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project
-    from agentfs.core.trust import TrustStore
     from agentfs.core.status import WorkspaceStatus
+    from agentfs.core.trust import TrustStore
     from agentfs.models.base import Model
     from agentfs.models.resolve import ProviderSettings
     from agentfs.store.trace import Trace

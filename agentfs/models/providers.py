@@ -11,6 +11,7 @@ docs/architecture.md, "Adding a model provider".
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -109,34 +110,29 @@ BUILT_IN = (
              env={"api_key": "ANTHROPIC_API_KEY", "base_url": "ANTHROPIC_BASE_URL"}),
 )
 
-_loaded: dict[str, Provider] | None = None
-
-
+@functools.cache
 def _registry() -> dict[str, Provider]:
     """Built-in providers, then those of installed packages (loaded once a process;
     a package may not take a built-in's name)."""
-    global _loaded
-    if _loaded is None:
-        found = {p.name: p for p in BUILT_IN}
-        for entry in entry_points(group=GROUP):
-            try:
-                value = entry.load()
-                provider = value() if callable(value) and not isinstance(value, Provider) \
-                    else value
-            except Exception as exc:  # noqa: BLE001 — report any failure of a plugin
-                raise ConfigError(
-                    f"model provider {entry.name!r} ({entry.value}) failed to load: {exc}",
-                    hint="fix or uninstall the package that provides it") from None
-            if not isinstance(provider, Provider):
-                raise ConfigError(f"model provider {entry.name!r} gave "
-                                  f"{type(provider).__name__}, not a Provider")
-            if provider.name in found:
-                raise ConfigError(f"model provider {provider.name!r} from {entry.value} "
-                                  "takes a name already in use",
-                                  hint="uninstall one of the two packages")
-            found[provider.name] = provider
-        _loaded = found
-    return _loaded
+    found = {p.name: p for p in BUILT_IN}
+    for entry in entry_points(group=GROUP):
+        try:
+            value = entry.load()
+            provider = value() if callable(value) and not isinstance(value, Provider) \
+                else value
+        except Exception as exc:  # noqa: BLE001 — report any failure of a plugin
+            raise ConfigError(
+                f"model provider {entry.name!r} ({entry.value}) failed to load: {exc}",
+                hint="fix or uninstall the package that provides it") from None
+        if not isinstance(provider, Provider):
+            raise ConfigError(f"model provider {entry.name!r} gave "
+                              f"{type(provider).__name__}, not a Provider")
+        if provider.name in found:
+            raise ConfigError(f"model provider {provider.name!r} from {entry.value} "
+                              "takes a name already in use",
+                              hint="uninstall one of the two packages")
+        found[provider.name] = provider
+    return found
 
 
 def provider_names() -> list[str]:

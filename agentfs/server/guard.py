@@ -64,7 +64,7 @@ class _Answer:
 CHANGING = ("POST", "PUT", "PATCH", "DELETE")
 #: Where a refusal is JSON; elsewhere (the page, its files) it is a plain page.
 API_PATHS = ("/api/", "/openapi.json")
-NO_TOKEN_PAGE = (
+OPEN_THE_PRINTED_ADDRESS = (
     "This agentfs server needs its token.\n\n"
     "Open the address `agentfs serve` printed when it started "
     "(http://HOST:PORT/?token=...): the server then remembers this browser until it "
@@ -174,7 +174,7 @@ def _unauthorized(path: str, what: str) -> _Answer:
         return _error(401, f"{what}: this server requires `Authorization: Bearer TOKEN`",
                       "use the token `agentfs serve` printed (or was given with --token "
                       "or AGENTFS_SERVE_TOKEN)", challenge)
-    return _Answer(401, NO_TOKEN_PAGE.encode(), challenge, "text/plain; charset=utf-8")
+    return _Answer(401, OPEN_THE_PRINTED_ADDRESS.encode(), challenge, "text/plain; charset=utf-8")
 
 
 def _same_origin(origin: str, host: str) -> bool:

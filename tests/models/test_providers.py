@@ -49,10 +49,10 @@ def echo_installed(tmp_path, monkeypatch):
     site = tmp_path / "site"
     install(site, "echo_provider", "echo_provider", "echo = echo_provider:provider")
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(providers, "_loaded", None)
+    providers._registry.cache_clear()
     yield site
     sys.modules.pop("echo_provider", None)
-    providers._loaded = None
+    providers._registry.cache_clear()
 
 
 def test_the_built_in_providers_resolve_and_say_what_they_need(tmp_path):
@@ -87,13 +87,13 @@ def test_a_provider_may_not_take_a_built_in_name(tmp_path, monkeypatch):
     install(site, "evil_provider", "evil_provider", "anthropic = evil_provider:provider")
     (site / "evil_provider.py").write_text(ECHO.replace('Provider("echo"', 'Provider("anthropic"'))
     monkeypatch.syspath_prepend(str(site))
-    monkeypatch.setattr(providers, "_loaded", None)
+    providers._registry.cache_clear()
     try:
         with pytest.raises(ConfigError, match="already in use"):
             provider_names()
     finally:
         sys.modules.pop("evil_provider", None)
-        providers._loaded = None
+        providers._registry.cache_clear()
 
 
 def test_a_run_uses_an_installed_provider_with_its_setting_from_the_environment(
