@@ -72,13 +72,24 @@ def _write_via(tmp: Path, path: Path, data: bytes, sync_dir: bool) -> None:
         fsync_dir(path.parent)
 
 
+#: Creates of a file whose folder another process keeps removing (see `open_creating`).
+CREATE_ATTEMPTS = 50
+
+
 def open_creating(path: Path, flags: int, mode: int = 0o644) -> int:
-    """`os.open` with `os.O_CREAT`, making the missing parent folders on the way."""
-    try:
-        return os.open(path, flags | os.O_CREAT, mode)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return os.open(path, flags | os.O_CREAT, mode)
+    """`os.open` with `os.O_CREAT`, making the missing parent folders on the way.
+
+    Git removes empty folders inside `.git` at any time (`git gc` prunes empty
+    `objects/xx/` folders, `pack-refs` empty ref folders), also between our
+    `mkdir` and our create: the folder is then made again. Once the file exists
+    its folder is not empty and stays.
+    """
+    for _ in range(CREATE_ATTEMPTS):
+        try:
+            return os.open(path, flags | os.O_CREAT, mode)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, flags | os.O_CREAT, mode)  # removed every time: the error says so
 
 
 def fsync_dir(directory: Path) -> None:

@@ -385,7 +385,8 @@ def load_message(path: Path) -> Message:
 
 
 def _read(path: Path) -> bytes:
-    """The file's bytes; symlinks, non-regular files and oversize files are refused unread."""
+    """The file's bytes; symlinks, hard links, non-regular files and oversize files are
+    refused unread."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO must not hang
@@ -401,6 +402,11 @@ def _read(path: Path) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise MessageFileError(path, "is not a regular file", hint="messages are files")
+        if info.st_nlink > 1:  # the same file is elsewhere too: maybe outside the workspace
+            raise MessageFileError(
+                path, f"has {info.st_nlink} hard links; message files must be files of their own",
+                hint="replace it with a copy (cp FILE FILE.copy && mv FILE.copy FILE)",
+            )
         if info.st_size > MAX_MESSAGE_BYTES:
             raise MessageFileError(path, _over_limit(info.st_size), hint=_SIZE_HINT)
         with os.fdopen(fd, "rb", closefd=False) as file:

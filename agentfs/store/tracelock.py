@@ -22,16 +22,17 @@ from agentfs.errors import TraceLocked
 class TraceLock:
     """Exclusive lock for running one trace (`with TraceLock(...):`)."""
 
-    def __init__(self, lock_dir: Path, trace_id: str) -> None:
+    def __init__(self, lock_dir: Path, trace_id: str, *, patience: float = 0.2) -> None:
         self.path = lock_dir / f"{trace_id}.lock"
         self.trace_id = trace_id
+        self.patience = patience  # seconds to wait for a holder to let go
         self._fd: int | None = None
 
     def acquire(self) -> None:
         """Take the lock or raise `TraceLocked` naming the holder."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        if not _flock_briefly(fd):
+        if not _flock_briefly(fd, self.patience):
             os.close(fd)
             holder = read_holder(self.path)
             who = f" by pid {holder['pid']} on {holder['host']}" if holder else ""

@@ -201,7 +201,7 @@ def test_a_crash_while_starting_a_trace_is_finished_exactly_once(project, point,
     if point == "created":  # killed after the `create` commit, before the user message
         import agentfs.core.project as workspace_module
 
-        monkeypatch.setattr(workspace_module, "finish_staged", lambda trace: None)
+        monkeypatch.setattr(workspace_module, "finish_staged", lambda trace, check=None: None)
         assert project.create_from_claim(trace_id, staged) == trace_id
         monkeypatch.undo()
         assert sequences(project.trace(trace_id).main_path()) == [1]
