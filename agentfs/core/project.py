@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -166,10 +166,13 @@ class Project:
         except TraceLocked:
             return None
         except AgentfsError as exc:
+            if not os.path.lexists(staged.file):
+                return None  # another process finished the claim meanwhile
             if self.workspace.trace_dir(trace_id).joinpath("trace.json").exists():
                 raise  # created: the claim stays staged and the trace's next run takes it
             rejected = reject_claim(staged, origin, exc)
-            shutil.rmtree(staged.dir.parent, ignore_errors=True)  # the id's reservation
+            with suppress(OSError):  # only if empty: another file may be claiming the id
+                os.rmdir(staged.dir.parent)
             return rejected
         return trace_id
 
