@@ -140,17 +140,15 @@ def dropped(message: Message, origin: Path | str) -> Dropped:
             origin, f"inject_skills must be a list of skill names, not {skills!r}",
             hint="write `inject_skills: [name, ...]` or remove the line",
         )
-    return Dropped(str(origin), message.content, {k: fields[k] for k in MESSAGE_KEYS if k in fields},
-                   fields.get("preset"), fields.get("model"), tuple(skills))
+    kept = {k: fields[k] for k in MESSAGE_KEYS if k in fields}
+    return Dropped(str(origin), message.content, kept, fields.get("preset"), fields.get("model"),
+                   tuple(skills))
 
 
 def read_dropped(path: Path, origin: Path | str | None = None) -> Dropped:
     """Read a file as a dropped user message (`load_dropped`, then `dropped`); errors
     name `origin` (default: the file) as the place it was dropped at."""
     origin = path if origin is None else Path(origin)
-    if is_hidden_drop(Path(origin).name):
-        raise MessageFileError(origin, "a hidden file name (it starts with a dot)",
-                               hint="save it under a name without the leading dot")
     try:
         return dropped(load_dropped(path), origin)
     except MessageFileError as exc:
@@ -165,7 +163,12 @@ def parse_dropped_text(label: str, data: bytes) -> Dropped:
 
 
 def read_staged(staged: Staged, origin: Path) -> Dropped:
-    """Read a claimed file (`read_dropped`); errors name where it was dropped."""
+    """Read a file claimed from an inbox (`read_dropped`); errors name where it was
+    dropped. A hidden name is refused: it waited only to be put aside
+    (`agentfs/store/inbox.py:is_hidden_drop`)."""
+    if is_hidden_drop(origin.name):
+        raise MessageFileError(origin, "a hidden file name (it starts with a dot)",
+                               hint="save it under a name without the leading dot")
     return read_dropped(staged.file, origin)
 
 
