@@ -49,6 +49,10 @@ class TraceLocked(AgentfsError):
     """Another process is running the trace."""
 
 
+class TraceExists(AgentfsError):
+    """A trace with that id exists already (creating it again would overwrite it)."""
+
+
 class GitStateError(AgentfsError):
     """The repository is in a state agentfs cannot commit to (e.g. HEAD not on main)."""
 

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from agentfs.core.project import Project, init_workspace
 from agentfs.core.sidebranch import SUMMARY_HEADER
-from agentfs.store.messages import Message, ToolCall, parse_dropped, render_message
+from agentfs.store.ingest import parse_dropped_text
+from agentfs.store.messages import Message, ToolCall, render_message
 
 TRACE = "long"
 GIT_ENV = {
@@ -109,7 +110,7 @@ def long_trace(root: Path, count: int, *, kept: int | None = None) -> Project:
     """A workspace at `root` whose trace `long` has `count` messages, all committed."""
     init_workspace(root)
     project = Project.open(root)
-    first = parse_dropped(Path("<bench>"), b"Start of a long trace.")
+    first = parse_dropped_text("<bench>", b"Start of a long trace.")
     trace = project.new_trace(TRACE, first)  # messages 1 (system) and 2 (user)
     summary_at = None if kept is None else count - kept
     files: dict[Path, bytes] = {}

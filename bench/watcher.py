@@ -44,7 +44,8 @@ from pathlib import Path
 from agentfs.config import WorkspaceConfig
 from agentfs.core.project import Project, init_workspace
 from agentfs.models.replay import ReplayModel
-from agentfs.store.messages import load_message, parse_dropped
+from agentfs.store.ingest import parse_dropped_text
+from agentfs.store.messages import load_message
 from agentfs.watch.background import run_in_background
 from agentfs.watch.watcher import Watcher
 from bench.fixtures import TRACE, _commit_with_fast_import, git, long_trace
@@ -195,7 +196,7 @@ def _workspace(root: Path, trace_ids: tuple[str, ...]) -> None:
     init_workspace(root)
     project = Project.open(root)
     for trace_id in trace_ids:
-        project.new_trace(trace_id, parse_dropped(Path("<bench>"), b"Hello."))
+        project.new_trace(trace_id, parse_dropped_text("<bench>", b"Hello."))
 
 
 def _drop(events: Events, path: Path, trace_id: str,

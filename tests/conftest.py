@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentfs.core.project import Project, init_workspace
-from agentfs.store.messages import parse_dropped
+from agentfs.store.ingest import parse_dropped_text
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,7 +78,7 @@ def project(workspace: Path) -> Project:
 
 def user(text: str):
     """A user message as `agentfs new -m` makes it."""
-    return parse_dropped(Path("<test>"), text.encode())
+    return parse_dropped_text("<test>", text.encode())
 
 
 @pytest.fixture

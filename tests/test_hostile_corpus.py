@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,7 @@ from agentfs.core.project import Project
 from agentfs.core.runner import Runner
 from agentfs.errors import AgentfsError
 from agentfs.models.replay import ReplayModel
-from agentfs.store.inbox import REJECTED_DIR
+from agentfs.store.inbox import EMPTY_GRACE, REJECTED_DIR
 from agentfs.watch.watcher import Watcher
 from tests.conftest import assert_git_clean, git
 
@@ -61,6 +62,19 @@ def _fifo(path: Path) -> None:
     os.mkfifo(path)
 
 
+def _hard_link(path: Path) -> None:
+    """A hard link to the secret outside the workspace (same filesystem)."""
+    secret = next(f / "secret.txt" for f in path.parents if (f / "secret.txt").exists())
+    os.link(secret, path)
+
+
+def _empty_long_ago(path: Path) -> None:
+    """An empty file left empty for longer than an editor takes to fill it."""
+    path.write_bytes(b"")
+    old = time.time() - 2 * EMPTY_GRACE
+    os.utime(path, (old, old))
+
+
 def _folder(path: Path) -> None:
     path.mkdir()
     (path / "inside.md").write_text("in a folder\n")
@@ -83,7 +97,18 @@ KINDS = [
     Kind("emoji-name", "\U0001f600 smile.md", _write("emoji name\n"), "taken", "emoji name"),
     Kind("long-name", "n" * 240 + ".md", _write("long name\n"), "taken", "long name"),
     Kind("dash-name", "-rf.md", _write("dash first\n"), "taken", "dash first"),
-    Kind("yaml-booleans", "yes.md", _write("---\nnote: yes\n---\nyes\n"), "taken", "yes"),
+    Kind("yaml-booleans", "yes.md", _write("---\nrole: user\n---\nyes\n"), "taken", "yes"),
+    Kind("unknown-keys", "keys.md", _write("---\n" + "".join(f"k{i}: {i}\n" for i in range(10_000))
+                                           + "---\nmany keys\n"), "rejected"),
+    Kind("bad-preset", "preset.md", _write("---\npreset: [1, 2]\n---\nhi\n"), "rejected"),
+    Kind("unknown-preset", "nopreset.md", _write("---\npreset: nope\n---\nhi\n"), "rejected"),
+    Kind("unknown-skill", "noskill.md", _write("---\ninject_skills: [nope]\n---\nhi\n"),
+         "rejected"),
+    Kind("bad-skills", "badskills.md", _write("---\ninject_skills: {a: 1}\n---\nhi\n"),
+         "rejected"),
+    Kind("hard-link-outside", "linked.md", _hard_link, "rejected"),
+    Kind("hidden-name", "..md", _write("hidden\n"), "rejected"),
+    Kind("left-empty", "left-empty.md", _empty_long_ago, "rejected"),
     Kind("owned-fields", "owned.md",
          _write("---\ntool_call_id: t1\nsynthetic: context\nsequence: 99999999999\n"
                 "id: ../../x\nparent_sequence: 1\n---\nplain again\n"), "taken", "plain again"),
@@ -123,8 +148,8 @@ KINDS = [
     Kind("backup", "plain.md~", _write("backup"), "ignored"),
     Kind("emacs-autosave", "#plain.md#", _write("autosave"), "ignored"),
     Kind("emacs-lock", ".#plain.md", _link("user@host.1234:1"), "ignored"),
-    Kind("fifo", "pipe.md", _fifo, "ignored"),
-    Kind("folder", "folder.md", _folder, "ignored"),
+    Kind("fifo", "pipe.md", _fifo, "rejected"),
+    Kind("folder", "folder.md", _folder, "rejected"),
 ]
 
 
@@ -229,7 +254,9 @@ def test_every_kind_through_the_workspace_inbox_and_agentfs_watch(ws):
     assert_git_clean(ws)
 
 
-@pytest.mark.parametrize("kind", [k for k in KINDS if k.fate in ("taken", "rejected")], ids=str)
+@pytest.mark.parametrize("kind", [k for k in KINDS if k.fate in ("taken", "rejected")
+                                  and k.name != "hidden-name"],  # a name counts in inboxes only
+                         ids=str)
 def test_every_kind_through_agentfs_new_dash_f(ws, tmp_path, kind):
     source = tmp_path / "outside" / kind.file.replace("\n", "_")
     kind.make(source)
@@ -238,8 +265,9 @@ def test_every_kind_through_agentfs_new_dash_f(ws, tmp_path, kind):
     if kind.fate == "taken":
         assert result.exit_code == 0, result.output
         assert Project.open(ws).trace("n").main_path()[1].text == kind.text
-    elif result.exit_code == 2:  # click refuses a path that does not exist (a dangling link)
-        assert "does not exist" in result.output and source.name in result.output
+    elif result.exit_code == 2:  # click refuses a dangling link or a folder
+        assert ("does not exist" in result.output or "is a directory" in result.output)
+        assert source.name in result.output
     else:
         assert isinstance(result.exception, AgentfsError), repr(result.exception)
         assert str(source) in str(result.exception)  # names the file
@@ -249,7 +277,9 @@ def test_every_kind_through_agentfs_new_dash_f(ws, tmp_path, kind):
 
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k.fate in ("taken", "rejected")
-                                  and k.file.endswith(".md")], ids=str)
+                                  and k.file.endswith(".md")
+                                  and k.make not in (_fifo, _folder, _hard_link)],
+                         ids=str)
 def test_every_kind_written_by_hand_into_messages(ws, kind):
     project = Project.open(ws)
     project.new_trace("h", project_user("start"))

@@ -131,7 +131,7 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
     Makes traces/TRACE/ with trace.json, the system message and the user
     message, as two commits. Run it with `agentfs run TRACE`.
     """
-    from agentfs.store.messages import load_dropped, parse_dropped
+    from agentfs.store.ingest import parse_dropped_text, read_dropped
     from agentfs.store.workspace import check_trace_id
 
     if (message is None) == (file is None):
@@ -139,11 +139,11 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
     check_trace_id(trace_id)
     project = _project()
     if file is not None and str(file) == "-":
-        first = parse_dropped(Path("<stdin>"), sys.stdin.buffer.read())
+        first = parse_dropped_text("<stdin>", sys.stdin.buffer.read())
     elif file is not None:
-        first = load_dropped(file)
+        first = read_dropped(file)
     else:
-        first = parse_dropped(Path("<-m>"), _text_or_stdin(message or "").encode())
+        first = parse_dropped_text("<-m>", _text_or_stdin(message or "").encode())
     trace = project.new_trace(trace_id, first, preset=preset, model=model)
     click.echo(f"created trace {trace.id} in {trace.dir}")
 

@@ -13,7 +13,7 @@ from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError, TraceLocked
 from agentfs.store.history import unanswered_calls
 from agentfs.store.inbox import save_in_inbox
-from agentfs.store.ingest import Rejected, finish_staged, take_file
+from agentfs.store.ingest import Rejected, SettingsCheck, finish_staged, take_file
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 
@@ -38,7 +38,8 @@ class Rewound:
 
 
 def post_message(trace: Trace, text: str, *, patience: float = 10.0,
-                 run_holds_it: Callable[[], bool] = lambda: False) -> Posted:
+                 run_holds_it: Callable[[], bool] = lambda: False,
+                 check: SettingsCheck | None = None) -> Posted:
     """Post a user message through the inbox's door: written atomically into
     `traces/ID/inbox/`, then taken at once as the next user message (one `user`
     commit), as `agentfs run` takes inbox files.
@@ -47,7 +48,8 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
     `patience` seconds), the file stays in the inbox and that run takes it at its
     next step; it is never lost. Likewise if the head waits for tool results (the
     next run finishes that step first). The text is read as a dropped file is:
-    frontmatter optional.
+    frontmatter optional, its trace settings checked by `check`
+    (`agentfs/core/project.py:Project.drop_check`).
 
     Raises:
       AgentfsError: the text cannot be a message (the file is put aside in
@@ -62,23 +64,23 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
             return Posted("taken", name)
         try:
             with trace.lock():
-                return _take(trace, file, name)
+                return _take(trace, file, name, check)
         except TraceLocked:
             if run_holds_it() or time.monotonic() > deadline:
                 return Posted("queued", name)
             time.sleep(0.02)  # another post or a short command (rewind) holds it
 
 
-def _take(trace: Trace, file, name: str) -> Posted:
+def _take(trace: Trace, file, name: str, check: SettingsCheck | None) -> Posted:
     trace.reload()
     trace.recover()
-    finish_staged(trace)
+    finish_staged(trace, check)
     if trace.meta.side_queue is not None or unanswered_calls(trace.main_path()):
         # A tool step or a side-branch queue comes first (a new head would abandon the
         # queue): the next run finishes it, then takes the file.
         return Posted("queued", name)
     focus = GoalTree.load(trace.dir / GOALS_FILE).focus
-    outcome = take_file(trace, file, goal_id=focus)
+    outcome = take_file(trace, file, goal_id=focus, check=check)
     if outcome is None:
         return Posted("taken", name)
     if isinstance(outcome, Rejected):

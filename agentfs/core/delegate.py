@@ -10,13 +10,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentfs.core.options import RunnerOptions
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model
-from agentfs.store.messages import parse_dropped
+from agentfs.store.ingest import parse_dropped_text
 from agentfs.store.meta import Collaborator
 from agentfs.store.trace import Trace
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
@@ -87,7 +86,7 @@ def run_child(parent: Trace, task: str, name: str | None, *, project: Project, m
     while f"{parent.id}--{slug}-{number}" in existing:
         number += 1
     child_id = f"{parent.id}--{slug}-{number}"
-    child = project.new_trace(child_id, parse_dropped(Path("<message>"), task.encode()),
+    child = project.new_trace(child_id, parse_dropped_text("<message>", task.encode()),
                               skills=options.skills)
     collaborators[child_id] = Collaborator(trace=child_id, task=task[:200])
     emit("delegate", trace=parent.id, child=child_id)

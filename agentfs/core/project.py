@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-import shutil
+from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,22 +13,22 @@ from agentfs.config import DEFAULT_CONFIG_TEXT, DEFAULT_MODEL, WorkspaceConfig
 from agentfs.core.doctor import load_valid_config
 from agentfs.core.options import RunnerOptions
 from agentfs.core.system_prompt import build_system_prompt
-from agentfs.errors import AgentfsError
+from agentfs.errors import AgentfsError, MessageFileError, TraceExists, TraceLocked
 from agentfs.models.base import Model
 from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.git.repo import GitRepo, init_repo
-from agentfs.store.inbox import Staged
+from agentfs.store.inbox import Staged, exclude_temp_names
 from agentfs.store.ingest import (
+    Dropped,
     Rejected,
+    SettingsCheck,
     claim_new,
-    dropped_fields,
     finish_staged,
     read_staged,
     reject_claim,
 )
-from agentfs.store.messages import Message
 from agentfs.store.meta import TraceContext
 from agentfs.store.trace import Trace, TraceMeta
 from agentfs.store.workspace import (
@@ -86,10 +87,15 @@ class Project:
         """An existing trace, by id or by a path to its directory."""
         return Trace(self.workspace, self.repo, self.workspace.resolve_trace(ref))
 
+    def drop_check(self, skills: SkillCatalog | None = None) -> SettingsCheck:
+        """The check every door applies to a dropped file's trace settings (see
+        `check_trace_settings`)."""
+        return settings_check(self.config, skills or load_skills(self.workspace.skills_dir))
+
     def new_trace(
         self,
         trace_id: str,
-        first_message: Message | None,
+        first_message: Dropped | None,
         *,
         system_prompt: str | None = None,
         explicit_system: str | None = None,
@@ -99,26 +105,28 @@ class Project:
         inject_skills: list[str] | None = None,
     ) -> Trace:
         """Create a trace: `trace.json` and the system message (commit `create`), then
-        the first user message (commit `user`): `first_message`, or with None the file
-        claimed for this trace in the staging area.
+        the first user message (commit `user`): `first_message` (read through the
+        inbox's door, `agentfs/store/ingest.py:dropped`; the settings its frontmatter
+        gives apply where the call gives none), or with None the file claimed for
+        this trace in the staging area.
 
         The system prompt is built once, here (see `build_system_prompt`):
         `explicit_system` (a system message given to the run) wins over
         `system_prompt` (the run's setting), then the preset's.
         """
-        if preset is not None and preset not in self.config.presets:
-            known = ", ".join(self.config.presets) or "none defined"
-            raise AgentfsError(
-                f"unknown preset {preset!r} (presets: {known})",
-                hint=f"define [presets.{preset}] in {CONFIG_FILE}",
-            )
+        skills = skills if skills is not None else load_skills(self.workspace.skills_dir)
+        if first_message is not None:
+            settings_check(self.config, skills)(first_message)
+            preset = preset or first_message.preset
+            model = model or first_message.model
+            inject_skills = list(inject_skills or [])
+            inject_skills += [s for s in first_message.inject_skills if s not in inject_skills]
+        check_trace_settings(self.config, skills, preset, inject_skills or ())
         self.repo.check_on_main()
         prompt = build_system_prompt(  # before anything is written: it may fail
             self.config, explicit=explicit_system, run_prompt=system_prompt, preset=preset,
-            skills=skills if skills is not None else load_skills(self.workspace.skills_dir),
+            skills=skills,
         )
-        for name in inject_skills or []:
-            (skills if skills is not None else load_skills(self.workspace.skills_dir)).get(name)
         meta = TraceMeta(id=trace_id, preset=preset, model=model,
                          context=TraceContext(inject_skills=list(inject_skills or [])))
         with Trace(self.workspace, self.repo, trace_id).lock():  # creators exclude each other
@@ -130,10 +138,9 @@ class Project:
             trace.commit_step("create", [system], summary=f"new trace ({meta.created_at})",
                               extra_paths=[trace.rel(keep)])
             if first_message is None:  # the claimed file that started it (see `start_trace`)
-                finish_staged(trace)
+                finish_staged(trace, settings_check(self.config, skills))
             else:
-                user = trace.new_message("user", first_message.content,
-                                         **dropped_fields(first_message))
+                user = trace.new_message("user", first_message.content, **first_message.fields)
                 trace.commit_step("user", [user])
         return trace
 
@@ -146,30 +153,59 @@ class Project:
             return None
         return self.create_from_claim(*claim)
 
-    def create_from_claim(self, trace_id: str, staged: Staged) -> str | Rejected:
+    def create_from_claim(self, trace_id: str, staged: Staged) -> str | Rejected | None:
         """Create trace `trace_id` from a claimed file (also after a crash cut a
-        creation short). Frontmatter may set `preset`, `model` and `inject_skills`."""
+        creation short). Frontmatter may set `preset`, `model` and `inject_skills`.
+        None if another process is creating it; its id if it exists already (its
+        next run takes the claim)."""
         origin = self.workspace.root / staged.origin
         try:
             first = read_staged(staged, origin)
-            fields = first.model_extra or {}
-            skills = fields.get("inject_skills") or []
-            self.new_trace(
-                trace_id, None, preset=_text(fields.get("preset")),
-                model=_text(fields.get("model")),
-                inject_skills=[skills] if isinstance(skills, str) else [str(s) for s in skills],
-            )
+            self.new_trace(trace_id, None, preset=first.preset, model=first.model,
+                           inject_skills=list(first.inject_skills))
+        except TraceExists:
+            return trace_id
+        except TraceLocked:
+            return None
         except AgentfsError as exc:
+            if not os.path.lexists(staged.file):
+                return None  # another process finished the claim meanwhile
             if self.workspace.trace_dir(trace_id).joinpath("trace.json").exists():
                 raise  # created: the claim stays staged and the trace's next run takes it
             rejected = reject_claim(staged, origin, exc)
-            shutil.rmtree(staged.dir.parent, ignore_errors=True)  # the id's reservation
+            with suppress(OSError):  # only if empty: another file may be claiming the id
+                os.rmdir(staged.dir.parent)
             return rejected
         return trace_id
 
 
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
+def check_trace_settings(config: WorkspaceConfig, skills: SkillCatalog, preset: str | None,
+                         inject_skills: Iterable[str]) -> None:
+    """Refuse a preset that agentfs.toml does not define, or a skill that is not found.
+
+    Raises:
+        AgentfsError: naming the preset or skill and where to define it.
+    """
+    if preset is not None and preset not in config.presets:
+        known = ", ".join(config.presets) or "none defined"
+        raise AgentfsError(
+            f"unknown preset {preset!r} (presets: {known})",
+            hint=f"define [presets.{preset}] in {CONFIG_FILE}",
+        )
+    for name in inject_skills:
+        skills.get(name)
+
+
+def settings_check(config: WorkspaceConfig, skills: SkillCatalog) -> SettingsCheck:
+    """`check_trace_settings` for the dropped files a door takes, wherever they go:
+    one file is accepted or refused alike by every door. Errors name the file."""
+    def check(first: Dropped) -> None:
+        try:
+            check_trace_settings(config, skills, first.preset, first.inject_skills)
+        except AgentfsError as exc:
+            raise MessageFileError(first.origin, exc.message, hint=exc.hint) from None
+
+    return check
 
 
 def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[Workspace, list[str]]:
@@ -205,6 +241,7 @@ def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[W
             (folder / KEEP).write_bytes(b"")
             created.append(f"{name}/")
             to_commit.append(f"{name}/{KEEP}")
+    exclude_temp_names(workspace.root)
     repo = GitRepo(workspace.root)
     try:
         if to_commit:

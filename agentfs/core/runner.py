@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from agentfs.core.context import CONTEXT_TOOL, ContextHook
@@ -34,7 +33,7 @@ from agentfs.core.injection import (
     synthetic_calls,
 )
 from agentfs.core.options import RunnerOptions
-from agentfs.core.project import Project
+from agentfs.core.project import Project, settings_check
 from agentfs.core.reflection import KNOWLEDGE_EVAL, REFLECTION
 from agentfs.core.request import RequestBuilder
 from agentfs.core.session import Session
@@ -63,8 +62,14 @@ from agentfs.skills import load_skills
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.history import is_final_answer
 from agentfs.store.inbox import SettleClock, save_in_inbox
-from agentfs.store.ingest import IngestReport, finish_staged, take_waiting
-from agentfs.store.messages import Message, ToolCall, Usage, parse_dropped
+from agentfs.store.ingest import (
+    Dropped,
+    IngestReport,
+    finish_staged,
+    parse_dropped_text,
+    take_waiting,
+)
+from agentfs.store.messages import Message, ToolCall, Usage
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import Workspace
 from agentfs.tools import ToolRegistry
@@ -168,6 +173,7 @@ class Runner:
         self.skills = (options.skills if options.skills is not None
                        else load_skills(workspace.skills_dir))
         self.options = replace(options, skills=self.skills)  # children share the catalog
+        self._drop_check = settings_check(self.config, self.skills)
         self.project = Project(workspace, repo, self.config)
         self.requests = RequestBuilder(self.config, model.name, on_event=options.on_event)
 
@@ -226,14 +232,18 @@ class Runner:
         if skill_recency_threshold < 1:
             raise AgentfsError("skill_recency_threshold must be at least 1")
         system, texts = _split_messages(messages)
+        given = [parse_dropped_text("<message>", t.encode()) for t in texts]
+        for text in given:  # as the inbox's door would, before anything is written
+            self._drop_check(text)
         trace = Trace(self.workspace, self.repo, trace_id)
         if not trace.meta_path.exists():
-            if not texts:
+            if not given:
                 raise AgentfsError(
                     f"trace {trace.id!r} does not exist and no first message was given",
                     hint=f"agentfs run {trace.id} -m '...' (or agentfs new)",
                 )
-            self._create(trace.id, texts.pop(0), system, system_prompt, preset, model_name)
+            texts.pop(0)
+            self._create(trace.id, given.pop(0), system, system_prompt, preset, model_name)
         elif system is not None:
             raise AgentfsError(
                 f"trace {trace.id!r} already has its system prompt",
@@ -246,8 +256,8 @@ class Runner:
                 trace.reload()
                 session = self._session(trace, inject_skills, skill_recency_threshold, clock)
                 self._bring_up_to_date(session, result, pending_tools)
-                for number, text in enumerate(texts):
-                    message = session.new_message("user", text)
+                for number, text in enumerate(given):
+                    message = session.new_message("user", text.content, **text.fields)
                     try:
                         trace.commit_step("user", [message])
                     except OSError as exc:  # e.g. a full disk: the texts must not be lost
@@ -328,18 +338,18 @@ class Runner:
         self._record_queue(session, self._resume_queue(session), result)  # before anything else
         # an earlier failure is history once this run goes on: the next commit saves it
         trace.meta.context.last_error = None
-        self._report_ingest(trace, result, finish_staged(trace))
+        self._report_ingest(trace, result, finish_staged(trace, self._drop_check))
         sync_skill_records(trace)  # changes trace.meta only: the run's next commit saves it
         if finish_interrupted_step(session, pending_tools):
             result.steps.append("tool")
         self._ingest_inbox(session, result, wait=True)
 
     def _create(
-        self, trace_id: str, first: str, system: str | None, run_prompt: str | None,
+        self, trace_id: str, first: Dropped, system: str | None, run_prompt: str | None,
         preset: str | None, model_name: str | None,
     ) -> Trace:
         return self.project.new_trace(
-            trace_id, parse_dropped(Path("<message>"), first.encode()),
+            trace_id, first,
             system_prompt=run_prompt, explicit_system=system, preset=preset,
             model=model_name, skills=self.skills,
         )
@@ -580,13 +590,13 @@ class Runner:
         True if a message was taken."""
         trace = session.trace
         focus = session.focus()
-        report = take_waiting(trace, session.clock, goal_id=focus)
+        report = take_waiting(trace, session.clock, goal_id=focus, check=self._drop_check)
         taken = bool(report.taken)
         self._report_ingest(trace, result, report)
         deadline = time.monotonic() + 2 * session.clock.window + 1
         while wait and report.unsettled and time.monotonic() < deadline:
             time.sleep(min(0.05, session.clock.window / 4 or 0.01))
-            report = take_waiting(trace, session.clock, goal_id=focus)
+            report = take_waiting(trace, session.clock, goal_id=focus, check=self._drop_check)
             taken = taken or bool(report.taken)
             self._report_ingest(trace, result, report)
         return taken

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -29,7 +28,7 @@ from agentfs.errors import AgentfsError, ConfigError, ModelError, TraceLocked, T
 from agentfs.models.base import Model
 from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
-from agentfs.store.messages import parse_dropped
+from agentfs.store.ingest import parse_dropped_text
 from agentfs.store.steplog import trace_log
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, TRACE_ID, check_trace_id
@@ -190,7 +189,7 @@ def build_router(server: Server) -> APIRouter:
                            f"post to it: POST /api/traces/{body.id}/messages")
         if body.model is not None:
             server.model(None, body.model)  # a name this server cannot use is a 422 now
-        first = parse_dropped(Path("<api>"), body.text.encode())
+        first = parse_dropped_text("<api>", body.text.encode())
         trace = project.new_trace(body.id, first, preset=body.preset, model=body.model)
         server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
                                                    "head": trace.meta.head})
@@ -238,7 +237,7 @@ def build_router(server: Server) -> APIRouter:
         # A model that cannot be used is refused before the message is committed: once
         # it is, the answer is a success (a client retrying an error would post twice).
         model = server.model(trace, body.model) if body.run else None
-        posted = post_message(trace, body.text,
+        posted = post_message(trace, body.text, check=project.drop_check(),
                               run_holds_it=lambda: server.runs.running(trace.id))
         record: dict[str, Any] = {"trace": trace.id, "status": posted.status,
                                   "file": posted.file, "sequence": posted.sequence}

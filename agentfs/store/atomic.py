@@ -120,23 +120,24 @@ def _write_at(tmp_fd: int, temp: str, dir_fd: int, name: str, data: bytes, mode:
         raise
 
 
+#: Creates of a file whose folder another process keeps removing (see `open_creating`).
+CREATE_ATTEMPTS = 50
+
+
 def open_creating(path: Path, flags: int, mode: int = 0o644) -> int:
     """`os.open` with `os.O_CREAT`, making the missing parent folders on the way.
 
-    A folder made may be removed again before the open, when empty: `git
-    prune-packed` (run by `git repack -d` and `git gc`) removes the emptied
-    folders of loose objects. So the folder is made again, a few times.
+    Git removes empty folders inside `.git` at any time (`git gc` prunes empty
+    `objects/xx/` folders, `pack-refs` empty ref folders), also between our
+    `mkdir` and our create: the folder is then made again. Once the file exists
+    its folder is not empty and stays.
     """
-    for _ in range(_CREATE_ATTEMPTS):
+    for _ in range(CREATE_ATTEMPTS):
         try:
             return os.open(path, flags | os.O_CREAT, mode)
         except FileNotFoundError:
             path.parent.mkdir(parents=True, exist_ok=True)
-    return os.open(path, flags | os.O_CREAT, mode)
-
-
-#: Opens tried by `open_creating` while its folder keeps being removed.
-_CREATE_ATTEMPTS = 5
+    return os.open(path, flags | os.O_CREAT, mode)  # removed every time: the error says so
 
 
 def fsync_dir(directory: Path) -> None:

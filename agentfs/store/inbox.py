@@ -18,6 +18,7 @@ folder, the sequence the subfolder, the origin a JSON record.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import re
@@ -36,10 +37,12 @@ __all__ = [
     "REJECTED_DIR",
     "SettleClock",
     "Staged",
+    "exclude_temp_names",
+    "inbox_problem",
+    "is_hidden_drop",
     "is_ignored_name",
     "reject",
     "rejected_names",
-    "reserve",
     "save_in_inbox",
     "stage",
     "staged_in",
@@ -54,8 +57,16 @@ ORIGIN = "origin.json"
 CONTENTS = ("file.md", "file.json")
 
 #: Hidden files, editor backups (`x~`), Emacs auto-saves (`#x#`), swap and temp
-#: files, and vim's `4913` probe. One regex: it runs on every file of a trace.
-_IGNORED = re.compile(r"\A(?:\..*|.*~|#(?:.*#)?|.*\.(?:swp|swo|swx|tmp|part)|4913)\Z", re.DOTALL)
+#: files, and vim's `4913` probe, as Git patterns (see `exclude_temp_names`).
+TEMP_NAMES = (".*", "*~", "#", "#*#", "*.swp", "*.swo", "*.swx", "*.tmp", "*.part", "4913")
+#: The same as one regex: it runs on every file of a trace.
+_IGNORED = re.compile("|".join(fnmatch.translate(g) for g in TEMP_NAMES))
+#: Hidden names that are still drops (and refused as such), not temp files: a dot
+#: name ending like a message file, as no editor or copying tool names its temp files.
+_HIDDEN_DROP = re.compile(r"\A\.(?!#).*\.(?:md|json)\Z", re.DOTALL)
+#: Seconds an empty file may wait for content (an editor may create it first); after
+#: that it is taken, and refused as empty.
+EMPTY_GRACE = 60.0
 
 
 def is_ignored_name(name: str) -> bool:
@@ -64,9 +75,27 @@ def is_ignored_name(name: str) -> bool:
     return _IGNORED.match(name) is not None or CONFLICT_COPY.match(name) is not None
 
 
+def is_hidden_drop(name: str) -> bool:
+    """A hidden name that is a drop all the same (`..md`, `.notes.md`): taken, to be
+    refused once with a note, rather than left in the inbox for ever."""
+    return _HIDDEN_DROP.match(name) is not None
+
+
+def inbox_problem(folder: Path) -> str | None:
+    """Why nothing in inbox `folder` can be taken, or None: it is a symlink (files
+    are never taken through one: they could be anywhere)."""
+    if folder.is_symlink():
+        return "is a symlink; files in it are not taken (make it a plain folder again)"
+    return None
+
+
 def waiting(folder: Path) -> list[Path]:
-    """Files waiting in an inbox folder, in name order: regular files and symlinks
-    (which are refused when taken), not editor temp files or folders."""
+    """What waits in an inbox folder, in name order: every entry but editor temp
+    files (`is_ignored_name`, unless `is_hidden_drop`), `.gitkeep` and `.rejected/`.
+    What cannot be a message (a symlink, a folder, a FIFO, a device) waits too:
+    it is put aside when taken. Nothing waits in a folder that is a symlink."""
+    if inbox_problem(folder) is not None:
+        return []
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
@@ -74,8 +103,8 @@ def waiting(folder: Path) -> list[Path]:
     return [
         Path(e.path)
         for e in entries
-        if not is_ignored_name(e.name) and e.name != KEEP
-        and (e.is_symlink() or e.is_file(follow_symlinks=False))
+        if e.name not in (KEEP, REJECTED_DIR)
+        and (not is_ignored_name(e.name) or is_hidden_drop(e.name))
     ]
 
 
@@ -91,7 +120,8 @@ class SettleClock:
     """Decides when a waiting file is ready to be taken.
 
     A regular file is ready once it is not empty and its size and mtime stayed
-    the same for `window` seconds (an editor may truncate first and write in
+    the same for `window` seconds (an empty one once it was left empty for
+    `EMPTY_GRACE` seconds) (an editor may truncate first and write in
     place after); with a window of 0, as soon as it has content. The window counts from the file's mtime, at most half of it
     (the other half it must be seen unchanged), and none for whole-second
     mtimes (a coarse filesystem). Anything else (a symlink, a device) is ready
@@ -111,6 +141,8 @@ class SettleClock:
             return False
         if not stat.S_ISREG(st.st_mode):
             return True
+        if st.st_size == 0 and time.time() - st.st_mtime > EMPTY_GRACE:
+            return True  # left empty: taken, to be refused as empty
         if self.window == 0:  # no waiting asked for: any file with content is ready
             return st.st_size > 0
         seen = self._seen.get(path)
@@ -151,16 +183,6 @@ class Staged:
 def _content_name(origin: str) -> str:
     """The claimed file's name in staging: its origin's kind (JSON or Markdown)."""
     return CONTENTS[1] if origin.endswith(".json") else CONTENTS[0]
-
-
-def reserve(folder: Path) -> bool:
-    """Create `folder` exclusively: False if it exists (another claim has the name)."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.mkdir(folder)
-    except FileExistsError:
-        return False
-    return True
 
 
 def stage(source: Path, folder: Path, sequence: int, origin: str) -> Staged | None:
@@ -251,3 +273,27 @@ def reject(file: Path, origin: Path, reason: str) -> Path:
     note.write_text(f"{origin.name} was not taken as a message: {reason}\n", encoding="utf-8")
     fsync_dir(folder)
     return target
+
+
+#: The block `exclude_temp_names` keeps in `.git/info/exclude`.
+_EXCLUDE_HEADER = "# agentfs: editor temp files in inboxes (agentfs never takes them)"
+
+
+def exclude_temp_names(root: Path) -> None:
+    """Have Git ignore editor temp names in the inboxes of the workspace at `root`
+    (`.git/info/exclude`, which is not versioned), so that what agentfs never takes
+    does not show as untracked either. Written once; kept if the person edits it."""
+    exclude = root / ".git" / "info" / "exclude"
+    try:
+        text = exclude.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        text = ""
+    except (OSError, UnicodeDecodeError):
+        return  # not ours to repair
+    if _EXCLUDE_HEADER in text:
+        return
+    lines = [f"/{folder}/{name}" for folder in ("inbox", "traces/*/inbox") for name in TEMP_NAMES]
+    block = "\n".join([_EXCLUDE_HEADER, *lines]) + "\n"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(exclude, ((text + "\n") if text and not text.endswith("\n") else text).encode()
+                 + block.encode())

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,25 +25,32 @@ from agentfs.errors import AgentfsError, MessageFileError
 from agentfs.store.inbox import (
     SettleClock,
     Staged,
+    is_hidden_drop,
     reject,
-    reserve,
     stage,
     staged_in,
     unstage,
     waiting,
 )
-from agentfs.store.messages import Message, authored_fields, load_dropped
+from agentfs.store.messages import Message, authored_fields, load_dropped, parse_dropped
 from agentfs.store.trace import Trace
+from agentfs.store.tracelock import TraceLock
 from agentfs.store.workspace import TRACE_ID, Workspace
 
 __all__ = [
     "FIRST_USER_SEQUENCE",
+    "Dropped",
     "IngestReport",
     "Rejected",
+    "SettingsCheck",
     "claim_new",
+    "claimed_traces",
     "commit_staged",
+    "dropped",
     "finish_staged",
+    "parse_dropped_text",
     "pending_new",
+    "read_dropped",
     "read_staged",
     "reject_claim",
     "take_file",
@@ -80,21 +86,91 @@ class IngestReport:
     unsettled: list[Path] = field(default_factory=list)
 
 
-def read_staged(staged: Staged, origin: Path) -> Message:
-    """Parse a claimed file as a dropped user message; errors name where it was dropped."""
-    try:
-        return load_dropped(staged.file)
-    except MessageFileError as exc:
-        problem = exc.message.removeprefix(f"{staged.file}: ")
-        raise MessageFileError(origin, problem, hint=exc.hint) from None
+#: Frontmatter a dropped file may hold beyond its own `role: user`: the goal its message
+#: belongs to, and the settings of the trace it starts (they apply only then).
+MESSAGE_KEYS = ("goal_id",)
+TRACE_SETTINGS = ("preset", "model", "inject_skills")
 
 
-def dropped_fields(message: Message) -> dict[str, Any]:
-    """The fields a dropped file may set on its message (not agentfs' own)."""
+@dataclass(frozen=True)
+class Dropped:
+    """A dropped file read through the one door: its user message and the settings
+    it asks of a trace it starts."""
+
+    origin: str  # where it was dropped (errors name it)
+    content: Any
+    fields: dict[str, Any]  # what it sets on its message (`MESSAGE_KEYS`)
+    preset: str | None = None
+    model: str | None = None
+    inject_skills: tuple[str, ...] = ()
+
+
+#: The check of a dropped file's trace settings against the workspace (the preset and
+#: the skills exist): the agent's side knows them (`agentfs/core/project.py`).
+SettingsCheck = Callable[[Dropped], None]
+
+
+def dropped(message: Message, origin: Path | str) -> Dropped:
+    """The one rule for a dropped file's frontmatter, whatever the door: a message's
+    identity and place and the fields agentfs owns are dropped (so a file copied
+    out of `messages/` is usable), `MESSAGE_KEYS` and `TRACE_SETTINGS` are kept when
+    well formed, and any other key is refused.
+
+    Raises:
+        MessageFileError: naming `origin` and the keys to fix.
+    """
     fields = authored_fields(message)
     for key in _OWNED_FIELDS:
         fields.pop(key, None)
-    return fields
+    unknown = sorted(k for k in fields if k not in MESSAGE_KEYS + TRACE_SETTINGS)
+    if unknown:
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise MessageFileError(
+            origin, f"unknown frontmatter key(s): {', '.join(unknown[:5])}{more}",
+            hint=f"a dropped file may set {', '.join(MESSAGE_KEYS + TRACE_SETTINGS)}; "
+            "remove the others",
+        )
+    for key in ("preset", "model"):
+        if key in fields and not (isinstance(fields[key], str) and fields[key]):
+            raise MessageFileError(origin, f"{key} must be a name, not {fields[key]!r}",
+                                   hint=f"write `{key}: NAME` or remove the line")
+    skills = fields.get("inject_skills", [])
+    skills = [skills] if isinstance(skills, str) else skills
+    if not isinstance(skills, list) or not all(isinstance(s, str) and s for s in skills):
+        raise MessageFileError(
+            origin, f"inject_skills must be a list of skill names, not {skills!r}",
+            hint="write `inject_skills: [name, ...]` or remove the line",
+        )
+    kept = {k: fields[k] for k in MESSAGE_KEYS if k in fields}
+    return Dropped(str(origin), message.content, kept, fields.get("preset"), fields.get("model"),
+                   tuple(skills))
+
+
+def read_dropped(path: Path, origin: Path | str | None = None) -> Dropped:
+    """Read a file as a dropped user message (`load_dropped`, then `dropped`); errors
+    name `origin` (default: the file) as the place it was dropped at."""
+    origin = path if origin is None else Path(origin)
+    try:
+        return dropped(load_dropped(path), origin)
+    except MessageFileError as exc:
+        problem = exc.message.removeprefix(f"{path}: ")
+        raise MessageFileError(origin, problem, hint=exc.hint) from None
+
+
+def parse_dropped_text(label: str, data: bytes) -> Dropped:
+    """Text given as a message (`-m`, standard input, the API) read as a dropped file
+    is; errors name `label` (e.g. `<-m>`)."""
+    return dropped(parse_dropped(Path(label), data), label)
+
+
+def read_staged(staged: Staged, origin: Path) -> Dropped:
+    """Read a file claimed from an inbox (`read_dropped`); errors name where it was
+    dropped. A hidden name is refused: it waited only to be put aside
+    (`agentfs/store/inbox.py:is_hidden_drop`)."""
+    if is_hidden_drop(origin.name):
+        raise MessageFileError(origin, "a hidden file name (it starts with a dot)",
+                               hint="save it under a name without the leading dot")
+    return read_dropped(staged.file, origin)
 
 
 def reject_claim(staged: Staged, origin: Path, error: AgentfsError) -> Rejected:
@@ -108,13 +184,17 @@ def reject_claim(staged: Staged, origin: Path, error: AgentfsError) -> Rejected:
     return Rejected(origin, moved, reason)
 
 
-def commit_staged(trace: Trace, staged: Staged, *, goal_id: str | None = None) -> Message | Rejected:
-    """Commit a claimed file as user message `staged.sequence` (or put it aside),
-    then drop the claim. The caller holds the trace's lock."""
+def commit_staged(trace: Trace, staged: Staged, *, goal_id: str | None = None,
+                  check: SettingsCheck | None = None) -> Message | Rejected:
+    """Commit a claimed file as user message `staged.sequence` (or put it aside if
+    it is unusable or `check` refuses its settings), then drop the claim. The
+    caller holds the trace's lock."""
     origin = trace.workspace.root / (staged.origin or f"{trace.rel(trace.inbox_dir)}/unknown.md")
     try:
         probe = read_staged(staged, origin)
-    except MessageFileError as exc:
+        if check is not None:
+            check(probe)
+    except AgentfsError as exc:
         return reject_claim(staged, origin, exc)
     message = Message(
         id=f"msg-{staged.sequence:06d}",
@@ -122,7 +202,7 @@ def commit_staged(trace: Trace, staged: Staged, *, goal_id: str | None = None) -
         parent_sequence=trace.meta.head,
         role="user",
         content=probe.content,
-        **{"goal_id": goal_id, **dropped_fields(probe)},
+        **{"goal_id": goal_id, **probe.fields},
     )
     extra = [staged.origin] if staged.origin else []
     trace.commit_step("user", [message], extra_paths=extra)
@@ -130,7 +210,8 @@ def commit_staged(trace: Trace, staged: Staged, *, goal_id: str | None = None) -
     return message
 
 
-def take_waiting(trace: Trace, clock: SettleClock, *, goal_id: str | None = None) -> IngestReport:
+def take_waiting(trace: Trace, clock: SettleClock, *, goal_id: str | None = None,
+                 check: SettingsCheck | None = None) -> IngestReport:
     """Take the files of the trace's `inbox/` that are ready, in name order; files
     still being written stay (`unsettled`). The caller holds the trace's lock."""
     report = IngestReport()
@@ -139,13 +220,14 @@ def take_waiting(trace: Trace, clock: SettleClock, *, goal_id: str | None = None
             report.unsettled.append(path)
             continue
         clock.forget(path)
-        outcome = take_file(trace, path, goal_id=goal_id)
+        outcome = take_file(trace, path, goal_id=goal_id, check=check)
         if outcome is not None:
             _note(report, path.name, outcome)
     return report
 
 
-def take_file(trace: Trace, path: Path, *, goal_id: str | None = None) -> Message | Rejected | None:
+def take_file(trace: Trace, path: Path, *, goal_id: str | None = None,
+              check: SettingsCheck | None = None) -> Message | Rejected | None:
     """Take one file of the trace's `inbox/` now, settled or not (its writer knows it
     is complete, e.g. it was written atomically): claimed, then committed as the next
     user message or put aside. None if another process took it first. The caller
@@ -153,10 +235,10 @@ def take_file(trace: Trace, path: Path, *, goal_id: str | None = None) -> Messag
     staged = stage(path, _folder(trace), trace.next_sequence(), trace.rel(path))
     if staged is None:
         return None
-    return commit_staged(trace, staged, goal_id=goal_id)
+    return commit_staged(trace, staged, goal_id=goal_id, check=check)
 
 
-def finish_staged(trace: Trace) -> IngestReport:
+def finish_staged(trace: Trace, check: SettingsCheck | None = None) -> IngestReport:
     """Finish claims a crash cut short: commit the ones whose message was never
     written, drop the others (their message is committed or adopted by recovery)."""
     report = IngestReport()
@@ -168,45 +250,84 @@ def finish_staged(trace: Trace) -> IngestReport:
         if staged.sequence in written:
             unstage(staged)
         else:
-            _note(report, Path(staged.origin).name, commit_staged(trace, staged))
+            _note(report, Path(staged.origin).name, commit_staged(trace, staged, check=check))
     return report
+
+
+#: The lock (`agentfs/store/tracelock.py`) that new-trace claims are made under: not
+#: a trace id (those start with a letter or digit).
+NEW_TRACES_LOCK = "_new-traces"
+#: Seconds a claim waits for another process's claim (each takes milliseconds).
+CLAIM_PATIENCE = 30.0
+
+
+def _claiming(workspace: Workspace) -> TraceLock:
+    return TraceLock(workspace.lock_dir, NEW_TRACES_LOCK, patience=CLAIM_PATIENCE)
 
 
 def claim_new(workspace: Workspace, path: Path) -> tuple[str, Staged] | None:
     """Claim a file of the workspace `inbox/` for a new trace named after it.
 
-    The id is reserved by creating its staging folder exclusively, so two
-    watchers never give one id to two files. None if the file is gone.
+    Claims are made one at a time across processes (a lock that dies with its
+    holder), so concurrent watchers agree: the file gets the first id that is
+    neither a trace nor another file's claim. A staging folder left empty by a
+    claimer killed before it moved its file in holds no claim and is reused, so
+    a file always becomes the trace its name says. None if the file is gone.
     """
-    taken = set(workspace.trace_ids())
-    for trace_id in _candidate_ids(path.stem):
-        if trace_id in taken or workspace.trace_dir(trace_id).exists():
-            continue
-        folder = workspace.ingest_dir / trace_id
-        if not reserve(folder):
-            continue
-        staged = stage(path, folder, FIRST_USER_SEQUENCE, workspace.relpath(path))
-        if staged is None:
-            shutil.rmtree(folder, ignore_errors=True)
-            return None
-        return trace_id, staged
+    with _claiming(workspace):
+        if not os.path.lexists(path):
+            return None  # another process took it
+        taken = set(workspace.trace_ids())
+        for trace_id in _candidate_ids(path.stem):
+            if trace_id in taken or workspace.trace_dir(trace_id).exists():
+                continue
+            folder = workspace.ingest_dir / trace_id
+            if staged_in(folder):  # another file's claim: its trace is on its way
+                continue
+            staged = stage(path, folder, FIRST_USER_SEQUENCE, workspace.relpath(path))
+            if staged is None:
+                return None
+            return trace_id, staged
     raise AssertionError("unreachable: ids are unbounded")
 
 
 def pending_new(workspace: Workspace) -> list[tuple[str, Staged]]:
     """Claims for traces whose creation a crash cut short (the trace does not exist)."""
-    found = []
     try:
         names = sorted(os.listdir(workspace.ingest_dir))
     except FileNotFoundError:
         return []
-    for name in names:
-        if not TRACE_ID.fullmatch(name) or (workspace.trace_dir(name) / "trace.json").exists():
-            continue
-        claims = staged_in(workspace.ingest_dir / name)
-        if claims:
-            found.append((name, claims[0]))
+    candidates = [n for n in names if TRACE_ID.fullmatch(n)
+                  and not (workspace.trace_dir(n) / "trace.json").exists()]
+    if not candidates:
+        return []
+    found = []
+    with _claiming(workspace):  # not while a claim is half made (see `staged_in`)
+        for name in candidates:
+            claims = staged_in(workspace.ingest_dir / name)
+            if claims:
+                found.append((name, claims[0]))
     return found
+
+
+def claimed_traces(workspace: Workspace) -> list[str]:
+    """Existing traces holding claimed files that no commit took yet (a run was cut
+    short after claiming them): a run of each finishes them."""
+    try:
+        names = sorted(os.listdir(workspace.ingest_dir))
+    except FileNotFoundError:
+        return []
+    return [n for n in names if TRACE_ID.fullmatch(n)
+            and (workspace.trace_dir(n) / "trace.json").exists()
+            and _has_claim(workspace.ingest_dir / n)]
+
+
+def _has_claim(folder: Path) -> bool:
+    """Cheap: a claim's subfolder exists (`staged_in` tells leftovers apart)."""
+    try:
+        return any(name.isdigit() for name in os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def _folder(trace: Trace) -> Path:

@@ -381,7 +381,7 @@ def _parse_json(path: Path, text: str) -> dict[str, Any]:
 
 def load_dropped(path: Path) -> Message:
     """Read and parse a file dropped as a new user message (see `parse_dropped`)."""
-    return parse_dropped(path, _read(path))
+    return parse_dropped(path, _read(path, single=True))
 
 
 def load_message(path: Path) -> Message:
@@ -389,8 +389,11 @@ def load_message(path: Path) -> Message:
     return parse_message(path, _read(path))
 
 
-def _read(path: Path) -> bytes:
-    """The file's bytes; symlinks, non-regular files and oversize files are refused unread."""
+def _read(path: Path, *, single: bool = False) -> bytes:
+    """The file's bytes; symlinks, non-regular files and oversize files are refused
+    unread, and with `single` files with other hard links too (a dropped file is
+    untrusted: a link could bring in a file from outside the workspace; the person's
+    own message files may be hard links, as in a `cp -al` copy)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO must not hang
@@ -406,6 +409,11 @@ def _read(path: Path) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise MessageFileError(path, "is not a regular file", hint="messages are files")
+        if single and info.st_nlink > 1:  # the bytes are elsewhere too: maybe outside
+            raise MessageFileError(
+                path, f"has {info.st_nlink} hard links; a dropped file must be a file of its own",
+                hint="drop a copy of the file, not a link to it",
+            )
         if info.st_size > MAX_MESSAGE_BYTES:
             raise MessageFileError(path, _over_limit(info.st_size), hint=_SIZE_HINT)
         with os.fdopen(fd, "rb", closefd=False) as file:

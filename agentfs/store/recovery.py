@@ -34,7 +34,7 @@ from agentfs.store.message_dir import (
     parse_message_relpath,
     settled,
 )
-from agentfs.store.messages import Message
+from agentfs.store.messages import Message, parse_message
 from agentfs.store.meta import TraceMeta
 from agentfs.store.parsecache import Stamp
 from agentfs.store.upgrade import upgrade
@@ -98,7 +98,7 @@ def recover(trace: Trace) -> list[str]:
         changed = [p for p in changed if p not in done]
     if changed:
         trace.reload()
-        _check_edit(trace, changed)
+        _check_edit(trace, changed, head_commit)
         shown = [p[len(prefix) + 1 :] for p in changed]
         step = Step(
             trace.id,
@@ -148,18 +148,58 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
             full.unlink()
 
 
-def _check_edit(trace: Trace, changed: list[str]) -> None:
+def _check_edit(trace: Trace, changed: list[str], head_commit: bytes | None) -> None:
     """Refuse, before anything is committed, edits that leave no usable main path
-    (a deleted message on it, a head pointing nowhere, a broken trace.json)."""
+    (a deleted message on it, a head pointing nowhere, a broken trace.json) or that
+    change what a message is: its role, its tool calls, or the call a tool result
+    answers (`_changed_shape`). The person's text is theirs to edit; the pairing
+    of calls and results is what the model was sent and must stay."""
     try:
-        trace.main_path(trace.messages(refresh=True))
+        messages = trace.messages(refresh=True)
+        trace.main_path(messages)
+        problem = _changed_shape(trace, changed, messages, head_commit)
     except AgentfsError as exc:
-        files = ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")
-        raise AgentfsError(
-            f"{exc.message}; your changes under {trace.rel(trace.dir)} were not committed",
-            hint=f"undo them with `git checkout -- {files}` (or fix the file), "
-            "then run again",
-        ) from None
+        problem = exc.message
+    if problem is None:
+        return
+    files = ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")
+    raise AgentfsError(
+        f"{problem}; your changes under {trace.rel(trace.dir)} were not committed",
+        hint=f"undo them with `git checkout -- {files}` (or fix the file), then run again",
+    )
+
+
+def _changed_shape(trace: Trace, changed: list[str], messages: dict[int, Message],
+                   head_commit: bytes | None) -> str | None:
+    """What an edit of a committed message file changed that only agentfs may change
+    (role, tool calls, the call a result answers), or None."""
+    prefix = trace.rel(trace.messages_dir) + "/"
+    for path in changed:
+        parsed = parse_message_relpath(path[len(prefix):]) if path.startswith(prefix) else None
+        if parsed is None or parsed[0] not in messages:
+            continue
+        before_bytes = trace.repo.read_file(head_commit, path)
+        if before_bytes is None:
+            continue  # a new file: adopted or judged by the main path
+        try:
+            before = parse_message(trace.workspace.root / path, before_bytes)
+        except AgentfsError:
+            continue  # the committed file was unreadable: any fix is welcome
+        now = messages[parsed[0]]
+        if now.role != before.role:
+            return f"{path}: the edit changes the role from {before.role} to {now.role}"
+        if _calls(now) != _calls(before):
+            return (f"{path}: the edit changes the message's tool calls "
+                    f"({len(_calls(before))} before, {len(_calls(now))} now; a lost "
+                    "frontmatter `---` line does this)")
+        if now.tool_call_id != before.tool_call_id:
+            return (f"{path}: the edit changes which tool call the result answers "
+                    f"({before.tool_call_id!r} to {now.tool_call_id!r})")
+    return None
+
+
+def _calls(message: Message) -> list[tuple[str, str, dict]]:
+    return [(c.id, c.name, c.input) for c in message.tool_calls or []]
 
 def _adopt(
     trace: Trace, committed: dict[str, tuple[int, bytes]], head_commit: bytes | None

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentfs.errors import AgentfsError
+from agentfs.errors import AgentfsError, TraceExists
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.git.repo import Change, GitRepo
@@ -81,7 +81,7 @@ class Trace:
         """Make the directory and `trace.json` of a new trace (not yet committed)."""
         trace = cls(workspace, repo, meta.id)
         if trace.meta_path.exists():
-            raise AgentfsError(
+            raise TraceExists(
                 f"trace {meta.id!r} already exists ({trace.dir})",
                 hint="choose another id, or continue it with `agentfs run`",
             )

@@ -24,10 +24,10 @@ PATIENCE = 0.2
 class TraceLock:
     """Exclusive lock for running one trace (`with TraceLock(...):`)."""
 
-    def __init__(self, lock_dir: Path, trace_id: str) -> None:
+    def __init__(self, lock_dir: Path, trace_id: str, *, patience: float = PATIENCE) -> None:
         self.path = lock_dir / f"{trace_id}.lock"
         self.trace_id = trace_id
-        self._lock = FileLock(self.path, wait=PATIENCE)
+        self._lock = FileLock(self.path, wait=patience)  # seconds to wait for a holder
 
     def acquire(self) -> None:
         """Take the lock or raise `TraceLocked` naming the holder."""

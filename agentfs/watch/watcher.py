@@ -27,8 +27,8 @@ from typing import Any
 from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, TraceLocked, TraceNotFound
 from agentfs.models.base import Model
-from agentfs.store.inbox import SettleClock, waiting
-from agentfs.store.ingest import Rejected, pending_new
+from agentfs.store.inbox import SettleClock, exclude_temp_names, inbox_problem, waiting
+from agentfs.store.ingest import Rejected, claimed_traces, pending_new
 from agentfs.store.message_dir import folders
 from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACE_ID, TRACES_DIR
 
@@ -66,6 +66,7 @@ class Watcher:
         self._changed: set[Path] = set()  # inboxes that events named since the last tick
         self._everywhere = True  # look at every inbox at the next tick (the first one does)
         self._waiting_in: set[Path] = set()  # inboxes holding waiting files at the last look
+        self._reported: set[Path] = set()  # inboxes whose problem was logged
         self._next_rescan = 0.0
         #: `time.monotonic()` when the last look at every inbox began (None before the
         #: first): every file dropped before then has been seen.
@@ -86,8 +87,18 @@ class Watcher:
             trace_id = None if folder == ws.inbox_dir else folder.parent.name
             if inboxes is not None and trace_id is not None and not self._is_trace(trace_id):
                 continue  # a folder on its way to being a trace, or no longer one
+            self._report_problem(folder)
             found += [(trace_id, p) for p in waiting(folder)]
         return found
+
+    def _report_problem(self, folder: Path) -> None:
+        """Log once (until it is fixed) an inbox nothing can be taken from."""
+        problem = inbox_problem(folder)
+        if problem is None:
+            self._reported.discard(folder)
+        elif folder not in self._reported:
+            self._reported.add(folder)
+            self.log("error", {"file": self.project.workspace.relpath(folder), "error": problem})
 
     def _is_trace(self, trace_id: str) -> bool:
         try:
@@ -141,6 +152,8 @@ class Watcher:
             self._everywhere = False
             self._running = {t: f for t, f in self._running.items() if not f.done()}
         self.clock.next_due = None
+        if everywhere and self.last_rescan is not None:
+            self.finish_cut_short()  # another process may have been cut short since
         found = self.drops(None if everywhere else changed | self._waiting_in)
         if everywhere:
             self._next_rescan = now + self.rescan
@@ -173,10 +186,12 @@ class Watcher:
             self._running[trace_id] = self._pool.submit(self._run, trace_id)
 
     def _start_trace(self, path: Path) -> str | None:
-        """A new trace from a file of the workspace `inbox/` (see `Project.start_trace`)."""
+        """A new trace from a file of the workspace `inbox/` (see `Project.start_trace`).
+        A failure is logged; what it left half done, a later rescan finishes
+        (`finish_cut_short`)."""
         try:
             outcome = self.project.start_trace(path)
-        except AgentfsError as exc:
+        except (AgentfsError, OSError) as exc:
             self.log("error", {"file": path.name, "error": str(exc)})
             return None
         return self._created(outcome, path.name)
@@ -194,13 +209,8 @@ class Watcher:
         """On start: finish trace creations a crash cut short, and run every trace left
         with an unanswered user message, a claimed file, a tool step in flight or an
         unfinished side-branch queue (`Trace.unfinished`)."""
-        for trace_id, staged in pending_new(self.project.workspace):
-            try:
-                outcome = self.project.create_from_claim(trace_id, staged)
-            except AgentfsError as exc:
-                self.log("error", {"trace": trace_id, "error": str(exc)})
-                continue
-            self._created(outcome, staged.origin)
+        exclude_temp_names(self.project.workspace.root)
+        self.finish_cut_short()
         for trace_id in self.project.workspace.trace_ids():
             try:
                 unfinished = self.project.trace(trace_id).unfinished()
@@ -209,6 +219,27 @@ class Watcher:
                 continue
             if unfinished and not self.stopping.is_set():
                 self._schedule(trace_id)
+
+    def finish_cut_short(self) -> None:
+        """Finish what a process cut short left claimed (this one, after an error, or
+        any other): trace creations (`pending_new`), and claimed files of existing
+        traces (`claimed_traces`), whose trace is run. Cheap: one look at the
+        staging area. On start and at every rescan."""
+        workspace = self.project.workspace
+        try:
+            for trace_id, staged in pending_new(workspace):
+                try:
+                    outcome = self.project.create_from_claim(trace_id, staged)
+                except (AgentfsError, OSError) as exc:
+                    self.log("error", {"trace": trace_id, "error": str(exc)})
+                    continue
+                if self._created(outcome, staged.origin) is not None:
+                    self._schedule(trace_id)
+            for trace_id in claimed_traces(workspace):
+                if not self.stopping.is_set():
+                    self._schedule(trace_id)
+        except (AgentfsError, OSError) as exc:
+            self.log("error", {"error": f"staged files: {exc}"})
 
     def _held_elsewhere(self, trace_id: str) -> bool:
         """True while another process (e.g. `agentfs run`) holds the trace; logged once
@@ -238,6 +269,9 @@ class Watcher:
             self.log("error", {"trace": trace_id, "error": str(exc)})
             self._record_error(trace_id, str(exc))
             self._failed[trace_id] = self._fingerprint(trace_id)  # not retried until it changes
+            return
+        except OSError as exc:  # what another process did to the files: tried again later
+            self.log("error", {"trace": trace_id, "error": str(exc)})
             return
         self.log("run_finished", {"trace": trace_id, "iterations": result.iterations,
                                   "stop": result.stop, "input_tokens": result.input_tokens,

@@ -181,7 +181,7 @@ CHILD = r"""
 import sys
 from pathlib import Path
 from agentfs.core.project import Project
-from agentfs.store.messages import parse_dropped
+from agentfs.store.ingest import parse_dropped_text
 
 root, trace_id, count, same = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
 tag = "" if same else trace_id + " "
@@ -190,7 +190,7 @@ print("ready", flush=True)
 assert sys.stdin.readline() == "go\n"
 trace = project.new_trace(
     trace_id,
-    parse_dropped(Path("<test>"), f"{tag}first message".encode()),
+    parse_dropped_text("<test>", f"{tag}first message".encode()),
     system_prompt=None if same else f"You are {trace_id}.",
 )
 with trace.lock():

@@ -4,13 +4,23 @@ and finished exactly once after a crash at any point."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from agentfs.core.project import Project
-from agentfs.store.inbox import SettleClock, stage, staged_in
-from agentfs.store.ingest import claim_new, finish_staged, pending_new, take_waiting
+from agentfs.errors import AgentfsError
+from agentfs.store.inbox import EMPTY_GRACE, SettleClock, stage, staged_in
+from agentfs.store.ingest import (
+    Rejected,
+    claim_new,
+    finish_staged,
+    pending_new,
+    read_dropped,
+    take_waiting,
+)
 from agentfs.store.trace import Trace
 from tests.conftest import assert_git_clean, git, user
 from tests.store.test_trace import commit_count, fresh, last_commit, sequences
@@ -201,7 +211,7 @@ def test_a_crash_while_starting_a_trace_is_finished_exactly_once(project, point,
     if point == "created":  # killed after the `create` commit, before the user message
         import agentfs.core.project as workspace_module
 
-        monkeypatch.setattr(workspace_module, "finish_staged", lambda trace: None)
+        monkeypatch.setattr(workspace_module, "finish_staged", lambda trace, check=None: None)
         assert project.create_from_claim(trace_id, staged) == trace_id
         monkeypatch.undo()
         assert sequences(project.trace(trace_id).main_path()) == [1]
@@ -240,3 +250,146 @@ def test_a_crash_before_a_new_traces_first_commit_leaves_nothing_untracked(proje
     with trace.lock():
         trace.recover()
     assert_git_clean(project.workspace.root)  # .gitkeep committed, not left untracked
+
+
+# --- new-trace claims: leftovers and concurrent claimers ---------------------------
+
+
+def test_an_empty_reservation_left_by_a_killed_claimer_does_not_rename_the_trace(project):
+    # Killed between reserving the id and moving the file in (the reporter's repro).
+    (project.workspace.ingest_dir / "n1").mkdir(parents=True)
+    (project.workspace.inbox_dir / "n1.md").write_text("first\n")
+    trace_id, staged = claim_new(project.workspace, project.workspace.inbox_dir / "n1.md")
+    assert trace_id == "n1"
+    assert project.create_from_claim(trace_id, staged) == "n1"
+    assert [m.content for m in project.trace("n1").main_path()][1:] == ["first"]
+    assert_git_clean(project.workspace.root)
+
+
+def test_concurrent_claimers_give_each_file_the_trace_its_name_says(project):
+    inbox = project.workspace.inbox_dir
+    names = [f"n{i}" for i in range(40)]
+    for name in names:
+        (inbox / f"{name}.md").write_text(f"{name}\n")
+    claims: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def claimer() -> None:  # two watchers looking at the same files
+        for name in names:
+            claim = claim_new(project.workspace, inbox / f"{name}.md")
+            if claim is not None:
+                with lock:
+                    claims.append((claim[0], claim[1].origin))
+
+    threads = [threading.Thread(target=claimer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(claims) == sorted((n, f"inbox/{n}.md") for n in names)
+
+
+def test_a_claim_in_the_making_is_not_finished_by_another_process(project):
+    # `pending_new` waits for the claim lock, so it never sees half a claim.
+    from agentfs.store.ingest import NEW_TRACES_LOCK
+    from agentfs.store.tracelock import TraceLock
+
+    (project.workspace.ingest_dir / "n1" / "000002").mkdir(parents=True)  # origin not yet in
+    with TraceLock(project.workspace.lock_dir, NEW_TRACES_LOCK):
+        found: list = []
+        thread = threading.Thread(target=lambda: found.append(pending_new(project.workspace)))
+        thread.start()
+        thread.join(0.5)
+        assert thread.is_alive()  # waiting for the claimer
+        assert (project.workspace.ingest_dir / "n1" / "000002").is_dir()
+    thread.join()
+    assert found == [[]]
+
+
+# --- one rule for a dropped file, at every door -------------------------------------
+
+BAD_DROPS = {
+    "unknown preset": "---\npreset: nope\n---\nhi\n",
+    "bad preset": "---\npreset: {a: 1}\n---\nhi\n",
+    "unknown skill": "---\ninject_skills: [nope]\n---\nhi\n",
+    "bad skills": "---\ninject_skills: 7\n---\nhi\n",
+    "unknown keys": "---\n" + "".join(f"k{i}: {i}\n" for i in range(10_000)) + "---\nhi\n",
+}
+
+
+@pytest.mark.parametrize("problem", BAD_DROPS)
+def test_a_bad_dropped_file_is_refused_alike_by_every_door(project, trace, tmp_path, problem):
+    from agentfs.core.actions import post_message
+    from agentfs.models.replay import ReplayModel
+
+    root = project.workspace.root
+    text = BAD_DROPS[problem]
+    before = git(root, "rev-parse", "HEAD")
+    # the new-trace inbox
+    (project.workspace.inbox_dir / "new.md").write_text(text)
+    outcome = project.start_trace(project.workspace.inbox_dir / "new.md")
+    assert isinstance(outcome, Rejected)
+    # a trace's inbox
+    drop(trace, "more.md", text)
+    with trace.lock():
+        report = take_waiting(trace, SettleClock(0), check=project.drop_check())
+    assert report.taken == [] and len(report.rejected) == 1
+    # the API's post
+    with pytest.raises(AgentfsError, match="not taken"):
+        post_message(fresh(project), text, check=project.drop_check())
+    # `agentfs run -m` and `agentfs new -f`
+    script = tmp_path / "script.json"
+    script.write_text('{"turns": [{"text": "ok"}]}')
+    runner = project.runner(ReplayModel(script))
+    with pytest.raises(AgentfsError):
+        runner.run("demo", [text])
+    (tmp_path / "f.md").write_text(text)
+    with pytest.raises(AgentfsError, match="f.md"):  # as `agentfs new -f` reads it
+        project.new_trace("other", read_dropped(tmp_path / "f.md"))
+    assert git(root, "rev-parse", "HEAD") == before  # nothing committed by any door
+    assert "other" not in project.workspace.trace_ids()
+    assert_git_clean(root)
+
+
+def test_a_hard_link_is_refused(project, trace, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password: hunter2\n")
+    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
+    os.link(secret, trace.inbox_dir / "x.md")
+    [rejected] = take(trace).rejected
+    assert "hard link" in rejected.reason
+    assert all("hunter2" not in m.text for m in fresh(project).messages().values())
+    assert_git_clean(project.workspace.root)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "hidden name", "left empty"])
+def test_what_cannot_be_a_message_is_put_aside_once_with_a_note(project, trace, kind):
+    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
+    name = {"fifo": "pipe.md", "folder": "x.md", "hidden name": "..md",
+            "left empty": "empty.md"}[kind]
+    path = trace.inbox_dir / name
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+        (path / "inside.md").write_text("inside\n")
+    else:
+        path.write_text("" if kind == "left empty" else "hidden\n")
+        if kind == "left empty":
+            old = time.time() - 2 * EMPTY_GRACE
+            os.utime(path, (old, old))
+    assert len(take(trace).rejected) == 1
+    assert not os.path.lexists(path)
+    assert os.path.lexists(trace.inbox_dir / ".rejected" / name)
+    assert (trace.inbox_dir / ".rejected" / f"{name}.reason.txt").is_file()
+    assert take(trace).rejected == []  # once
+    assert_git_clean(project.workspace.root)
+
+
+def test_editor_temp_files_in_inboxes_do_not_show_as_untracked(project, trace):
+    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("x.md~", ".x.md.swp", "#x.md#", "4913", "y.tmp"):
+        (trace.inbox_dir / name).write_text("temp")
+        (project.workspace.inbox_dir / name).write_text("temp")
+    assert take(trace).taken == []
+    assert git(project.workspace.root, "status", "--porcelain") == ""

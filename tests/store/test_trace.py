@@ -351,6 +351,57 @@ def test_deleting_a_message_on_the_main_path_is_refused_before_anything_is_commi
     assert_git_clean(root)
 
 
+def _tool_step(trace: Trace) -> tuple[str, str]:
+    """#3 assistant calling `read` (id "c1"), #4 its result, committed; their paths."""
+    call = trace.new_message("assistant", "let me look",
+                             tool_calls=[ToolCall(id="c1", name="read", input={"path": "a"})])
+    trace.commit_step("assistant", [call])
+    result = trace.new_message("tool", "contents of a", tool_call_id="c1")
+    trace.commit_step("tool", [result])
+    return (trace.rel(trace.message_path(call)), trace.rel(trace.message_path(result)))
+
+
+@pytest.mark.parametrize("edit", ["first dashes deleted", "calls removed", "call renamed",
+                                  "result repointed"])
+def test_an_edit_that_changes_tool_calls_or_their_pairing_is_refused_before_any_commit(
+        project: Project, trace: Trace, edit: str) -> None:
+    root = project.workspace.root
+    call_path, result_path = _tool_step(trace)
+    path = call_path if edit != "result repointed" else result_path
+    data = (root / path).read_bytes()
+    if edit == "first dashes deleted":  # the YAML becomes body text, the calls vanish
+        assert data.startswith(b"---\n")
+        changed = data[len(b"---\n"):]
+    elif edit == "calls removed":
+        changed = data.replace(b"tool_calls:", b"old_calls:")
+    elif edit == "call renamed":
+        changed = data.replace(b"name: read", b"name: bash")
+    else:
+        changed = data.replace(b"tool_call_id: c1", b"tool_call_id: c2")
+    assert changed != data
+    (root / path).write_bytes(changed)
+    before = git(root, "rev-parse", "HEAD")
+    with pytest.raises(AgentfsError) as info, fresh(project).lock():
+        fresh(project).recover()
+    assert "were not committed" in str(info.value)
+    assert f"git checkout -- {path}" in (info.value.hint or "")
+    assert git(root, "rev-parse", "HEAD") == before
+    git(root, "checkout", "--", path)  # the hint undoes it
+    assert fresh(project).recover() == []
+    assert_git_clean(root)
+
+
+def test_an_edit_of_the_text_beside_tool_calls_is_committed(
+        project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    call_path, _ = _tool_step(trace)
+    (root / call_path).write_bytes((root / call_path).read_bytes().replace(
+        b"let me look", b"let me look closely"))
+    assert fresh(project).recover() == ["edit"]
+    assert fresh(project).main_path()[2].content == "let me look closely"
+    assert_git_clean(root)
+
+
 def test_a_head_pointing_nowhere_is_refused_before_anything_is_committed(
         project: Project, trace: Trace) -> None:
     root = project.workspace.root
