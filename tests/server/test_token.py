@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_git_clean, git, replay_workspace, run_cli
+from tests.conftest import assert_git_clean, git, replay_workspace, run_cli, trust_workspace
 from tests.server.conftest import Served, events, start_server, stop_server
 
 pytestmark = pytest.mark.timeout(180)
@@ -180,7 +180,11 @@ def test_the_token_is_in_no_file_and_the_agent_s_bash_cannot_use_the_api(tmp_pat
     root.mkdir()
     replay_workspace(root, {"turns": [{"text": "hi"}]})
     config = root / "agentfs.toml"
-    config.write_text(config.read_text() + '\n[tools]\nbash = true\nbash_sandbox = "auto"\n')
+    # with the host's network (trusted), so the request reaches the server: the
+    # default, no network, is a wall of its own (tests/tools/test_sandbox_network.py)
+    config.write_text(config.read_text() + '\n[tools]\nbash = true\nbash_sandbox = "auto"\n'
+                      'bash_network = "host"\n')
+    trust_workspace(root)
     token = "given-token-" + "k" * 30
     log = tmp_path / "serve.log"
     served = start_server(root, log=log, env={"AGENTFS_SERVE_TOKEN": token})
