@@ -30,10 +30,13 @@ LEFT_OUT = {
 #: Commands of the README this test does not run, and why.
 NOT_RUN = {
     "python3 -m venv .venv": "the suite already runs in an installed environment",
-    ".venv/bin/pip install -e .": "the suite already runs in an installed environment",
-    ".venv/bin/pip install -e '.[serve,test,bench]'": "the suite already runs in an "
+    ".venv/bin/pip install -c requirements/ci.lock -e .": "the suite already runs in an "
+    "installed environment",
+    ".venv/bin/pip install -c requirements/ci.lock -e '.[serve,test,bench]'": "the suite "
+    "already runs in an "
     "installed environment (test_the_setup_commands_... checks .ci/run installs the same)",
-    ".venv/bin/pip install -e '.[serve]'": "the suite already runs in an installed environment",
+    ".venv/bin/pip install -c requirements/ci.lock -e '.[serve]'": "the suite already runs "
+    "in an installed environment",
     ".venv/bin/python -m pytest": "it is this suite",
     ".venv/bin/python -m bench": "the benchmarks take minutes; tests/test_bench.py runs "
     "each of them at a tiny size",
