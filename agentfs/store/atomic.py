@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -106,17 +107,18 @@ def _write_at(tmp_fd: int, temp: str, dir_fd: int, name: str, data: bytes, mode:
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600, dir_fd=tmp_fd)
     try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.rename(temp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        os.unlink(temp, dir_fd=tmp_fd)
+    except OSError:  # not renamed: the temp file goes (a rename that happened stays)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp, dir_fd=tmp_fd)
         raise
 
 
