@@ -102,12 +102,12 @@ class Sandbox:
         """What a person starting a run with bash on should know, one line each; none
         when commands run sandboxed, as a user other than root, without a network."""
         if self.mode == "none":
-            return ["bash commands run without a sandbox (tools.bash_sandbox = \"none\"): "
-                    "they can read whatever your user can, API keys included, and reach "
-                    "the network, services on this machine included"]
+            return [("bash commands run without a sandbox (tools.bash_sandbox = \"none\"): "
+                     "they can read whatever your user can, API keys included, and reach "
+                     "the network, services on this machine included")]
         if self.refuses:
-            return [f"bash commands will fail: they run only in a sandbox and {self.problem}; "
-                    f"{self.fix}, or set tools.bash_sandbox = \"none\" in agentfs.toml"]
+            return [(f"bash commands will fail: they run only in a sandbox and {self.problem}; "
+                     f"{self.fix}, or set tools.bash_sandbox = \"none\" in agentfs.toml")]
         lines = []
         if self.as_root:
             bound = ("a pids cgroup bounds their processes" if pids_parent() is not None else

@@ -37,9 +37,9 @@ def safe_environment(env: Mapping[str, str]) -> dict[str, str]:
 #: output open (a process that left the process group) before agentfs stops reading.
 DRAIN_GRACE = 1.0
 _CHUNK = 64 * 1024
-#: Processes of a command's cgroup that are not the command's: the shell that joins
-#: it (then bwrap) and bwrap's init of the PID namespace.
-_WRAPPER_PROCESSES = 2
+#: Processes in a sandboxed command's cgroup that are not the command's: bwrap (first
+#: the shell that joins the cgroup) and bwrap's init of the PID namespace.
+_SANDBOX_PROCESSES = 2
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def run_command(
     shell = ["bash", "-c", f'ulimit {options} || exit 125; exec bash -c "$1"', "bash", command]
     cgroup = None
     if uid == 0 and limits.processes is not None:  # where RLIMIT_NPROC does not apply
-        cgroup = PidsCgroup.make(limits.processes + _WRAPPER_PROCESSES)
+        cgroup = PidsCgroup.make(limits.processes + (_SANDBOX_PROCESSES if sandbox else 0))
     try:
         proc = subprocess.Popen(
             [*(cgroup.enter() if cgroup else []), *sandbox,

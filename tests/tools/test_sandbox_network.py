@@ -16,7 +16,7 @@ from agentfs.tools import ToolContext, ToolRegistry
 from agentfs.tools.bash import bash_tool
 from agentfs.tools.sandbox import choose_sandbox
 from agentfs.tools.subprocesses import safe_environment
-from tests.conftest import trust_workspace, git, run_cli
+from tests.conftest import git, run_cli, trust_workspace
 from tests.server.conftest import start_server, stop_server
 from tests.tools.test_sandbox import needs_bwrap
 
