@@ -128,7 +128,7 @@ def _own_cgroups() -> dict[str, str]:
 
 def _cgroup_mounts() -> list[tuple[str, str, str, str]]:
     """(root in the hierarchy, mount point, file system type, super options) of each cgroup mount."""
-    mounts = []
+    mounts: list[tuple[str, str, str, str]] = []
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
