@@ -69,7 +69,7 @@ class PidsCgroup:
             except OSError:  # busy until the killed processes are reaped
                 if time.monotonic() > deadline:
                     return
-                time.sleep(0.01)
+                time.sleep(0.001)
 
 
 def _kill_all(directory: Path) -> None:

@@ -15,8 +15,8 @@ from agentfs.core.project import init_workspace
 #: The uid and gid the other user's workspace belongs to (`nobody` on Debian).
 NOBODY = 65534
 needs_root = pytest.mark.skipif(
-    os.getuid() != 0, reason="agentfs runs as root here only (as in CI): other users' "
-    "workspaces and root's own sandbox")
+    os.getuid() != 0, reason="needs agentfs to run as root (CI does): a workspace of "
+    "another user, or root's own sandbox")
 
 
 def chown_tree(root: Path, uid: int, gid: int) -> None:
