@@ -36,8 +36,8 @@ from typing import Literal
 from agentfs.tools.pids_cgroup import pids_parent
 from agentfs.tools.subprocesses import RunAs
 
-__all__ = ["INSTALL_HINT", "ROOT_SECRET_FILES", "ROOT_SECRET_FOLDERS", "NetworkMode", "Sandbox", "SandboxMode",
-           "choose_sandbox", "sandbox_user"]
+__all__ = ["INSTALL_HINT", "ROOT_SECRET_FILES", "ROOT_SECRET_FOLDERS", "NetworkMode", "Sandbox",
+           "SandboxMode", "choose_sandbox", "sandbox_user"]
 
 #: `tools.bash_sandbox` in agentfs.toml.
 SandboxMode = Literal["auto", "bwrap", "none"]
@@ -59,9 +59,10 @@ _ISOLATION = (
 _NO_NETWORK = ("--unshare-net",)
 _PROBE_TIMEOUT = 10.0
 
-#: Where credentials only root may read are kept: files (glob patterns) a sandbox
-#: running as root sees as empty, and folders it sees empty. Those that do not
-#: exist are left alone.
+#: Where credentials only root may read are kept, hidden from a sandbox that runs as
+#: root: files (glob patterns) it may not read (`/dev/null` bound over them, on a
+#: mount without devices), and folders it sees empty. Those that do not exist are
+#: left alone.
 ROOT_SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
                      "/etc/sudoers", "/etc/security/opasswd", "/etc/ssh/ssh_host_*_key")
 ROOT_SECRET_FOLDERS = ("/etc/sudoers.d", "/etc/ssl/private", "/root", "/var/lib/sudo",
@@ -166,7 +167,7 @@ def choose_sandbox(mode: SandboxMode, network: NetworkMode = "none",
     if bwrap is None and user is not None:
         return Sandbox(mode, None, problem, network, user, fix=(
             f"make bubblewrap work for uid {user.uid} (it needs unprivileged user namespaces, "
-            "and a path to the workspace that user may enter), or run agentfs as that user"))
+            "and a path to the workspace that user may enter)"))
     return Sandbox(mode, bwrap, problem, network, user)
 
 

@@ -64,10 +64,11 @@ class Limits:
     `processes` counts the processes and threads the command starts, on top of
     those its user already runs (RLIMIT_NPROC counts all of them); the kernel
     does not apply it to root, so for root a pids cgroup holds it where the
-    machine offers one (`agentfs/tools/pids_cgroup.py:PidsCgroup`). `memory` is the address space of each process
-    (RLIMIT_AS), `file_size` the largest file a process may write (RLIMIT_FSIZE;
-    a write past it ends the process with SIGXFSZ), `output` the bytes of output
-    kept (the rest is read and dropped, so the command is not blocked).
+    machine offers one (`agentfs/tools/pids_cgroup.py:PidsCgroup`). `memory` is
+    the address space of each process (RLIMIT_AS), `file_size` the largest file a
+    process may write (RLIMIT_FSIZE; a write past it ends the process with
+    SIGXFSZ), `output` the bytes of output kept (the rest is read and dropped, so
+    the command is not blocked).
     """
 
     processes: int | None = None
