@@ -97,8 +97,10 @@ def test_in_a_workspace_of_another_user_bash_runs_as_that_user(nobodys_workspace
 
 
 def test_a_workspace_its_owner_cannot_enter_refuses_bash_rather_than_run_it_as_root(tmp_path):
-    """pytest's temporary folder is root's alone: uid 65534 cannot reach a workspace in it."""
-    root = tmp_path / "ws"
+    """A workspace of uid 65534 in a folder only root may enter."""
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    root = locked / "ws"
     (root / "sub").mkdir(parents=True)
     chown_tree(root, NOBODY, NOBODY)
     sandbox = choose_sandbox("auto", "none", root)
