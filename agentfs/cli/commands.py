@@ -63,9 +63,9 @@ def _start_notices(project: Project) -> dict[str, Any]:
     verdict = judge(project.config, trusted)
     for notice in (
         untrusted_notice(verdict, project.workspace.root, changed=trusted is not None),
-        choose_sandbox(verdict.config.tools.bash_sandbox,
-                       verdict.config.tools.bash_network).notice()
-        if verdict.config.tools.bash else None,
+        *(choose_sandbox(verdict.config.tools.bash_sandbox, verdict.config.tools.bash_network,
+                         project.workspace.root).notices()
+          if verdict.config.tools.bash else []),
     ):
         if notice:
             click.echo(notice, err=True)

@@ -61,7 +61,8 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
     if config.tools.bash:
         registry.add(bash_tool(
             config.tools.bash_timeout, config.tools.bash_output_limit, options.command_env,
-            sandbox=choose_sandbox(config.tools.bash_sandbox, config.tools.bash_network),
+            sandbox=choose_sandbox(config.tools.bash_sandbox, config.tools.bash_network,
+                                   workspace.root),
             read_only=config.tools.read_only, limits=bash_limits(config.tools),
         ))
     if options.depth < config.max_delegation_depth:

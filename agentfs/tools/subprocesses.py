@@ -1,6 +1,7 @@
 """Running commands for tools and hooks: an explicit environment, and a timeout
 that stops the whole process group, not only the shell. The bash tool puts a
-sandbox in front of the command (`agentfs/tools/sandbox.py`).
+sandbox in front of the command (`agentfs/tools/sandbox.py`), and may run it as
+another user (`RunAs`).
 
 The environment is passed in (the CLI builds it with `safe_environment`); by
 default a command gets only a PATH, so nothing secret can reach what a model
@@ -17,6 +18,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from agentfs.tools.pids_cgroup import PidsCgroup
 
 #: Variables a command may see, when present: what shells and tools need to work.
 ALLOWED = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG", "PWD"}
@@ -33,6 +37,24 @@ def safe_environment(env: Mapping[str, str]) -> dict[str, str]:
 #: output open (a process that left the process group) before agentfs stops reading.
 DRAIN_GRACE = 1.0
 _CHUNK = 64 * 1024
+#: Processes in a sandboxed command's cgroup that are not the command's: bwrap (first
+#: the shell that joins the cgroup) and bwrap's init of the PID namespace.
+_SANDBOX_PROCESSES = 2
+
+
+@dataclass(frozen=True)
+class RunAs:
+    """The user a command runs as, with `gid` its only group (no supplementary groups)."""
+
+    uid: int
+    gid: int
+
+    @staticmethod
+    def popen_arguments(user: RunAs | None) -> dict[str, Any]:
+        """What `subprocess.Popen` takes to start a process as `user` (None: as agentfs)."""
+        if user is None:
+            return {}
+        return {"user": user.uid, "group": user.gid, "extra_groups": []}
 
 
 @dataclass(frozen=True)
@@ -41,10 +63,12 @@ class Limits:
 
     `processes` counts the processes and threads the command starts, on top of
     those its user already runs (RLIMIT_NPROC counts all of them); the kernel
-    does not apply it to root. `memory` is the address space of each process
-    (RLIMIT_AS), `file_size` the largest file a process may write (RLIMIT_FSIZE;
-    a write past it ends the process with SIGXFSZ), `output` the bytes of output
-    kept (the rest is read and dropped, so the command is not blocked).
+    does not apply it to root, so for root a pids cgroup holds it where the
+    machine offers one (`agentfs/tools/pids_cgroup.py:PidsCgroup`). `memory` is
+    the address space of each process (RLIMIT_AS), `file_size` the largest file a
+    process may write (RLIMIT_FSIZE; a write past it ends the process with
+    SIGXFSZ), `output` the bytes of output kept (the rest is read and dropped, so
+    the command is not blocked).
     """
 
     processes: int | None = None
@@ -52,16 +76,16 @@ class Limits:
     file_size: int | None = None
     output: int | None = None
 
-    def ulimit(self) -> str:
-        """The `ulimit` options that set these limits in bash, soft and hard (a command
-        cannot raise them again), or "" for none. RLIMIT_NPROC counts every process
-        of the user, so `processes` is added to those running now."""
+    def ulimit(self, uid: int) -> str:
+        """The `ulimit` options that set these limits in bash for a command of `uid`, soft
+        and hard (a command cannot raise them again), or "" for none. RLIMIT_NPROC counts
+        every process of the user, so `processes` is added to those running now."""
         options = []
         if self.memory is not None:
             options.append(f"-v {self.memory // 1024}")  # bash counts KiB
         if self.file_size is not None:
             options.append(f"-f {self.file_size // 1024}")  # and 1024-byte blocks
-        nproc = _nproc_limit(self.processes)
+        nproc = _nproc_limit(self.processes, uid)
         if nproc is not None:
             options.append(f"-u {nproc}")
         return " ".join(options)
@@ -79,32 +103,49 @@ class Completed:
 
 def run_command(
     command: str, *, cwd: Path, timeout: float, env: Mapping[str, str] | None = None,
-    sandbox: Sequence[str] = (), limits: Limits = NO_LIMITS,
+    sandbox: Sequence[str] = (), limits: Limits = NO_LIMITS, user: RunAs | None = None,
 ) -> Completed:
     """`bash -c command` in its own process group; stdout and stderr together.
 
     The call returns when the shell exits, and nothing it started outlives it:
     its process group is killed then, and at the timeout (in a sandbox, the PID
-    namespace ends with the shell, and everything in it).
+    namespace ends with the shell, and everything in it; in a pids cgroup, every
+    process left in it).
 
     `sandbox` is a command line that runs what follows it in a sandbox
-    (`agentfs/tools/sandbox.py:Sandbox.arguments`); it gets the same environment.
+    (`agentfs/tools/sandbox.py:Sandbox.arguments`); it gets the same environment,
+    and runs as `user` (default: agentfs's own).
     """
-    options = limits.ulimit()
+    uid = os.getuid() if user is None else user.uid
+    options = limits.ulimit(uid)
     # the limits are set by the shell that then runs the command (inside the sandbox,
     # so bwrap itself is not limited): its line numbers in errors stay the command's
     shell = ["bash", "-c", f'ulimit {options} || exit 125; exec bash -c "$1"', "bash", command]
-    proc = subprocess.Popen(
-        [*sandbox, *(shell if options else ["bash", "-c", command])],
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=dict(env) if env is not None else MINIMAL,
-        start_new_session=True,
-    )
+    cgroup = None
+    if uid == 0 and limits.processes is not None:  # where RLIMIT_NPROC does not apply
+        cgroup = PidsCgroup.make(limits.processes + (_SANDBOX_PROCESSES if sandbox else 0))
     try:
-        output, dropped, timed_out = _collect(proc, time.monotonic() + timeout, limits.output)
+        proc = subprocess.Popen(
+            [*(cgroup.enter() if cgroup else []), *sandbox,
+             *(shell if options else ["bash", "-c", command])],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else MINIMAL,
+            start_new_session=True,
+            **RunAs.popen_arguments(user),
+        )
+        return _finish(proc, timeout, limits.output)
+    finally:
+        if cgroup is not None:
+            cgroup.close()
+
+
+def _finish(proc: subprocess.Popen, timeout: float, cap: int | None) -> Completed:
+    """The command's output and status, once it and all it started are gone."""
+    try:
+        output, dropped, timed_out = _collect(proc, time.monotonic() + timeout, cap)
     except BaseException:  # Ctrl-C (KeyboardInterrupt): the command must not outlive its step
         _kill_group(proc)
         proc.wait()
@@ -172,10 +213,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _nproc_limit(processes: int | None) -> int | None:
-    """RLIMIT_NPROC for a command that may start `processes` more: the kernel counts
-    every process and thread of the user, so it is what they run now plus that."""
-    uid = os.getuid()
+def _nproc_limit(processes: int | None, uid: int) -> int | None:
+    """RLIMIT_NPROC for a command of `uid` that may start `processes` more: the kernel
+    counts every process and thread of the user, so it is what they run now plus that."""
     if processes is None or uid == 0:  # the kernel does not count root's
         return None
     running = 0

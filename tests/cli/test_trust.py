@@ -183,8 +183,7 @@ def test_an_untrusted_bash_sandbox_none_runs_bash_as_auto(clone):
     config = root / "agentfs.toml"
     config.write_text(config.read_text() + '\n[tools]\nbash = true\nbash_sandbox = "none"\n')
     git(root, "commit", "-qam", "bash, unsandboxed")
-    unsandboxed = choose_sandbox("none").notice()
-    assert unsandboxed is not None
+    unsandboxed, = choose_sandbox("none").notices()
     done = run_cli("run", "t", "-m", "go", cwd=root)
     assert "bash without a sandbox: the model's bash commands run unsandboxed" in done.stderr
     assert unsandboxed not in done.stderr
