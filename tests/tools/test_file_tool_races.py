@@ -103,7 +103,7 @@ def test_reads_never_return_a_file_swapped_in_by_a_symlink(workspace, outside):
     call = calls(workspace)
     results = []
     with flipping(file_flipper(workspace, outside / "f")):
-        for _ in range(TRIES):
+        for _ in tries_until(lambda: any(text == "inside\n" for text, _ in results)):
             results.append(call("read_file", path="f"))
     leaked = [text for text, _ in results if SECRET in text]
     assert leaked == []
@@ -128,7 +128,7 @@ def test_edits_never_read_a_file_swapped_in_by_a_symlink(workspace, outside):
     call = calls(workspace)
     results = []
     with flipping(file_flipper(workspace, outside / "f")):
-        for _ in range(TRIES):
+        for _ in tries_until(lambda: any("(now 7 bytes)" in text for text, _ in results)):
             results.append(call("write_file", path="f", content="", append=True))
     secret_size = f"(now {len(SECRET) + 1} bytes)"
     assert [text for text, _ in results if secret_size in text] == []
