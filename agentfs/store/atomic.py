@@ -50,6 +50,15 @@ def _temp_name(path: Path) -> str:
     return f"{os.getpid()}-{os.urandom(4).hex()}-{path.name}.tmp"
 
 
+def _fill(fd: int, data: bytes, mode: int) -> None:
+    """Give the new file `fd` its mode and all of `data`, on disk before it is renamed."""
+    os.fchmod(fd, mode)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
 def _write_via(tmp: Path, path: Path, data: bytes, sync_dir: bool) -> None:
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)  # keep an executable bit
@@ -57,11 +66,7 @@ def _write_via(tmp: Path, path: Path, data: bytes, sync_dir: bool) -> None:
         mode = 0o644
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        _fill(fd, data, mode)
     except OSError as exc:  # os.write names no file (a full disk): say which one
         tmp.unlink(missing_ok=True)
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
@@ -108,11 +113,7 @@ def _write_at(tmp_fd: int, temp: str, dir_fd: int, name: str, data: bytes, mode:
                  0o600, dir_fd=tmp_fd)
     try:
         try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            _fill(fd, data, mode)
         finally:
             os.close(fd)
         os.rename(temp, name, src_dir_fd=tmp_fd, dst_dir_fd=dir_fd)

@@ -32,7 +32,7 @@ from typing import Self, TypeVar
 
 from agentfs.store.atomic import open_creating
 
-__all__ = ["FileLock", "create_exclusive", "is_held", "retry", "try_flock"]
+__all__ = ["FileLock", "Lock", "create_exclusive", "is_held", "retry", "try_flock"]
 
 T = TypeVar("T")
 
@@ -71,7 +71,29 @@ def create_exclusive(path: Path, flags: int = os.O_RDWR, mode: int = 0o644) -> i
     return open_creating(path, flags | os.O_EXCL, mode)
 
 
-class FileLock:
+class Lock:
+    """`with` for a lock with `acquire()` and `release()`."""
+
+    def acquire(self) -> object:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+class FileLock(Lock):
     """An exclusive flock on a lock file, created if missing.
 
     `with FileLock(path, wait=...) as lock:` holds it (`lock.held` says whether
@@ -111,18 +133,6 @@ class FileLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
-
-    def __enter__(self) -> Self:
-        self.acquire()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()
 
 
 def is_held(path: Path) -> bool:

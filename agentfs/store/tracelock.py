@@ -11,17 +11,15 @@ import json
 import os
 import time
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from agentfs.errors import TraceLocked
-from agentfs.store.locking import FileLock, is_held
+from agentfs.store.locking import FileLock, Lock, is_held
 
 #: How long to try for a trace's lock: `is_locked` probes hold it for an instant.
 PATIENCE = 0.2
 
 
-class TraceLock:
+class TraceLock(Lock):
     """Exclusive lock for running one trace (`with TraceLock(...):`)."""
 
     def __init__(self, lock_dir: Path, trace_id: str, *, patience: float = PATIENCE) -> None:
@@ -45,18 +43,6 @@ class TraceLock:
 
     def release(self) -> None:
         self._lock.release()
-
-    def __enter__(self) -> Self:
-        self.acquire()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.release()
 
 
 def is_locked(lock_dir: Path, trace_id: str) -> bool:
