@@ -31,6 +31,15 @@ def edit_json(path: Path, **changes) -> None:
     path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
+def edited_on_both(first: Path, second: Path, ours: str, theirs: str) -> str:
+    """Trace a's first user message edited on both clones, the first's synced; its path."""
+    message = "traces/a/messages/000000-000999/000002-user.md"
+    (first / message).write_text(ours)
+    (second / message).write_text(theirs)
+    run_cli("sync", cwd=first)
+    return message
+
+
 def test_drops_into_different_traces_on_two_clones_merge_and_reach_both(pair):
     first, second, bare = pair
     (first / "traces" / "a" / "inbox" / "x.md").write_text("from the first\n")
@@ -63,10 +72,8 @@ def test_trace_json_changed_on_both_clones_merges_key_by_key(pair):
 
 def test_a_message_edited_on_both_clones_keeps_both_and_pushes_nothing(pair):
     first, second, bare = pair
-    message = "traces/a/messages/000000-000999/000002-user.md"
-    (first / message).write_text("hello, as the first clone says it\n")
-    (second / message).write_text("hello, as the second clone says it\n")
-    run_cli("sync", cwd=first)
+    message = edited_on_both(first, second, "hello, as the first clone says it\n",
+                             "hello, as the second clone says it\n")
     remote_main = git(bare, "rev-parse", "main")
     done = run_cli("sync", cwd=second, check=False)
     assert done.returncode == 1
@@ -106,10 +113,7 @@ def test_merge_json_takes_each_side_and_the_trace_further_along():
 
 def test_a_second_sync_with_a_conflict_left_unresolved_refuses_and_pushes_nothing(pair):
     first, second, bare = pair
-    message = "traces/a/messages/000000-000999/000002-user.md"
-    (first / message).write_text("first\n")
-    (second / message).write_text("second\n")
-    run_cli("sync", cwd=first)
+    edited_on_both(first, second, "first\n", "second\n")
     assert run_cli("sync", cwd=second, check=False).returncode == 1
     remote_main = git(bare, "rev-parse", "main")
     done = run_cli("sync", cwd=second, check=False)  # nothing resolved
