@@ -21,7 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentfs.cli.context import (
+    choose_model,
+    model_to_record,
+    open_project,
+    start_notices,
+    thinking_options,
+    trace_id_for,
+    trace_settings,
+)
 from agentfs.cli.options import run_options
+from agentfs.cli.terminal import Terminal, echo_report
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project
@@ -71,27 +81,17 @@ def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: 
     prompt, or Ctrl-D, ends the session. Typed lines are kept in
     .git/agentfs/chat_history; the up arrow recalls them.
     """
-    from agentfs.cli.commands import (
-        _choose_model,
-        _model_to_record,
-        _project,
-        _start_notices,
-        _thinking_options,
-        _trace_id,
-        _trace_settings,
-    )
-
-    project = _project(trace_ref)
-    thinking_options = _thinking_options(project, thinking, no_thinking)
-    trace_id = _trace_id(project, trace_ref, creating=True)
+    project = open_project(trace_ref)
+    thinking_fields = thinking_options(project, thinking, no_thinking)
+    trace_id = trace_id_for(project, trace_ref, creating=True)
     existing = project.trace(trace_id) if trace_id in project.workspace.trace_ids() else None
-    trace_model, trace_preset, declared = _trace_settings(existing, preset, inject_skills)
-    chosen = _choose_model(project, trace_model, preset or trace_preset, model)
-    trusted = _start_notices(project)
-    session = _Chat(project, trace_id, chosen, quiet, {**thinking_options, **trusted}, {
+    trace_model, trace_preset, declared = trace_settings(existing, preset, inject_skills)
+    chosen = choose_model(project, trace_model, preset or trace_preset, model)
+    trusted = start_notices(project)
+    session = _Chat(project, trace_id, chosen, quiet, {**thinking_fields, **trusted}, {
         "max_iterations": max_iterations, "inject_skills": declared,
         "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
-        "preset": preset, "model_name": _model_to_record(project, model),
+        "preset": preset, "model_name": model_to_record(project, model),
     })
     reader = _LineReader(project.workspace.state_dir / HISTORY_FILE)
     try:
@@ -268,10 +268,9 @@ class _Chat:
         self.runner = self._runner()
 
     def _runner(self) -> Runner:
-        from agentfs.cli.commands import _Terminal
         from agentfs.tools.subprocesses import safe_environment
 
-        self.terminal = _Terminal(self.quiet)
+        self.terminal = Terminal(self.quiet)
         return self.project.runner(
             _Abandonable(self.model, self.interrupt), on_text=self.terminal.text,
             on_event=self.terminal.event, stop=self.interrupt.stop_requested,
@@ -398,10 +397,7 @@ class _Chat:
             return self.rewind(args)
         if name == "compress":
             return self.compress(args)
-        from agentfs.cli import commands
-
-        command = {"show": commands.show, "goals": commands.goals}[name]
-        command.main([self.trace_path, *args], prog_name=f"/{name}", standalone_mode=False)
+        _command(name).main([self.trace_path, *args], prog_name=f"/{name}", standalone_mode=False)
         return True
 
     def turn(self, messages: list[str]) -> bool:
@@ -442,9 +438,7 @@ class _Chat:
         if len(args) != 1 or not args[0].isdigit():
             click.echo("usage: /rewind N, N a message number (/show lists them)", err=True)
             return True
-        from agentfs.cli.commands import rewind
-
-        rewind.main([self.trace_path, args[0]], prog_name="/rewind", standalone_mode=False)
+        _command("rewind").main([self.trace_path, args[0]], prog_name="/rewind", standalone_mode=False)
         return True
 
     def compress(self, args: list[str]) -> bool:
@@ -461,11 +455,21 @@ class _Chat:
                 click.echo("  [stopped: /compress or `agentfs compress` finishes what was "
                            "started]", err=True)
                 return True
-        from agentfs.cli.sidework import echo_report
         from agentfs.core.sidework import report_record
 
         echo_report(report_record(self.project, self.trace_id, report), as_json=False)
         return True
+
+
+def _command(name: str) -> click.Command:
+    """The `agentfs` command a slash command runs, looked up where commands are
+    registered (`agentfs/cli/commands.py`), not imported from its module."""
+    context = click.get_current_context()
+    group = context.find_root().command
+    command = group.get_command(context, name) if isinstance(group, click.Group) else None
+    if command is None:
+        raise click.ClickException(f"/{name} needs the agentfs command group")
+    return command
 
 
 def _what_waits(trace: Trace) -> tuple[str, bool] | None:

@@ -13,6 +13,8 @@ from urllib.parse import quote
 
 import click
 
+from agentfs.cli.context import choose_model, start_notices
+
 if TYPE_CHECKING:
     import socket
 
@@ -59,7 +61,6 @@ def serve(workspace: Path | None, host: str, port: int, token: str | None, no_to
         raise click.ClickException(
             f"agentfs serve needs the serve extra ({exc.name or exc} is missing): {INSTALL}"
         ) from None
-    from agentfs.cli.commands import _choose_model, _start_notices
     from agentfs.core.project import Project
     from agentfs.models.base import Model
     from agentfs.tools.subprocesses import safe_environment
@@ -79,10 +80,10 @@ def serve(workspace: Path | None, host: str, port: int, token: str | None, no_to
     if token is None and not no_token:
         token = new_token()
     project = Project.open(workspace)
-    trusted = _start_notices(project)
+    trusted = start_notices(project)
 
     def choose(trace_model: str | None, preset: str | None, requested: str | None) -> Model:
-        return _choose_model(project, trace_model, preset, requested or model)
+        return choose_model(project, trace_model, preset, requested or model)
 
     early: list[int] = []  # Ctrl-C before the server runs: it stops as soon as it does
     for sig in (signal.SIGINT, signal.SIGTERM):
