@@ -77,7 +77,7 @@ def recover(trace: Trace) -> list[str]:
         s.sequence: s.origin for s in staged_in(trace.workspace.ingest_dir / trace.id) if s.origin
     }  # claimed inbox files: their removal belongs to their `user` step, not an edit
     changed = [p for p in changed if p not in sources.values()]
-    _remember_clean(checked, changed)
+    _remember_clean(trace, checked, changed)
     if not changed:
         return kinds
     if clean:  # what follows needs every committed file
@@ -213,10 +213,6 @@ def _committed_files(
             files[path] = entry
     return files
 
-#: Folders of `messages/` (absolute paths) found to hold what a commit holds: the
-#: folder's tree id in that commit, and the stamps of its files then.
-_clean: dict[str, tuple[bytes, dict[str, Stamp]]] = {}
-
 #: A folder checked file by file that may be remembered as clean if nothing in it
 #: changed: (its path below the workspace, its absolute path, tree id, stamps).
 _Checked = tuple[str, str, bytes, dict[str, Stamp]]
@@ -238,8 +234,9 @@ def _worktree_files(
     read it again.
 
     A folder of `messages/` whose files all have the stamps (mtime, ctime, size,
-    inode) they had when an earlier recovery in this process found the folder to
-    hold the same tree as now is not looked at further: every file is still
+    inode) they had when an earlier recovery through the same repository object
+    found the folder to hold the same tree as now (`GitRepo.clean_folders`) is
+    not looked at further: every file is still
     stat'ed (an edit in place changes a file's ctime, not its folder's mtime),
     but none is looked up in the index or read, and the folder's committed tree
     is not walked. Only folders whose stamps were all settled (older than the
@@ -292,11 +289,11 @@ def _worktree_files(
                                    else stamps)
         tree = trees.get(folder) if folder else None
         if tree is not None and plain:
-            remembered = _clean.get(directory)
+            remembered = trace.repo.clean_folders.get(str(trace.dir), directory)
             if remembered is not None and remembered == (tree[1], stamps):
                 clean.add(rel_dir)
                 continue
-            _clean.pop(directory, None)
+            trace.repo.clean_folders.forget(str(trace.dir), directory)
             if all(settled(max(s[0], s[1]), racy_after) for s in stamps.values()):
                 checked.append((rel_dir, directory, tree[1], stamps))
         for entry, st in found:
@@ -317,12 +314,13 @@ def _worktree_files(
     return files, clean, checked
 
 
-def _remember_clean(checked: list[_Checked], changed: list[str]) -> None:
-    """Remember the folders checked file by file in which nothing changed."""
+def _remember_clean(trace: Trace, checked: list[_Checked], changed: list[str]) -> None:
+    """Remember the folders checked file by file in which nothing changed
+    (`agentfs/store/cleanfolders.py:CleanFolders`, held by the workspace's repository)."""
     for rel_dir, directory, tree, stamps in checked:
         start = bisect.bisect_left(changed, rel_dir + "/")
         if start == len(changed) or not changed[start].startswith(rel_dir + "/"):
-            _clean[directory] = (tree, stamps)
+            trace.repo.clean_folders.remember(str(trace.dir), directory, (tree, stamps))
 
 
 def _ignored(name: str) -> bool:
