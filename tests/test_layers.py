@@ -66,8 +66,8 @@ def test_imports_point_downward(path: Path) -> None:
             assert part == "store", f"{path.relative_to(ROOT)} imports {name}: only store/ may"
 
 
-@pytest.mark.parametrize("path", [p for p in _modules() if p.name != "__init__.py"
-                                  and p.name != "__main__.py"],
+@pytest.mark.parametrize("path", [p for p in _modules()
+                                  if p.name not in {"__init__.py", "__main__.py"}],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_architecture_names_every_module(path: Path) -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()

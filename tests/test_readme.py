@@ -59,8 +59,8 @@ def _commands() -> list[tuple[str, str, str]]:
     line `a && b` is two commands."""
     found = []
     for section, body in _blocks():
-        for line in body.splitlines():
-            line = line.removeprefix("$ ")
+        for raw in body.splitlines():
+            line = raw.removeprefix("$ ")
             command, _, comment = line.partition("  #")
             first = command.split(maxsplit=1)[0] if command.strip() else ""
             if first not in PROGRAMS and not first.startswith(".venv/bin/"):

@@ -10,6 +10,7 @@ readline history file inside `.git/agentfs/`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -184,10 +185,8 @@ class _LineReader:
             self.readline = readline
             readline.set_history_length(HISTORY_LENGTH)
             readline.set_auto_history(False)  # `read` adds the lines worth keeping
-            try:
+            with contextlib.suppress(OSError):  # no history yet, or unreadable: start a new one
                 readline.read_history_file(history)
-            except OSError:
-                pass  # no history yet, or unreadable: start a new one
             if "GNU readline" in (readline.__doc__ or ""):
                 readline.parse_and_bind(CTRL_C_BINDING)
                 self.ctrl_c_is_a_key = True
@@ -246,10 +245,8 @@ class _LineReader:
 
     def close(self) -> None:
         if self.readline is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.readline.write_history_file(self.history)  # trimmed to HISTORY_LENGTH
-            except OSError:
-                pass
 
 
 class _Chat:

@@ -214,7 +214,7 @@ def merge_json(base: bytes | None, ours: bytes, theirs: bytes) -> bytes | None:
     merged: dict[str, Any] = {}
     for key in [*mine, *(k for k in other if k not in mine)]:
         a, b, o = mine.get(key, _GONE), other.get(key, _GONE), old.get(key, _GONE)
-        if a == b or b == o:
+        if b in (a, o):
             value = a
         elif a == o or _ahead(other, mine):
             value = b

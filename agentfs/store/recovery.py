@@ -182,8 +182,9 @@ def _adopt(
         if message.parent_sequence not in (None, head):
             continue
         if message.parent_sequence is None and head is not None:
-            message = message.model_copy(update={"parent_sequence": head})
-        adopted.append(message)
+            adopted.append(message.model_copy(update={"parent_sequence": head}))
+        else:
+            adopted.append(message)
         head = sequence
     return adopted
 

@@ -47,6 +47,7 @@ also gets a 400, as the real API may answer.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import hashlib
 import hmac
@@ -517,7 +518,7 @@ def _difference(blocks: list[tuple[str, bytes, dict[str, Any]]],
                 issued_after: list[tuple[str, bytes]]) -> str:
     """Where `blocks` (a request's, in front of a thinking block) first differ from the
     prefix the block was issued after."""
-    for (where, data, _), (then, expected) in zip(blocks, issued_after):
+    for (where, data, _), (then, expected) in zip(blocks, issued_after, strict=False):
         if data != expected:
             return f"{where} changed" if where == then else f"{where} is where {then} was"
     if len(blocks) < len(issued_after):
@@ -713,10 +714,8 @@ class _HTTPServer(ThreadingHTTPServer):
     def cut_connections(self) -> None:
         with self.connections_lock:
             for connection in self.connections:
-                try:
+                with contextlib.suppress(OSError):
                     connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients that hang up (timeouts, closed streams) are expected here; stay quiet."""
@@ -735,17 +734,13 @@ class _Handler(BaseHTTPRequestHandler):
     def finish(self) -> None:
         with self.server.connections_lock:
             self.server.connections.discard(self.connection)
-        try:
+        with contextlib.suppress(OSError):
             super().finish()
-        except OSError:
-            pass
 
     def do_POST(self) -> None:
         self.close_connection = True  # one request per connection: nothing lingers
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.server.fake._serve(self)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     do_GET = do_PUT = do_DELETE = do_POST
 
@@ -881,7 +876,5 @@ def _write_chunk(h: _Handler, data: bytes) -> None:
 def _drop(h: _Handler) -> None:
     """Hang up without (finishing) an answer."""
     h.close_connection = True
-    try:
+    with contextlib.suppress(OSError):
         h.connection.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass

@@ -16,6 +16,7 @@ Where bubblewrap does not work, bash calls are refused with how to install it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pwd
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["INSTALL_HINT", "NetworkMode", "Sandbox", "SandboxMode", "choose_sandbox"]
+__all__ = ["INSTALL_HINT", "SANDBOX_TMP", "NetworkMode", "Sandbox", "SandboxMode", "choose_sandbox"]
 
 #: `tools.bash_sandbox` in agentfs.toml.
 SandboxMode = Literal["auto", "bwrap", "none"]
@@ -38,11 +39,14 @@ INSTALL_HINT = "install bubblewrap (Debian and Ubuntu: `apt-get install bubblewr
 #: What every sandbox is, before the workspace is bound into it. `--cap-drop ALL`
 #: matters when agentfs runs as root: bwrap keeps root's capabilities otherwise,
 #: and a command could unmount the read-only binds.
+#: The sandbox's /tmp: a fresh tmpfs for each command, not the machine's /tmp.
+SANDBOX_TMP = "/tmp"  # noqa: S108 -- a path inside the sandbox, empty at each start
+
 _ISOLATION = (
     "--ro-bind", "/", "/",
     "--dev", "/dev",
     "--proc", "/proc",
-    "--tmpfs", "/tmp",
+    "--tmpfs", SANDBOX_TMP,
     "--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
 )
 _NO_NETWORK = ("--unshare-net",)
@@ -110,7 +114,7 @@ class Sandbox:
         for path in _inside(root, [".git", *read_only]):
             args += ["--ro-bind", path, path]
         if "TMPDIR" in env:
-            args += ["--setenv", "TMPDIR", "/tmp"]
+            args += ["--setenv", "TMPDIR", SANDBOX_TMP]
         return [*args, "--chdir", str(root)]
 
 
@@ -153,10 +157,8 @@ def _private_dirs(env: Mapping[str, str]) -> list[str]:
     runtime directory, which holds keyring and agent sockets."""
     uid = os.getuid()
     found = [f"/run/user/{uid}", env.get("HOME", "")]
-    try:
+    with contextlib.suppress(KeyError):  # a uid with no entry, as in some containers
         found.append(pwd.getpwuid(uid).pw_dir)
-    except KeyError:  # a uid with no entry, as in some containers
-        pass
     dirs = {os.path.realpath(d) for d in found if d and os.path.isdir(d)}
     return sorted(dirs - {"/"})
 
