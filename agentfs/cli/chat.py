@@ -68,7 +68,7 @@ COMMANDS = {
               help="Stop each answer after this many model calls (default: max_iterations "
               "in agentfs.toml); /resume continues.")
 @run_options("session")
-def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: int | None,
+def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: int | None,  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
          inject_skills: tuple[str, ...], skill_recency: int, pending_tools: str,
          thinking: int | None, no_thinking: bool, quiet: bool) -> None:
     """Talk with TRACE in the terminal: each line you type is a user message.
@@ -89,11 +89,12 @@ def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: 
     trace_model, trace_preset, declared = trace_settings(existing, preset, inject_skills)
     chosen = choose_model(project, trace_model, preset or trace_preset, model)
     trusted = start_notices(project)
-    session = _Chat(project, trace_id, chosen, quiet, {**thinking_fields, **trusted}, {
-        "max_iterations": max_iterations, "inject_skills": declared,
-        "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
-        "preset": preset, "model_name": model_to_record(project, model),
-    })
+    session = _Chat(project, trace_id, chosen, quiet,
+                    runner_fields={**thinking_fields, **trusted}, run_options={
+                        "max_iterations": max_iterations, "inject_skills": declared,
+                        "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
+                        "preset": preset, "model_name": model_to_record(project, model),
+                    })
     reader = _LineReader(project.workspace.state_dir / HISTORY_FILE)
     try:
         session.loop(reader, resume=session.greet(reader))
@@ -252,7 +253,7 @@ class _LineReader:
 class _Chat:
     """One session: the trace, the runner that answers it, and the slash commands."""
 
-    def __init__(self, project: Project, trace_id: str, model: Model, quiet: bool,
+    def __init__(self, project: Project, trace_id: str, model: Model, quiet: bool, *,
                  runner_fields: dict[str, Any], run_options: dict[str, Any]) -> None:
         self.project = project
         self.trace_id = trace_id
@@ -373,6 +374,10 @@ class _Chat:
         except ValueError as exc:
             click.echo(f"/{name}: {exc}", err=True)
             return True
+        return self.slash(name, args)
+
+    def slash(self, name: str, args: list[str]) -> bool:
+        """Slash command `name` with its arguments. False ends the session."""
         if name == "quit":
             return False
         if name == "help":

@@ -78,36 +78,46 @@ class Terminal:
             click.echo(line, err=True)
 
 
+#: The line of each event shown as its data fills a template.
+_TEMPLATES = {
+    "ingested": "  ingested {file} as #{sequence}",
+    "rejected": "  rejected {file}: {reason} (moved to {moved_to})",
+    "retry": "  [retrying in {wait:.1f}s: attempt {attempt} of {attempts} failed: {reason}]",
+    "prompt_too_long":
+        "  [the model says the request is too long: compressing the trace, then retrying]",
+}
+
+
 def event_line(kind: str, data: dict[str, Any]) -> str | None:
+    """The stderr line of a run event, or None for events not shown."""
     if kind == "tool_call":
         args = ", ".join(
             f"{k}={json.dumps(v, ensure_ascii=False)[:50]}" for k, v in data["input"].items()
         )
         return f"  → {data['name']}({args})"
-    if kind == "tool_result" and data["is_error"]:
-        first = data["text"].splitlines()[0] if data["text"] else "error"
-        return f"  ✗ {first}"
-    if kind == "ingested":
-        return f"  ingested {data['file']} as #{data['sequence']}"
-    if kind == "rejected":
-        return f"  rejected {data['file']}: {data['reason']} (moved to {data['moved_to']})"
+    if kind == "tool_result":
+        return _error_line(data["text"]) if data["is_error"] else None
     if kind == "recovered":
         return f"  resumed: answered {len(data['interrupted'])} interrupted tool call(s)"
-    if kind == "retry":
-        return (f"  [retrying in {data['wait']:.1f}s: attempt {data['attempt']} of "
-                f"{data['attempts']} failed: {data['reason']}]")
     if kind == "max_tokens":
-        limit = f"max_tokens ({data['max_tokens']})"
-        if data["cut_call"]:
-            return (f"  [cut off at {limit}: the incomplete {data['cut_call']} call is not "
-                    "run; the model is told to call it again]")
-        if data["final"]:
-            return (f"  [the answer was cut off at {limit}: raise max_tokens in agentfs.toml, "
-                    f"or ask for the rest: agentfs run {data['trace']} -m 'continue']")
-        return f"  [the turn was cut off at {limit}]"
-    if kind == "prompt_too_long":
-        return "  [the model says the request is too long: compressing the trace, then retrying]"
-    return None
+        return _max_tokens_line(data)
+    template = _TEMPLATES.get(kind)
+    return template.format(**data) if template is not None else None
+
+
+def _error_line(text: str) -> str:
+    return f"  ✗ {text.splitlines()[0] if text else 'error'}"
+
+
+def _max_tokens_line(data: dict[str, Any]) -> str:
+    limit = f"max_tokens ({data['max_tokens']})"
+    if data["cut_call"]:
+        return (f"  [cut off at {limit}: the incomplete {data['cut_call']} call is not "
+                "run; the model is told to call it again]")
+    if data["final"]:
+        return (f"  [the answer was cut off at {limit}: raise max_tokens in agentfs.toml, "
+                f"or ask for the rest: agentfs run {data['trace']} -m 'continue']")
+    return f"  [the turn was cut off at {limit}]"
 
 
 def echo_report(record: dict[str, Any], as_json: bool) -> None:

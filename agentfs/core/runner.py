@@ -233,7 +233,8 @@ class Runner:
                     f"trace {trace.id!r} does not exist and no first message was given",
                     hint=f"agentfs run {trace.id} -m '...' (or agentfs new)",
                 )
-            self._create(trace.id, texts.pop(0), system, system_prompt, preset, model_name)
+            self._create(trace.id, texts.pop(0), system=system, run_prompt=system_prompt,
+                         preset=preset, model_name=model_name)
         elif system is not None:
             raise AgentfsError(
                 f"trace {trace.id!r} already has its system prompt",
@@ -335,7 +336,7 @@ class Runner:
         self._ingest_inbox(session, result, wait=True)
 
     def _create(
-        self, trace_id: str, first: str, system: str | None, run_prompt: str | None,
+        self, trace_id: str, first: str, *, system: str | None, run_prompt: str | None,
         preset: str | None, model_name: str | None,
     ) -> Trace:
         return self.project.new_trace(

@@ -173,7 +173,8 @@ def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncRep
     repo = GitRepo(root)
     try:
         result = merge(repo, base.encode() if base else None, ours.encode(), theirs.encode(),
-                       _resolve, b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
+                       resolve=_resolve,
+                       message=b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
     finally:
         repo.close()
     report.resolved = result.resolved
