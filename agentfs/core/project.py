@@ -86,7 +86,7 @@ class Project:
         """An existing trace, by id or by a path to its directory."""
         return Trace(self.workspace, self.repo, self.workspace.resolve_trace(ref))
 
-    def new_trace(
+    def new_trace(  # noqa: PLR0913 -- keyword-only options, each with its default
         self,
         trace_id: str,
         first_message: Message | None,

@@ -185,7 +185,7 @@ class Runner:
         self.options = replace(self.options,
                                context_hooks=(*self.options.context_hooks, (name, hook)))
 
-    def run(
+    def run(  # noqa: PLR0913 -- keyword-only options, each with its default
         self,
         trace_id: str,
         messages: Sequence[str | dict[str, str]] = (),
