@@ -68,9 +68,11 @@ COMMANDS = {
               help="Stop each answer after this many model calls (default: max_iterations "
               "in agentfs.toml); /resume continues.")
 @run_options("session")
-def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: int | None,  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
-         inject_skills: tuple[str, ...], skill_recency: int, pending_tools: str,
-         thinking: int | None, no_thinking: bool, quiet: bool) -> None:
+def chat(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
+        trace_ref: str, model: str | None, preset: str | None, max_iterations: int | None,
+        inject_skills: tuple[str, ...], skill_recency: int, pending_tools: str,
+        thinking: int | None, no_thinking: bool, quiet: bool,
+) -> None:
     """Talk with TRACE in the terminal: each line you type is a user message.
 
     Each line is committed and answered as `agentfs run TRACE -m LINE` would
@@ -440,7 +442,8 @@ class _Chat:
         if len(args) != 1 or not args[0].isdigit():
             click.echo("usage: /rewind N, N a message number (/show lists them)", err=True)
             return True
-        _command("rewind").main([self.trace_path, args[0]], prog_name="/rewind", standalone_mode=False)
+        _command("rewind").main([self.trace_path, args[0]], prog_name="/rewind",
+                                standalone_mode=False)
         return True
 
     def compress(self, args: list[str]) -> bool:

@@ -115,10 +115,11 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
               help="Stop after this many model calls (default: max_iterations in agentfs.toml).")
 @click.option("--preset", help="Preset from agentfs.toml, for a trace this run creates.")
 @run_options("run")
-def run(trace_ref: str, messages: tuple[str, ...], model: str | None,  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
-        max_iterations: int | None, preset: str | None, inject_skills: tuple[str, ...],
-        skill_recency: int, pending_tools: str, thinking: int | None, no_thinking: bool,
-        quiet: bool) -> None:
+def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
+        trace_ref: str, messages: tuple[str, ...], model: str | None, max_iterations: int | None,
+        preset: str | None, inject_skills: tuple[str, ...], skill_recency: int,
+        pending_tools: str, thinking: int | None, no_thinking: bool, quiet: bool,
+) -> None:
     """Run TRACE until the model stops, streaming its text.
 
     TRACE is a trace id or a path to a trace directory; a new id with -m
@@ -407,9 +408,11 @@ def skills(as_json: bool) -> None:
               "remote (a name or a URL): claim traces there, push their steps (docs/remote.md).")
 @click.option("--lease", type=click.FloatRange(min=1), default=30.0, show_default=True,
               help="With --remote: seconds a claim lives unless renewed.")
-def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float | None,  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
-          model: str | None, thinking: int | None, no_thinking: bool, as_json: bool,
-          remote: str | None, lease: float) -> None:
+def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
+        workspace: Path | None, once: bool, max_parallel: int, settle: float | None,
+        model: str | None, thinking: int | None, no_thinking: bool, as_json: bool,
+        remote: str | None, lease: float,
+) -> None:
     """Run traces when files are dropped into inboxes.
 
     A Markdown file saved into traces/ID/inbox/ continues trace ID; one saved

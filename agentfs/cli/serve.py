@@ -38,8 +38,10 @@ DEFAULT_MAX_BODY = 1024 * 1024
               "(default: each trace's, else agentfs.toml's).")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY,
               show_default=True, help="Largest request body accepted, in bytes.")
-def serve(workspace: Path | None, host: str, port: int, token: str | None, no_token: bool,  # noqa: PLR0917 -- click passes one parameter per option
-          model: str | None, max_body: int) -> None:
+def serve(  # noqa: PLR0917 -- click passes one parameter per option
+        workspace: Path | None, host: str, port: int, token: str | None, no_token: bool,
+        model: str | None, max_body: int,
+) -> None:
     """Serve WORKSPACE's traces over HTTP: the trace API and a viewer page at /.
 
     The API (docs/api.md, schema at /openapi.json) lists traces, reads their

@@ -240,8 +240,9 @@ def _worktree_files(
     found the folder to hold the same tree as now (`GitRepo.clean_folders`) is
     not looked at further: every file is still stat'ed (an edit in place
     changes a file's ctime, not its folder's mtime), but none is looked up in
-    the index or read, and the folder's committed tree is not walked. Only folders whose stamps were all settled (older than the
-    last clock ticks, by mtime and ctime) are remembered.
+    the index or read, and the folder's committed tree is not walked. Only
+    folders whose stamps were all settled (older than the last clock ticks, by
+    mtime and ctime) are remembered.
     """
     prefix = trace.rel(trace.dir)
     known = trace.repo.stat_cache()

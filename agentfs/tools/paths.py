@@ -188,7 +188,8 @@ def _open_child_dir(parent: int, name: str, raw: str, create: bool) -> int:
     except FileNotFoundError:
         if not create:
             raise
-        with contextlib.suppress(FileExistsError):  # made meanwhile: opened below, if it is a real folder
+        # made meanwhile: opened below, if it is a real folder
+        with contextlib.suppress(FileExistsError):
             os.mkdir(name, dir_fd=parent)
         return _open_child_dir(parent, name, raw, create=False)
     except NotADirectoryError:  # O_DIRECTORY says this of a symlink too

@@ -170,7 +170,8 @@ def test_common_prefix_and_suffix_are_the_naive_ones(common, tail_a, tail_b, see
 
 
 def raw_id(type_num: int, data: bytes) -> bytes:
-    return hashlib.sha1(b"%s %d\0" % (TYPE_NAMES[type_num], len(data)) + data, usedforsecurity=False).digest()
+    header = b"%s %d\0" % (TYPE_NAMES[type_num], len(data))
+    return hashlib.sha1(header + data, usedforsecurity=False).digest()
 
 
 class Built:

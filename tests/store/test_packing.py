@@ -346,7 +346,8 @@ def test_another_process_packing_meanwhile_makes_packing_skip(root: Path) -> Non
 def fake_pack(pack_dir: Path, name: str, count: int) -> None:
     """An index that lists `count` made-up objects, beside an empty pack."""
     pack_dir.mkdir(parents=True, exist_ok=True)
-    ids = sorted(hashlib.sha1(b"%s %d" % (name.encode(), i), usedforsecurity=False).digest() for i in range(count))
+    ids = sorted(hashlib.sha1(b"%s %d" % (name.encode(), i), usedforsecurity=False).digest()
+                 for i in range(count))
     with open(pack_dir / f"{name}.idx", "wb") as f:
         write_pack_index(f, [(sha, i, 0) for i, sha in enumerate(ids)], bytes(20), version=2)
     (pack_dir / f"{name}.pack").write_bytes(b"")

@@ -234,7 +234,8 @@ def pack_loose_objects(
         entries.append(whole(bytes.fromhex(sha.decode()), type_num, data))
     name = install_pack(objects_dir / "pack", entries, len(entries))
     for sha in batch:
-        with contextlib.suppress(FileNotFoundError):  # packed and deleted by another process meanwhile
+        # packed and deleted by another process meanwhile
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(loose[sha])
     return name, len(batch)
 
