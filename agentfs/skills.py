@@ -122,9 +122,8 @@ def load_skills(
             continue
         for skill in _load_dir(directory, origin, errors):
             replaced = skills.get(skill.name)
-            if replaced is not None:
-                skill = replace(skill, overrides=replaced.origin)
-            skills[skill.name] = skill
+            skills[skill.name] = (skill if replaced is None
+                                  else replace(skill, overrides=replaced.origin))
     if strict and errors:
         raise errors[0]
     return SkillCatalog(skills.values(), errors)

@@ -66,10 +66,69 @@ def test_imports_point_downward(path: Path) -> None:
             assert part == "store", f"{path.relative_to(ROOT)} imports {name}: only store/ may"
 
 
-@pytest.mark.parametrize("path", [p for p in _modules() if p.name != "__init__.py"
-                                  and p.name != "__main__.py"],
+@pytest.mark.parametrize("path", [p for p in _modules()
+                                  if p.name not in {"__init__.py", "__main__.py"}],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_architecture_names_every_module(path: Path) -> None:
     text = (ROOT / "docs" / "architecture.md").read_text()
     rel = path.relative_to(ROOT).as_posix()
     assert f"`{rel}" in text, f"docs/architecture.md does not name {rel}"
+
+
+CLI = PACKAGE / "cli"
+#: The one module that registers the commands of the others on the `agentfs` group.
+REGISTRY = "commands"
+
+
+def _defines_commands(path: Path) -> bool:
+    """Whether `path` defines a click command or group (a function decorated with
+    `@<something>.command(...)` or `.group(...)`)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                call = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if isinstance(call, ast.Attribute) and call.attr in ("command", "group"):
+                    return True
+    return False
+
+
+def _cli_modules_imported(path: Path) -> set[str]:
+    """The modules of agentfs/cli/ that `path` imports, by name (`commands`, ...)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module == "agentfs.cli":
+            names = [f"agentfs.cli.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module]
+        else:
+            continue
+        found.update(n.split(".")[2] for n in names
+                     if n.startswith("agentfs.cli.") and len(n.split(".")) > 2)
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(CLI.glob("*.py")), ids=lambda p: p.name)
+def test_cli_modules_import_no_private_names(path: Path) -> None:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            private = [a.name for a in node.names if a.name.startswith("_")]
+            assert not private, (
+                f"agentfs/cli/{path.name} imports {private} from {node.module}: a helper "
+                "more than one module uses belongs, public, in agentfs/cli/context.py (or "
+                "the module that owns its idea)")
+
+
+@pytest.mark.parametrize("path", sorted(CLI.glob("*.py")), ids=lambda p: p.name)
+def test_command_modules_are_imported_only_where_commands_are_registered(path: Path) -> None:
+    command_modules = {p.stem for p in CLI.glob("*.py") if _defines_commands(p)}
+    assert {REGISTRY, "chat", "serve"} <= command_modules  # the probe finds commands
+    if path.stem == REGISTRY:
+        return
+    allowed = {REGISTRY} if path.stem == "__init__" else set()  # the entry point: the group
+    imported = (_cli_modules_imported(path) & command_modules) - {path.stem}
+    assert imported <= allowed, (
+        f"agentfs/cli/{path.name} imports the command module(s) {sorted(imported - allowed)}: "
+        f"commands are registered in agentfs/cli/{REGISTRY}.py only; shared helpers belong "
+        "in agentfs/cli/context.py")

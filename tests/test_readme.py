@@ -62,8 +62,8 @@ def _commands() -> list[tuple[str, str, str]]:
     line `a && b` is two commands."""
     found = []
     for section, body in _blocks():
-        for line in body.splitlines():
-            line = line.removeprefix("$ ")
+        for raw in body.splitlines():
+            line = raw.removeprefix("$ ")
             command, _, comment = line.partition("  #")
             first = command.split(maxsplit=1)[0] if command.strip() else ""
             if first not in PROGRAMS and not first.startswith(".venv/bin/"):
@@ -131,42 +131,47 @@ class Tour:
 
     def run(self, command: str, comment: str) -> None:
         words = shlex.split(command)
-        if words[0].startswith(".venv/bin/"):
-            words[0] = words[0].removeprefix(".venv/bin/")
+        words[0] = words[0].removeprefix(".venv/bin/")
         if words[0] == "cd":  # `cd DIR` or `cd /path/to/workspace`: the demo
-            return
-        if words == ["agentfs", "demo"]:
-            self._demo()
-            return
-        if words[0] == "$EDITOR":  # a person edits the file and saves it
-            path = self.dir / words[1]
-            path.write_text(path.read_text() + "\nEdited by hand.\n")
-            return
-        if words[-1] == "&" and words[:2] == ["agentfs", "watch"]:
-            self.watcher = subprocess.Popen(
-                [sys.executable, "-m", "agentfs", *words[1:-1]], cwd=self.dir,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             return
         if words == ["agentfs", "sync"] and "origin" not in git(self.dir, "remote"):
             self._remote()
-        if words == ["agentfs", "watch", "--remote", "origin"]:
+        if not self._acted(words):
+            _check_comment(command, comment, self._output(command, words) or "")
+
+    def _acted(self, words: list[str]) -> bool:
+        """Do what the person does for the commands that print nothing to check;
+        True if `words` was one of them."""
+        if words == ["agentfs", "demo"]:
+            self._demo()
+        elif words[0] == "$EDITOR":  # a person edits the file and saves it
+            path = self.dir / words[1]
+            path.write_text(path.read_text() + "\nEdited by hand.\n")
+        elif words[-1] == "&" and words[:2] == ["agentfs", "watch"]:
+            self.watcher = subprocess.Popen(
+                [sys.executable, "-m", "agentfs", *words[1:-1]], cwd=self.dir,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        elif words == ["agentfs", "watch", "--remote", "origin"]:
             self._worker(words)
-            return
-        if words[:2] == ["agentfs", "chat"]:
+        elif words[:2] == ["agentfs", "chat"]:
             self._chat(words[2:])
-            return
+        else:
+            return False
+        return True
+
+    def _output(self, command: str, words: list[str]) -> str | None:
+        """Run a command whose output the README's comment describes."""
         if words[0] == "agentfs":
             done = run_cli(*words[1:], cwd=self.dir)
-            out = done.stdout + done.stderr
-        elif words[0] == "git":
-            out = git(self.dir, *words[1:])
-        elif words[0] == "echo" and ">" in words:
-            out = subprocess.run(["bash", "-c", command], cwd=self.dir, check=True).stdout
+            return done.stdout + done.stderr
+        if words[0] == "git":
+            return git(self.dir, *words[1:])
+        if words[0] == "echo" and ">" in words:
+            subprocess.run(["bash", "-c", command], cwd=self.dir, check=True)
             if self.watcher is not None:
                 self._wait_for_the_watcher(Path(words[-1]).parent)
-        else:
-            raise AssertionError(f"README runs a command this test does not know: {command}")
-        _check_comment(command, comment, out or "")
+            return None  # printed nothing
+        raise AssertionError(f"README runs a command this test does not know: {command}")
 
     def _chat(self, args: list[str]) -> None:
         """`agentfs chat` in a terminal, typing the lines the README's session shows."""

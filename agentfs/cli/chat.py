@@ -10,6 +10,7 @@ readline history file inside `.git/agentfs/`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -21,7 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentfs.cli.context import (
+    choose_model,
+    model_to_record,
+    open_project,
+    start_notices,
+    thinking_options,
+    trace_id_for,
+    trace_settings,
+)
 from agentfs.cli.options import run_options
+from agentfs.cli.terminal import Terminal, echo_report
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project
@@ -57,9 +68,11 @@ COMMANDS = {
               help="Stop each answer after this many model calls (default: max_iterations "
               "in agentfs.toml); /resume continues.")
 @run_options("session")
-def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: int | None,
-         inject_skills: tuple[str, ...], skill_recency: int, pending_tools: str,
-         thinking: int | None, no_thinking: bool, quiet: bool) -> None:
+def chat(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
+        trace_ref: str, model: str | None, preset: str | None, max_iterations: int | None,
+        inject_skills: tuple[str, ...], skill_recency: int, pending_tools: str,
+        thinking: int | None, no_thinking: bool, quiet: bool,
+) -> None:
     """Talk with TRACE in the terminal: each line you type is a user message.
 
     Each line is committed and answered as `agentfs run TRACE -m LINE` would
@@ -71,28 +84,19 @@ def chat(trace_ref: str, model: str | None, preset: str | None, max_iterations: 
     prompt, or Ctrl-D, ends the session. Typed lines are kept in
     .git/agentfs/chat_history; the up arrow recalls them.
     """
-    from agentfs.cli.commands import (
-        _choose_model,
-        _model_to_record,
-        _project,
-        _start_notices,
-        _thinking_options,
-        _trace_id,
-        _trace_settings,
-    )
-
-    project = _project(trace_ref)
-    thinking_options = _thinking_options(project, thinking, no_thinking)
-    trace_id = _trace_id(project, trace_ref, creating=True)
+    project = open_project(trace_ref)
+    thinking_fields = thinking_options(project, thinking, no_thinking)
+    trace_id = trace_id_for(project, trace_ref, creating=True)
     existing = project.trace(trace_id) if trace_id in project.workspace.trace_ids() else None
-    trace_model, trace_preset, declared = _trace_settings(existing, preset, inject_skills)
-    chosen = _choose_model(project, trace_model, preset or trace_preset, model)
-    trusted = _start_notices(project)
-    session = _Chat(project, trace_id, chosen, quiet, {**thinking_options, **trusted}, {
-        "max_iterations": max_iterations, "inject_skills": declared,
-        "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
-        "preset": preset, "model_name": _model_to_record(project, model),
-    })
+    trace_model, trace_preset, declared = trace_settings(existing, preset, inject_skills)
+    chosen = choose_model(project, trace_model, preset or trace_preset, model)
+    trusted = start_notices(project)
+    session = _Chat(project, trace_id, chosen, quiet,
+                    runner_fields={**thinking_fields, **trusted}, run_options={
+                        "max_iterations": max_iterations, "inject_skills": declared,
+                        "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
+                        "preset": preset, "model_name": model_to_record(project, model),
+                    })
     reader = _LineReader(project.workspace.state_dir / HISTORY_FILE)
     try:
         session.loop(reader, resume=session.greet(reader))
@@ -184,10 +188,8 @@ class _LineReader:
             self.readline = readline
             readline.set_history_length(HISTORY_LENGTH)
             readline.set_auto_history(False)  # `read` adds the lines worth keeping
-            try:
+            with contextlib.suppress(OSError):  # no history yet, or unreadable: start a new one
                 readline.read_history_file(history)
-            except OSError:
-                pass  # no history yet, or unreadable: start a new one
             if "GNU readline" in (readline.__doc__ or ""):
                 readline.parse_and_bind(CTRL_C_BINDING)
                 self.ctrl_c_is_a_key = True
@@ -246,16 +248,14 @@ class _LineReader:
 
     def close(self) -> None:
         if self.readline is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.readline.write_history_file(self.history)  # trimmed to HISTORY_LENGTH
-            except OSError:
-                pass
 
 
 class _Chat:
     """One session: the trace, the runner that answers it, and the slash commands."""
 
-    def __init__(self, project: Project, trace_id: str, model: Model, quiet: bool,
+    def __init__(self, project: Project, trace_id: str, model: Model, quiet: bool, *,
                  runner_fields: dict[str, Any], run_options: dict[str, Any]) -> None:
         self.project = project
         self.trace_id = trace_id
@@ -268,10 +268,9 @@ class _Chat:
         self.runner = self._runner()
 
     def _runner(self) -> Runner:
-        from agentfs.cli.commands import _Terminal
         from agentfs.tools.subprocesses import safe_environment
 
-        self.terminal = _Terminal(self.quiet)
+        self.terminal = Terminal(self.quiet)
         return self.project.runner(
             _Abandonable(self.model, self.interrupt), on_text=self.terminal.text,
             on_event=self.terminal.event, stop=self.interrupt.stop_requested,
@@ -377,6 +376,10 @@ class _Chat:
         except ValueError as exc:
             click.echo(f"/{name}: {exc}", err=True)
             return True
+        return self.slash(name, args)
+
+    def slash(self, name: str, args: list[str]) -> bool:
+        """Slash command `name` with its arguments. False ends the session."""
         if name == "quit":
             return False
         if name == "help":
@@ -398,10 +401,7 @@ class _Chat:
             return self.rewind(args)
         if name == "compress":
             return self.compress(args)
-        from agentfs.cli import commands
-
-        command = {"show": commands.show, "goals": commands.goals}[name]
-        command.main([self.trace_path, *args], prog_name=f"/{name}", standalone_mode=False)
+        _command(name).main([self.trace_path, *args], prog_name=f"/{name}", standalone_mode=False)
         return True
 
     def turn(self, messages: list[str]) -> bool:
@@ -442,9 +442,8 @@ class _Chat:
         if len(args) != 1 or not args[0].isdigit():
             click.echo("usage: /rewind N, N a message number (/show lists them)", err=True)
             return True
-        from agentfs.cli.commands import rewind
-
-        rewind.main([self.trace_path, args[0]], prog_name="/rewind", standalone_mode=False)
+        _command("rewind").main([self.trace_path, args[0]], prog_name="/rewind",
+                                standalone_mode=False)
         return True
 
     def compress(self, args: list[str]) -> bool:
@@ -461,11 +460,21 @@ class _Chat:
                 click.echo("  [stopped: /compress or `agentfs compress` finishes what was "
                            "started]", err=True)
                 return True
-        from agentfs.cli.sidework import echo_report
         from agentfs.core.sidework import report_record
 
         echo_report(report_record(self.project, self.trace_id, report), as_json=False)
         return True
+
+
+def _command(name: str) -> click.Command:
+    """The `agentfs` command a slash command runs, looked up where commands are
+    registered (`agentfs/cli/commands.py`), not imported from its module."""
+    context = click.get_current_context()
+    group = context.find_root().command
+    command = group.get_command(context, name) if isinstance(group, click.Group) else None
+    if command is None:
+        raise click.ClickException(f"/{name} needs the agentfs command group")
+    return command
 
 
 def _what_waits(trace: Trace) -> tuple[str, bool] | None:

@@ -12,15 +12,23 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentfs.cli.context import (
+    choose_model,
+    model_to_record,
+    open_project,
+    start_notices,
+    thinking_options,
+    trace_id_for,
+    trace_settings,
+    trust_store,
+)
 from agentfs.cli.options import run_options
+from agentfs.cli.terminal import Terminal
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project
     from agentfs.core.status import WorkspaceStatus
-    from agentfs.core.trust import TrustStore
     from agentfs.models.base import Model
-    from agentfs.models.resolve import ProviderSettings
-    from agentfs.store.trace import Trace
     from agentfs.store.workspace import Workspace
 
 # Module level: the standard library and click only. Each command imports what it
@@ -28,56 +36,6 @@ if TYPE_CHECKING:
 # load neither pydantic nor dulwich nor the runner; tests/cli/test_startup.py).
 
 EXAMPLE_TRACE = "demo"
-
-
-def _settings(project: Project) -> ProviderSettings:
-    """Provider secrets and endpoints from the environment, the variables each provider
-    declares (`agentfs/models/providers.py:Provider`; nothing else reads it), and the
-    workspace's request timeout."""
-    from agentfs.models.resolve import ProviderSettings
-
-    return ProviderSettings.from_environment(
-        os.environ, request_timeout=project.config.request_timeout)
-
-
-def _trust_store() -> TrustStore:
-    """The trust file (`agentfs trust`), outside every workspace: in $AGENTFS_CONFIG_DIR,
-    else $XDG_CONFIG_HOME/agentfs, else ~/.config/agentfs."""
-    from agentfs.core.trust import TRUST_FILE, TrustStore
-
-    folder = os.environ.get("AGENTFS_CONFIG_DIR") or os.path.join(
-        os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
-        "agentfs")
-    return TrustStore(Path(folder) / TRUST_FILE)
-
-
-def _start_notices(project: Project) -> dict[str, Any]:
-    """Say once, on stderr, which commands of agentfs.toml are skipped as untrusted and
-    whether bash runs unsandboxed; returns the `RunnerOptions` fields of the trust."""
-    from agentfs.core.trust import judge, untrusted_notice, workspace_commands
-    from agentfs.tools.sandbox import choose_sandbox
-
-    trusted = None
-    if workspace_commands(project.config):  # the trust file is read only when it matters
-        trusted = _trust_store().trusted(project.workspace.root)
-    verdict = judge(project.config, trusted)
-    for notice in (
-        untrusted_notice(verdict, project.workspace.root, changed=trusted is not None),
-        *(choose_sandbox(verdict.config.tools.bash_sandbox, verdict.config.tools.bash_network,
-                         project.workspace.root).notices()
-          if verdict.config.tools.bash else []),
-    ):
-        if notice:
-            click.echo(notice, err=True)
-    return {"trusted": trusted}
-
-
-def _project(trace_ref: str | None = None) -> Project:
-    """The workspace around the current directory, or around a trace path."""
-    from agentfs.core.project import Project
-
-    start = Path(trace_ref) if trace_ref and os.path.exists(trace_ref) else None
-    return Project.open(start)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -106,7 +64,7 @@ def init(directory: Path) -> None:
 
     workspace, created = init_workspace(directory)
     if CONFIG_FILE in created:  # agentfs wrote it: what it runs is trusted (a clone's is not)
-        _trust_store().trust(workspace.root, load_config(workspace.config_path))
+        trust_store().trust(workspace.root, load_config(workspace.config_path))
     if created:
         click.echo(f"initialized workspace {workspace.root} (added {', '.join(created)})")
     else:
@@ -137,7 +95,7 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
     if (message is None) == (file is None):
         raise click.UsageError("give the first message with exactly one of -m TEXT or -f FILE")
     check_trace_id(trace_id)
-    project = _project()
+    project = open_project()
     if file is not None and str(file) == "-":
         first = parse_dropped_text("<stdin>", sys.stdin.buffer.read())
     elif file is not None:
@@ -157,10 +115,11 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
               help="Stop after this many model calls (default: max_iterations in agentfs.toml).")
 @click.option("--preset", help="Preset from agentfs.toml, for a trace this run creates.")
 @run_options("run")
-def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
-        max_iterations: int | None, preset: str | None, inject_skills: tuple[str, ...],
-        skill_recency: int, pending_tools: str, thinking: int | None, no_thinking: bool,
-        quiet: bool) -> None:
+def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
+        trace_ref: str, messages: tuple[str, ...], model: str | None, max_iterations: int | None,
+        preset: str | None, inject_skills: tuple[str, ...], skill_recency: int,
+        pending_tools: str, thinking: int | None, no_thinking: bool, quiet: bool,
+) -> None:
     """Run TRACE until the model stops, streaming its text.
 
     TRACE is a trace id or a path to a trace directory; a new id with -m
@@ -178,24 +137,24 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
     if list(messages).count("-") > 1:
         raise click.UsageError("standard input can be read once: give -m - at most once")
     messages = tuple(_text_or_stdin(m) for m in messages)
-    project = _project(trace_ref)
-    thinking_options = _thinking_options(project, thinking, no_thinking)
-    trace_id = _trace_id(project, trace_ref, creating=bool(messages))
+    project = open_project(trace_ref)
+    thinking_fields = thinking_options(project, thinking, no_thinking)
+    trace_id = trace_id_for(project, trace_ref, creating=bool(messages))
     trace = project.trace(trace_id) if trace_id in project.workspace.trace_ids() else None
-    meta_model, preset_name, declared = _trace_settings(trace, preset, inject_skills)
+    meta_model, preset_name, declared = trace_settings(trace, preset, inject_skills)
     if trace is not None and not messages and not declared and trace.waits_for_user():
         _say_waiting(project, trace_id)  # no model needed, so no credentials either
         return
-    chosen = _choose_model(project, meta_model, preset or preset_name, model)
-    trusted = _start_notices(project)
-    terminal = _Terminal(quiet)
+    chosen = choose_model(project, meta_model, preset or preset_name, model)
+    trusted = start_notices(project)
+    terminal = Terminal(quiet)
     runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
-                            command_env=safe_environment(os.environ), **thinking_options,
+                            command_env=safe_environment(os.environ), **thinking_fields,
                             **trusted)
     result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
                         inject_skills=declared, skill_recency_threshold=skill_recency,
                         pending_tools=pending_tools,  # type: ignore[arg-type]
-                        model_name=_model_to_record(project, model))
+                        model_name=model_to_record(project, model))
     terminal.end_line()
     if result.stop is StopReason.NOTHING_TO_DO:
         _say_waiting(project, trace_id)
@@ -212,38 +171,6 @@ def run(trace_ref: str, messages: tuple[str, ...], model: str | None,
     )
 
 
-def _trace_settings(trace: Trace | None, preset: str | None, inject_skills: tuple[str, ...],
-                    ) -> tuple[str | None, str | None, list[str]]:
-    """(model, preset, declared skills) of a run of `trace` (None: a trace the run
-    creates): --preset must be the existing trace's, and the skills the trace declared
-    when it was created are declared beside --inject-skill."""
-    declared = list(inject_skills)
-    if trace is None:
-        return None, None, declared
-    if preset and preset != trace.meta.preset:
-        had = f"preset {trace.meta.preset!r}" if trace.meta.preset else "no preset"
-        raise click.UsageError(
-            f"trace {trace.id} exists ({had}); presets apply when a trace is created"
-        )
-    declared += [s for s in trace.meta.context.inject_skills if s not in declared]
-    return trace.meta.model, trace.meta.preset, declared
-
-
-def _thinking_options(project: Project, budget: int | None, off: bool) -> dict[str, Any]:
-    """`RunnerOptions` fields for --thinking BUDGET / --no-thinking: the workspace's
-    configuration with `[thinking]` replaced, checked as agentfs.toml is."""
-    from agentfs.errors import ConfigError
-
-    if budget is not None and off:
-        raise click.UsageError("--thinking and --no-thinking do not go together")
-    if budget is None and not off:
-        return {}
-    try:
-        return {"config": project.config.with_thinking(budget)}
-    except ConfigError as exc:
-        raise click.UsageError(f"--thinking {budget}: {exc.message}") from None
-
-
 def _text_or_stdin(text: str) -> str:
     """`-` stands for standard input, as in most commands."""
     return sys.stdin.read() if text == "-" else text
@@ -256,136 +183,6 @@ def _say_waiting(project: Project, trace_id: str) -> None:
         f"agentfs run {trace_id} -m '...' (or drop a file into {inbox})",
         err=True,
     )
-
-
-def _trace_id(project: Project, ref: str, *, creating: bool) -> str:
-    """The id of an existing trace, or of a new one when `creating`."""
-    from agentfs.store.workspace import check_trace_id
-
-    if creating and "/" not in ref and ref not in project.workspace.trace_ids():
-        return check_trace_id(ref)
-    return project.workspace.resolve_trace(ref)
-
-
-def _choose_model(project: Project, trace_model: str | None, preset: str | None,
-                  flag: str | None) -> Model:
-    """The model by `Project.model_name`'s precedence; a --model path is relative to
-    the current directory, others to the workspace."""
-    from agentfs.models.resolve import resolve_model
-
-    name = project.model_name(trace_model, preset, flag)
-    base = Path.cwd() if flag else project.workspace.root
-    return resolve_model(name, base_dir=base, settings=_settings(project))
-
-
-def _model_to_record(project: Project, flag: str | None) -> str | None:
-    """`run --model` as a trace the run creates records it: a replay path taken from
-    the current directory, rewritten for the workspace root that recorded names are
-    read from."""
-    from agentfs.models.resolve import rebase_model_name
-
-    if flag is None:
-        return None
-    return rebase_model_name(flag, base_dir=Path.cwd(), root=project.workspace.root)
-
-
-class _Terminal:
-    """Streams assistant text to stdout and run events to stderr, keeping lines apart.
-
-    After a `retry` event the model streams the new attempt from its start; what
-    stdout already shows of the turn is not printed again, only what goes beyond
-    it, so stdout holds the answer once. (The retry line breaks the screen's line
-    with a newline on stderr, not on stdout.) A new attempt that says something
-    else is printed from its start, on a new line, after a note on stderr.
-    """
-
-    #: Shown even with --quiet: warnings, not tool traffic.
-    WARNINGS = ("retry", "max_tokens", "prompt_too_long")
-
-    def __init__(self, quiet: bool = False) -> None:
-        self.quiet = quiet
-        self.mid_line = False  # stdout does not end with a newline
-        self.cursor_mid_line = False  # ... and nothing was printed on stderr since
-        self.shown = ""  # the current turn's text on stdout
-        self.retried: str | None = None  # after a retry: the new attempt's text so far
-
-    def text(self, chunk: str) -> None:
-        if self.retried is not None:
-            chunk = self._beyond_shown(chunk)
-        if chunk:
-            sys.stdout.write(chunk)
-            sys.stdout.flush()
-            self.shown += chunk
-            self.mid_line = self.cursor_mid_line = not chunk.endswith("\n")
-
-    def _beyond_shown(self, chunk: str) -> str:
-        """What a retried attempt's `chunk` adds to the text stdout shows."""
-        assert self.retried is not None
-        self.retried += chunk
-        if self.shown.startswith(self.retried):
-            return ""
-        if self.retried.startswith(self.shown):
-            new = self.retried[len(self.shown):]
-        else:
-            self.end_line()
-            click.echo("  [the new attempt answers differently; its text follows]", err=True)
-            self.shown, new = "", self.retried
-        self.retried = None
-        return new
-
-    def end_line(self) -> None:
-        if self.mid_line:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
-            self.mid_line = self.cursor_mid_line = False
-
-    def event(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "assistant":
-            self.end_line()
-            self.shown, self.retried = "", None
-        elif kind == "retry":
-            self.retried = ""
-        if self.quiet and kind not in self.WARNINGS:
-            return
-        line = _event_line(kind, data)
-        if line and kind == "retry":  # mid-turn: keep stdout's text whole
-            click.echo("\n" + line if self.cursor_mid_line else line, err=True)
-            self.cursor_mid_line = False
-        elif line:
-            self.end_line()
-            click.echo(line, err=True)
-
-
-def _event_line(kind: str, data: dict[str, Any]) -> str | None:
-    if kind == "tool_call":
-        args = ", ".join(
-            f"{k}={json.dumps(v, ensure_ascii=False)[:50]}" for k, v in data["input"].items()
-        )
-        return f"  → {data['name']}({args})"
-    if kind == "tool_result" and data["is_error"]:
-        first = data["text"].splitlines()[0] if data["text"] else "error"
-        return f"  ✗ {first}"
-    if kind == "ingested":
-        return f"  ingested {data['file']} as #{data['sequence']}"
-    if kind == "rejected":
-        return f"  rejected {data['file']}: {data['reason']} (moved to {data['moved_to']})"
-    if kind == "recovered":
-        return f"  resumed: answered {len(data['interrupted'])} interrupted tool call(s)"
-    if kind == "retry":
-        return (f"  [retrying in {data['wait']:.1f}s: attempt {data['attempt']} of "
-                f"{data['attempts']} failed: {data['reason']}]")
-    if kind == "max_tokens":
-        limit = f"max_tokens ({data['max_tokens']})"
-        if data["cut_call"]:
-            return (f"  [cut off at {limit}: the incomplete {data['cut_call']} call is not "
-                    "run; the model is told to call it again]")
-        if data["final"]:
-            return (f"  [the answer was cut off at {limit}: raise max_tokens in agentfs.toml, "
-                    f"or ask for the rest: agentfs run {data['trace']} -m 'continue']")
-        return f"  [the turn was cut off at {limit}]"
-    if kind == "prompt_too_long":
-        return "  [the model says the request is too long: compressing the trace, then retrying]"
-    return None
 
 
 @cli.command()
@@ -408,7 +205,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
 
     if as_sent and show_all:
         raise click.UsageError("--as-sent and --all do not go together")
-    project = _project(trace_ref)
+    project = open_project(trace_ref)
     trace = project.trace(trace_ref)
     messages = trace.messages()
     on_path = {m.sequence for m in trace.main_path(messages)}
@@ -439,7 +236,7 @@ def log(trace_ref: str, max_count: int | None, as_json: bool) -> None:
     """List TRACE's commits on main, newest first: commit, kind, sequence, summary."""
     from agentfs.store.steplog import trace_log
 
-    project = _project(trace_ref)
+    project = open_project(trace_ref)
     trace = project.trace(trace_ref)
     if as_json:
         steps = [vars(step) for step in trace_log(project.repo, trace.id, max_count)]
@@ -461,7 +258,7 @@ def rewind(trace_ref: str, sequence: int) -> None:
     """
     from agentfs.core.actions import rewind as rewind_trace
 
-    project = _project(trace_ref)
+    project = open_project(trace_ref)
     trace = project.trace(trace_ref)
     done = rewind_trace(trace, sequence)
     if not done.moved:
@@ -556,7 +353,7 @@ def goals(trace_ref: str, summaries: bool, as_json: bool) -> None:
     from agentfs.core.goals import GoalTree
     from agentfs.store.workspace import GOALS_FILE
 
-    project = _project(trace_ref)
+    project = open_project(trace_ref)
     trace = project.trace(trace_ref)
     tree = GoalTree.load(trace.dir / GOALS_FILE)
     if as_json:
@@ -575,7 +372,7 @@ def skills(as_json: bool) -> None:
     """
     from agentfs.skills import load_skills
 
-    project = _project()
+    project = open_project()
     catalog = load_skills(project.workspace.skills_dir)
     if as_json:
         click.echo(json.dumps({
@@ -611,9 +408,11 @@ def skills(as_json: bool) -> None:
               "remote (a name or a URL): claim traces there, push their steps (docs/remote.md).")
 @click.option("--lease", type=click.FloatRange(min=1), default=30.0, show_default=True,
               help="With --remote: seconds a claim lives unless renewed.")
-def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float | None,
-          model: str | None, thinking: int | None, no_thinking: bool, as_json: bool,
-          remote: str | None, lease: float) -> None:
+def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
+        workspace: Path | None, once: bool, max_parallel: int, settle: float | None,
+        model: str | None, thinking: int | None, no_thinking: bool, as_json: bool,
+        remote: str | None, lease: float,
+) -> None:
     """Run traces when files are dropped into inboxes.
 
     A Markdown file saved into traces/ID/inbox/ continues trace ID; one saved
@@ -633,14 +432,14 @@ def watch(workspace: Path | None, once: bool, max_parallel: int, settle: float |
     from agentfs.watch.watcher import Watcher
 
     project = Project.open(workspace)
-    thinking_options = _thinking_options(project, thinking, no_thinking)
-    _choose_model(project, None, None, model)  # a missing key or script fails now, not per run
-    trusted = _start_notices(project)
+    thinking_fields = thinking_options(project, thinking, no_thinking)
+    choose_model(project, None, None, model)  # a missing key or script fails now, not per run
+    trusted = start_notices(project)
 
     def model_for(trace_model: str | None, preset: str | None) -> Model:
-        return _choose_model(project, trace_model, preset, model)
+        return choose_model(project, trace_model, preset, model)
 
-    runner_options = {"command_env": safe_environment(os.environ), **thinking_options,
+    runner_options = {"command_env": safe_environment(os.environ), **thinking_fields,
                       **trusted}
     if remote is not None:
         from agentfs.cli.remote import run_worker
@@ -707,13 +506,13 @@ def demo(directory: Path | None) -> None:
     init_workspace(directory, commit_existing=True)
     click.echo(f"example workspace copied to {directory.resolve()}\n", err=True)
     project = Project.open(directory)
-    _trust_store().trust(project.workspace.root, project.config)  # agentfs wrote its config
+    trust_store().trust(project.workspace.root, project.config)  # agentfs wrote its config
     trace = project.trace(EXAMPLE_TRACE)
-    chosen = _choose_model(project, trace.meta.model, trace.meta.preset, None)
-    terminal = _Terminal()
+    chosen = choose_model(project, trace.meta.model, trace.meta.preset, None)
+    terminal = Terminal()
     runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
                             command_env=safe_environment(os.environ),
-                            **_start_notices(project))
+                            **start_notices(project))
     runner.run(trace.id)
     terminal.end_line()
     root = project.workspace.root

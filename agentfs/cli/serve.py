@@ -13,6 +13,8 @@ from urllib.parse import quote
 
 import click
 
+from agentfs.cli.context import choose_model, start_notices
+
 if TYPE_CHECKING:
     import socket
 
@@ -36,8 +38,10 @@ DEFAULT_MAX_BODY = 1024 * 1024
               "(default: each trace's, else agentfs.toml's).")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY,
               show_default=True, help="Largest request body accepted, in bytes.")
-def serve(workspace: Path | None, host: str, port: int, token: str | None, no_token: bool,
-          model: str | None, max_body: int) -> None:
+def serve(  # noqa: PLR0917 -- click passes one parameter per option
+        workspace: Path | None, host: str, port: int, token: str | None, no_token: bool,
+        model: str | None, max_body: int,
+) -> None:
     """Serve WORKSPACE's traces over HTTP: the trace API and a viewer page at /.
 
     The API (docs/api.md, schema at /openapi.json) lists traces, reads their
@@ -53,36 +57,24 @@ def serve(workspace: Path | None, host: str, port: int, token: str | None, no_to
         import uvicorn
 
         from agentfs.server.app import create_app
-        from agentfs.server.auth import MIN_TOKEN, Access, new_token
+        from agentfs.server.auth import Access
         from agentfs.server.guard import is_loopback
     except ImportError as exc:
         raise click.ClickException(
             f"agentfs serve needs the serve extra ({exc.name or exc} is missing): {INSTALL}"
         ) from None
-    from agentfs.cli.commands import _choose_model, _start_notices
     from agentfs.core.project import Project
     from agentfs.models.base import Model
     from agentfs.tools.subprocesses import safe_environment
 
     # No command the server runs (bash, hooks, git) inherits the token.
     os.environ.pop("AGENTFS_SERVE_TOKEN", None)
-    if token is not None and no_token:
-        raise click.UsageError("--no-token and a token (--token or AGENTFS_SERVE_TOKEN) "
-                               "do not go together")
-    if no_token and not is_loopback(host):
-        raise click.UsageError(
-            f"--no-token with --host {host} would let other machines drive this workspace: "
-            "drop --no-token (a token is made up and printed), or listen on 127.0.0.1")
-    if token is not None and len(token) < MIN_TOKEN:
-        raise click.UsageError(f"--token: use at least {MIN_TOKEN} characters "
-                               "(or give none: one is made up)")
-    if token is None and not no_token:
-        token = new_token()
+    token = _token(host, token, no_token)
     project = Project.open(workspace)
-    trusted = _start_notices(project)
+    trusted = start_notices(project)
 
     def choose(trace_model: str | None, preset: str | None, requested: str | None) -> Model:
-        return _choose_model(project, trace_model, preset, requested or model)
+        return choose_model(project, trace_model, preset, requested or model)
 
     early: list[int] = []  # Ctrl-C before the server runs: it stops as soon as it does
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -132,6 +124,27 @@ def serve(workspace: Path | None, host: str, port: int, token: str | None, no_to
         server.hub.close()
         server.runs.stop_all()
         sock.close()
+
+
+def _token(host: str, token: str | None, no_token: bool) -> str | None:
+    """The token every request must show: --token (or AGENTFS_SERVE_TOKEN), one made
+    up, or None with --no-token on a loopback address."""
+    from agentfs.server.auth import MIN_TOKEN, new_token
+    from agentfs.server.guard import is_loopback
+
+    if token is not None and no_token:
+        raise click.UsageError("--no-token and a token (--token or AGENTFS_SERVE_TOKEN) "
+                               "do not go together")
+    if no_token and not is_loopback(host):
+        raise click.UsageError(
+            f"--no-token with --host {host} would let other machines drive this workspace: "
+            "drop --no-token (a token is made up and printed), or listen on 127.0.0.1")
+    if token is not None and len(token) < MIN_TOKEN:
+        raise click.UsageError(f"--token: use at least {MIN_TOKEN} characters "
+                               "(or give none: one is made up)")
+    if token is None and not no_token:
+        return new_token()
+    return token
 
 
 def _listen(host: str, port: int) -> socket.socket:

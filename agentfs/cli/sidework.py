@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentfs.cli.context import choose_model, open_project, start_notices
+from agentfs.cli.terminal import echo_report
+
 if TYPE_CHECKING:
     from agentfs.core.project import Project
     from agentfs.core.runner import Runner
@@ -22,31 +25,14 @@ MODEL_HELP = "Model for the side branches: replay:PATH or anthropic:MODEL-ID."
 def _runner(project: Project, trace_id: str, model: str | None,
             trusted: dict[str, Any]) -> Runner:
     """A runner with the model `agentfs run` would use for this trace (or `model`);
-    `trusted`: what `_start_notices` returned."""
+    `trusted`: what `start_notices` returned."""
     import os
 
-    from agentfs.cli.commands import _choose_model
     from agentfs.tools.subprocesses import safe_environment
 
     trace = project.trace(trace_id)
-    chosen = _choose_model(project, trace.meta.model, trace.meta.preset, model)
+    chosen = choose_model(project, trace.meta.model, trace.meta.preset, model)
     return project.runner(chosen, command_env=safe_environment(os.environ), **trusted)
-
-
-def echo_report(record: dict[str, Any], as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(record, indent=2, ensure_ascii=False))
-        return
-    for branch in record["branches"]:
-        if branch["messages"]:
-            click.echo(f"{record['trace']}: summary #{branch['messages'][-1]} "
-                       f"from {branch['branch']}")
-        else:
-            click.echo(f"{record['trace']}: {branch['branch']}: "
-                       f"{len(branch['items'])} knowledge item(s)")
-        for item in branch["items"]:
-            reason = f" — {item['reason']}" if item.get("reason") else ""
-            click.echo(f"  {item['status']:<9} {item['id']}: {item['title']}{reason}")
 
 
 @click.command()
@@ -64,12 +50,11 @@ def compress(trace_ref: str, model: str | None, as_json: bool) -> None:
     to an earlier sequence puts the originals back on the path. Killed, it is
     finished by running it again.
     """
-    from agentfs.cli.commands import _project, _start_notices
     from agentfs.core.sidework import report_record
 
-    project = _project(trace_ref)
+    project = open_project(trace_ref)
     trace_id = project.workspace.resolve_trace(trace_ref)
-    report = _runner(project, trace_id, model, _start_notices(project)).compress(trace_id)
+    report = _runner(project, trace_id, model, start_notices(project)).compress(trace_id)
     echo_report(report_record(project, trace_id, report), as_json)
 
 
@@ -85,12 +70,11 @@ def reflect(trace_ref: str, model: str | None, as_json: bool) -> None:
     knowledge/<id>.md with status pending, committed on main with the branch
     as second parent. Judge them with `agentfs knowledge evaluate`.
     """
-    from agentfs.cli.commands import _project, _start_notices
     from agentfs.core.sidework import report_record
 
-    project = _project(trace_ref)
+    project = open_project(trace_ref)
     trace_id = project.workspace.resolve_trace(trace_ref)
-    report = _runner(project, trace_id, model, _start_notices(project)).reflect(trace_id)
+    report = _runner(project, trace_id, model, start_notices(project)).reflect(trace_id)
     record = report_record(project, trace_id, report)
     echo_report(record, as_json)
     if not as_json and not any(b["items"] for b in record["branches"]):
@@ -110,11 +94,10 @@ def knowledge(ctx: click.Context, status_filter: str | None, as_json: bool) -> N
     """
     if ctx.invoked_subcommand is not None:
         return
-    from agentfs.cli.commands import _project
     from agentfs.core.knowledge import load_items
     from agentfs.core.sidework import item_record
 
-    project = _project()
+    project = open_project()
     items = [i for i in load_items(project.workspace.knowledge_dir)
              if status_filter is None or i.status == status_filter]
     if as_json:
@@ -140,18 +123,17 @@ def evaluate(trace_ref: str | None, model: str | None, as_json: bool) -> None:
     each item is judged on a branch of the trace it came from (its
     source_trace), with that trace's history as context.
     """
-    from agentfs.cli.commands import _project, _start_notices
     from agentfs.core.reflection import KNOWLEDGE_EVAL
     from agentfs.core.sidework import pending_by_trace, report_record
 
-    project = _project(trace_ref)
+    project = open_project(trace_ref)
     groups = pending_by_trace(project, trace_ref)
     if not groups:
         click.echo("no pending knowledge items: nothing to evaluate", err=True)
         if as_json:
             click.echo(json.dumps({"traces": []}, indent=2))
         return
-    records, trusted = [], _start_notices(project)
+    records, trusted = [], start_notices(project)
     for trace_id, ids in groups.items():
         report = _runner(project, trace_id, model, trusted).evaluate_knowledge(trace_id, ids)
         record = report_record(project, trace_id, report)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from agentfs.cli.context import trust_store
+
 
 @click.command()
 @click.argument("workspace", type=click.Path(file_okay=False, path_type=Path), required=False)
@@ -25,14 +27,13 @@ def trust(workspace: Path | None, show: bool, revoke: bool) -> None:
     edits of agentfs.toml do not. Until then run, watch, chat, serve and the
     side-work commands skip them and say so.
     """
-    from agentfs.cli.commands import _trust_store
     from agentfs.core.project import Project
     from agentfs.core.trust import config_fingerprint, workspace_commands
 
     if show and revoke:
         raise click.UsageError("--show and --revoke do not go together")
     project = Project.open(workspace)
-    root, store = project.workspace.root, _trust_store()
+    root, store = project.workspace.root, trust_store()
     commands = workspace_commands(project.config)
     if revoke:
         forgot = store.revoke(root)

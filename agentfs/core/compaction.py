@@ -61,7 +61,8 @@ def compress_goal(messages: Sequence[Message], goal_id: str) -> list[Message]:
         if message.role == "tool" and message.tool_call_id in dropped:
             continue
         if message.role == "tool" and finishing is not None and message.tool_call_id == finishing:
-            message = message.model_copy(update={"content": CLEARED})
+            kept.append(message.model_copy(update={"content": CLEARED}))
+            continue
         kept.append(message)
     return kept
 

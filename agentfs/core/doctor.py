@@ -79,7 +79,7 @@ def load_valid_config(workspace: Workspace) -> WorkspaceConfig:
 
 def _digest(workspace: Workspace) -> str | None:
     try:
-        return hashlib.sha1(workspace.config_path.read_bytes()).hexdigest()
+        return hashlib.sha1(workspace.config_path.read_bytes(), usedforsecurity=False).hexdigest()
     except OSError:
         return None
 

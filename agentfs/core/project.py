@@ -92,7 +92,7 @@ class Project:
         `check_trace_settings`)."""
         return settings_check(self.config, skills or load_skills(self.workspace.skills_dir))
 
-    def new_trace(
+    def new_trace(  # noqa: PLR0913 -- keyword-only options, each with its default
         self,
         trace_id: str,
         first_message: Dropped | None,

@@ -191,7 +191,7 @@ class Runner:
         self.options = replace(self.options,
                                context_hooks=(*self.options.context_hooks, (name, hook)))
 
-    def run(
+    def run(  # noqa: PLR0913 -- keyword-only options, each with its default
         self,
         trace_id: str,
         messages: Sequence[str | dict[str, str]] = (),
@@ -243,7 +243,8 @@ class Runner:
                     hint=f"agentfs run {trace.id} -m '...' (or agentfs new)",
                 )
             texts.pop(0)
-            self._create(trace.id, given.pop(0), system, system_prompt, preset, model_name)
+            self._create(trace.id, given.pop(0), system=system, run_prompt=system_prompt,
+                         preset=preset, model_name=model_name)
         elif system is not None:
             raise AgentfsError(
                 f"trace {trace.id!r} already has its system prompt",
@@ -345,7 +346,7 @@ class Runner:
         self._ingest_inbox(session, result, wait=True)
 
     def _create(
-        self, trace_id: str, first: Dropped, system: str | None, run_prompt: str | None,
+        self, trace_id: str, first: Dropped, *, system: str | None, run_prompt: str | None,
         preset: str | None, model_name: str | None,
     ) -> Trace:
         return self.project.new_trace(

@@ -184,7 +184,8 @@ def run_branch(
         turns = [m for m in sent if m.role == "assistant"]
         last = sent[-1]
         if last.role == "assistant" and last.tool_calls and runnable is not None:
-            results = [_run_call(work, step, call, context, runnable, fields)
+            results = [_run_call(work, step, call, context, runnable=runnable,
+                                 fields=fields)
                        for call in last.tool_calls]  # read-only tools: safe to run on resume
             for result in results:
                 result.parent_sequence = sent[-1].sequence
@@ -210,7 +211,7 @@ def run_branch(
         sent.append(answer)
 
 
-def _run_call(work: SideWork, step: QueueStep, call: ToolCall, context: ToolContext,
+def _run_call(work: SideWork, step: QueueStep, call: ToolCall, context: ToolContext, *,
               runnable: Collection[str], fields: dict[str, str]) -> Message:
     if call.name in runnable:
         outcome = work.tools.call(call.name, call.input, context)

@@ -44,7 +44,7 @@ CACHE = {"type": "ephemeral"}
 class AnthropicModel:
     """Claude through the Messages API; the key is passed in, never read from files."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- keyword-only options, each with its default
         self,
         model_id: str,
         *,

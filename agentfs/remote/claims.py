@@ -40,7 +40,7 @@ SEEN_MAIN = "refs/agentfs/seen/main"
 def new_trace_claim(inbox_path: str) -> str:
     """The claim name for a file of the workspace `inbox/` (a trace still to create):
     its path hashed, since any file name must give a valid ref."""
-    return "new-" + hashlib.sha1(inbox_path.encode()).hexdigest()[:20]
+    return "new-" + hashlib.sha1(inbox_path.encode(), usedforsecurity=False).hexdigest()[:20]
 
 
 @dataclass(frozen=True)

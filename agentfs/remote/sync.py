@@ -173,7 +173,8 @@ def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncRep
     repo = GitRepo(root)
     try:
         result = merge(repo, base.encode() if base else None, ours.encode(), theirs.encode(),
-                       _resolve, b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
+                       resolve=_resolve,
+                       message=b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
     finally:
         repo.close()
     report.resolved = result.resolved
@@ -214,7 +215,7 @@ def merge_json(base: bytes | None, ours: bytes, theirs: bytes) -> bytes | None:
     merged: dict[str, Any] = {}
     for key in [*mine, *(k for k in other if k not in mine)]:
         a, b, o = mine.get(key, _GONE), other.get(key, _GONE), old.get(key, _GONE)
-        if a == b or b == o:
+        if b in (a, o):
             value = a
         elif a == o or _ahead(other, mine):
             value = b

@@ -167,7 +167,16 @@ class ModelBody(_Body):
 # --- routes -----------------------------------------------------------------------
 
 def build_router(server: Server) -> APIRouter:
+    """The `/api` routes over `server`, one group per resource."""
     api = APIRouter(prefix="/api", responses=ERRORS)
+    for add_routes in (_trace_routes, _message_routes, _view_routes, _run_routes,
+                       _event_routes, _knowledge_routes):
+        add_routes(api, server)
+    return api
+
+
+def _trace_routes(api: APIRouter, server: Server) -> None:
+    """The traces: list them, create one, one trace's state."""
     project = server.project
 
     @api.get("/traces", summary="Traces with their status (`agentfs status --json`)")
@@ -206,6 +215,10 @@ def build_router(server: Server) -> APIRouter:
                 "last_error": meta.context.last_error.model_dump() if meta.context.last_error
                 else None}
 
+
+def _message_routes(api: APIRouter, server: Server) -> None:
+    """A trace's messages: read them, post one, move the head back."""
+
     @api.get("/traces/{trace_id}/messages",
              summary="The main path, or with all=true every message (`agentfs show --json`)")
     def get_messages(trace_id: str, all: bool = False) -> dict[str, Any]:
@@ -215,6 +228,46 @@ def build_router(server: Server) -> APIRouter:
         return {"trace": trace.id, "head": trace.meta.head,
                 "messages": [message_record(m, m.sequence in on_path)
                              for m in messages.values() if all or m.sequence in on_path]}
+
+    @api.post("/traces/{trace_id}/messages", status_code=201,
+              summary="Post a user message (through the trace's inbox)",
+              responses={202: {"description": "Queued for the run that holds the trace"}})
+    def post(trace_id: str, body: PostMessage) -> JSONResponse:
+        trace = server.trace(trace_id)
+        # A model that cannot be used is refused before the message is committed: once
+        # it is, the answer is a success (a client retrying an error would post twice).
+        model = server.model(trace, body.model) if body.run else None
+        posted = post_message(trace, body.text, check=server.project.drop_check(),
+                              run_holds_it=lambda: server.runs.running(trace.id))
+        record: dict[str, Any] = {"trace": trace.id, "status": posted.status,
+                                  "file": posted.file, "sequence": posted.sequence}
+        if posted.status == "committed":
+            server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
+                                                       "head": posted.sequence})
+        if model is not None and posted.status == "committed":
+            try:
+                record["run"] = server.runs.start(RunRequest(trace.id, model))
+            except TraceLocked as exc:  # the message is committed all the same
+                record["run"] = {"status": "not started", "error": exc.message, "hint": exc.hint}
+        return JSONResponse(record, status_code=201 if posted.status == "committed" else 202)
+
+    @api.post("/traces/{trace_id}/rewind", summary="Move the head back (`agentfs rewind`)")
+    def rewind_trace(trace_id: str, body: RewindBody) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        if body.sequence not in trace.messages():
+            raise ApiError(404, f"trace {trace.id!r} has no message #{body.sequence}",
+                           f"GET /api/traces/{trace.id}/messages?all=true lists them")
+        done = rewind(trace, body.sequence)
+        if done.moved:
+            server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "rewind",
+                                                       "head": done.sequence})
+        return {"trace": trace.id, "previous": done.previous, "head": done.sequence,
+                "moved": done.moved}
+
+
+def _view_routes(api: APIRouter, server: Server) -> None:
+    """What the viewer and the read-only commands show: the tree, the log, the goals."""
+    project = server.project
 
     @api.get("/traces/{trace_id}/tree",
              summary="Every message with its place, side branches, goals (the viewer's data)")
@@ -229,27 +282,15 @@ def build_router(server: Server) -> APIRouter:
         return {"trace": trace.id, "steps": [vars(s) for s in trace_log(project.repo, trace.id,
                                                                           limit)]}
 
-    @api.post("/traces/{trace_id}/messages", status_code=201,
-              summary="Post a user message (through the trace's inbox)",
-              responses={202: {"description": "Queued for the run that holds the trace"}})
-    def post(trace_id: str, body: PostMessage) -> JSONResponse:
+    @api.get("/traces/{trace_id}/goals", summary="The goal tree (`agentfs goals --json`)")
+    def goals(trace_id: str) -> dict[str, Any]:
         trace = server.trace(trace_id)
-        # A model that cannot be used is refused before the message is committed: once
-        # it is, the answer is a success (a client retrying an error would post twice).
-        model = server.model(trace, body.model) if body.run else None
-        posted = post_message(trace, body.text, check=project.drop_check(),
-                              run_holds_it=lambda: server.runs.running(trace.id))
-        record: dict[str, Any] = {"trace": trace.id, "status": posted.status,
-                                  "file": posted.file, "sequence": posted.sequence}
-        if posted.status == "committed":
-            server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
-                                                       "head": posted.sequence})
-        if model is not None and posted.status == "committed":
-            try:
-                record["run"] = server.runs.start(RunRequest(trace.id, model))
-            except TraceLocked as exc:  # the message is committed all the same
-                record["run"] = {"status": "not started", "error": exc.message, "hint": exc.hint}
-        return JSONResponse(record, status_code=201 if posted.status == "committed" else 202)
+        tree = GoalTree.load(trace.dir / GOALS_FILE)
+        return {**tree.model_dump(mode="json"), "text": tree.to_prompt(include_summary=True)}
+
+
+def _run_routes(api: APIRouter, server: Server) -> None:
+    """Runs on threads of the server, and side work (compress, reflect, evaluate)."""
 
     @api.post("/traces/{trace_id}/run", summary="Start a run on a thread of the server",
               responses={202: {"description": "Running; follow GET .../events"}})
@@ -270,6 +311,30 @@ def build_router(server: Server) -> APIRouter:
             raise ApiError(409, f"this server is not running trace {trace.id!r}",
                            "a run another process started stops with Ctrl-C there")
         return {"trace": trace.id, "status": "stopping"}
+
+    @api.post("/traces/{trace_id}/compress", status_code=201,
+              summary="Compress now on a side branch (`agentfs compress --json`)")
+    def compress(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
+        return _side_work(server, trace_id, body, "compress", Runner.compress)
+
+    @api.post("/traces/{trace_id}/reflect", status_code=201,
+              summary="Reflect now on a side branch (`agentfs reflect --json`)")
+    def reflect(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
+        return _side_work(server, trace_id, body, "reflect", Runner.reflect)
+
+    @api.post("/traces/{trace_id}/evaluate-knowledge", status_code=201,
+              summary="Judge the pending knowledge items on a side branch of the trace "
+                      "(`agentfs knowledge evaluate TRACE --json`)")
+    def evaluate(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
+        server.trace(trace_id)
+        if not pending_by_trace(server.project, trace_id):
+            raise ApiError(409, "no pending knowledge items: nothing to evaluate",
+                           "reflection (POST .../reflect) writes pending items")
+        return _side_work(server, trace_id, body, "evaluate_knowledge", Runner.evaluate_knowledge)
+
+
+def _event_routes(api: APIRouter, server: Server) -> None:
+    """Run events as server-sent events."""
 
     @api.get("/traces/{trace_id}/events", summary="Run events as server-sent events",
              response_class=StreamingResponse)
@@ -293,58 +358,10 @@ def build_router(server: Server) -> APIRouter:
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"cache-control": "no-store"})
 
-    @api.post("/traces/{trace_id}/rewind", summary="Move the head back (`agentfs rewind`)")
-    def rewind_trace(trace_id: str, body: RewindBody) -> dict[str, Any]:
-        trace = server.trace(trace_id)
-        if body.sequence not in trace.messages():
-            raise ApiError(404, f"trace {trace.id!r} has no message #{body.sequence}",
-                           f"GET /api/traces/{trace.id}/messages?all=true lists them")
-        done = rewind(trace, body.sequence)
-        if done.moved:
-            server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "rewind",
-                                                       "head": done.sequence})
-        return {"trace": trace.id, "previous": done.previous, "head": done.sequence,
-                "moved": done.moved}
 
-    def side_work(trace_id: str, body: ModelBody | None, kind: str,
-                  work: Callable[[Runner, str], QueueReport]) -> dict[str, Any]:
-        """Run `work` (a Runner method: compress, reflect, evaluate_knowledge) through
-        the trace's queue; what it merged, as `agentfs/core/sidework.py:report_record`."""
-        trace = server.trace(trace_id)
-        runner = project.runner(server.model(trace, (body or ModelBody()).model),
-                                **server.runner_options)
-        report = work(runner, trace.id)
-        record = report_record(project, trace.id, report)
-        if report.merged:
-            server.hub.publish(trace.id, "committed", {
-                "trace": trace.id, "kind": kind, "head": server.trace(trace_id).meta.head})
-        return record
-
-    @api.post("/traces/{trace_id}/compress", status_code=201,
-              summary="Compress now on a side branch (`agentfs compress --json`)")
-    def compress(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
-        return side_work(trace_id, body, "compress", Runner.compress)
-
-    @api.post("/traces/{trace_id}/reflect", status_code=201,
-              summary="Reflect now on a side branch (`agentfs reflect --json`)")
-    def reflect(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
-        return side_work(trace_id, body, "reflect", Runner.reflect)
-
-    @api.post("/traces/{trace_id}/evaluate-knowledge", status_code=201,
-              summary="Judge the pending knowledge items on a side branch of the trace "
-                      "(`agentfs knowledge evaluate TRACE --json`)")
-    def evaluate(trace_id: str, body: ModelBody | None = None) -> dict[str, Any]:
-        server.trace(trace_id)
-        if not pending_by_trace(project, trace_id):
-            raise ApiError(409, "no pending knowledge items: nothing to evaluate",
-                           "reflection (POST .../reflect) writes pending items")
-        return side_work(trace_id, body, "evaluate_knowledge", Runner.evaluate_knowledge)
-
-    @api.get("/traces/{trace_id}/goals", summary="The goal tree (`agentfs goals --json`)")
-    def goals(trace_id: str) -> dict[str, Any]:
-        trace = server.trace(trace_id)
-        tree = GoalTree.load(trace.dir / GOALS_FILE)
-        return {**tree.model_dump(mode="json"), "text": tree.to_prompt(include_summary=True)}
+def _knowledge_routes(api: APIRouter, server: Server) -> None:
+    """The workspace's knowledge items."""
+    project = server.project
 
     @api.get("/knowledge", summary="Knowledge items (`agentfs knowledge --json`)")
     def knowledge(status: Literal["pending", "accepted", "rejected"] | None = None,
@@ -353,4 +370,17 @@ def build_router(server: Server) -> APIRouter:
                  if status is None or i.status == status]
         return {"items": [item_record(i) for i in items]}
 
-    return api
+
+def _side_work(server: Server, trace_id: str, body: ModelBody | None, kind: str,
+           work: Callable[[Runner, str], QueueReport]) -> dict[str, Any]:
+    """Run `work` (a Runner method: compress, reflect, evaluate_knowledge) through
+    the trace's queue; what it merged, as `agentfs/core/sidework.py:report_record`."""
+    trace = server.trace(trace_id)
+    runner = server.project.runner(server.model(trace, (body or ModelBody()).model),
+                            **server.runner_options)
+    report = work(runner, trace.id)
+    record = report_record(server.project, trace.id, report)
+    if report.merged:
+        server.hub.publish(trace.id, "committed", {
+            "trace": trace.id, "kind": kind, "head": server.trace(trace_id).meta.head})
+    return record

@@ -98,17 +98,18 @@ def atomic_write_at(dir_fd: int, name: str, data: bytes, *, tmp_dir: Path | None
         tmp_dir.mkdir(parents=True, exist_ok=True)
         tmp_fd = os.open(tmp_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            _write_at(tmp_fd, temp, dir_fd, name, data, mode)
+            _write_at(tmp_fd, temp, dir_fd, name, data, mode=mode)
             return
         except OSError as exc:
             if exc.errno != errno.EXDEV:  # another filesystem: fall back to a temp beside it
                 raise
         finally:
             os.close(tmp_fd)
-    _write_at(dir_fd, "." + temp, dir_fd, name, data, mode)
+    _write_at(dir_fd, "." + temp, dir_fd, name, data, mode=mode)
 
 
-def _write_at(tmp_fd: int, temp: str, dir_fd: int, name: str, data: bytes, mode: int) -> None:
+def _write_at(tmp_fd: int, temp: str, dir_fd: int, name: str, data: bytes, *,
+              mode: int) -> None:
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o600, dir_fd=tmp_fd)
     try:

@@ -76,8 +76,8 @@ class Step:
 def one_line(text: str, width: int) -> str:
     """First non-empty line of `text`, cut to `width` characters with an ellipsis.
     Control characters become spaces: a NUL in a commit message fails `git fsck`."""
-    for line in text.splitlines():
-        line = " ".join(_CONTROL.sub(" ", line).split())
+    for raw in text.splitlines():
+        line = " ".join(_CONTROL.sub(" ", raw).split())
         if line:
             if len(line) > width:
                 return line[: max(width - 1, 0)] + "…"

@@ -308,17 +308,7 @@ def parse_dropped(path: Path, data: bytes) -> Message:
 def _parse(
     path: Path, data: bytes, sequence: int, role: str, ext: str, *, dropped: bool = False
 ) -> Message:
-    if len(data) > MAX_MESSAGE_BYTES:
-        raise MessageFileError(path, _over_limit(len(data)), hint=_SIZE_HINT)
-    if b"\x00" in data:
-        raise MessageFileError(path, "binary file (contains NUL bytes)", hint="messages are text")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MessageFileError(
-            path, f"not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8"
-        ) from None
-
+    text = _decode(path, data)
     if ext == "json":
         fields = _parse_json(path, text)
         content = fields.pop("content", "")
@@ -330,18 +320,7 @@ def _parse(
         fields = header if header is not None else {}
 
     if dropped:
-        for key in ("id", "sequence", "parent_sequence"):
-            fields.pop(key, None)
-        if fields.get("role", "user") != "user":
-            raise MessageFileError(
-                path,
-                f"a dropped file is a user message, but its frontmatter says role: {fields['role']!r}",
-                hint="remove the role line",
-            )
-        if content is None or (isinstance(content, str) and not content.strip()):
-            raise MessageFileError(
-                path, "empty message: the file has no text", hint="write the message, then save"
-            )
+        _check_dropped(path, fields, content)
     for key, expected in (("sequence", sequence), ("role", role)):
         if key in fields and fields[key] != expected:
             raise MessageFileError(
@@ -360,6 +339,37 @@ def _parse(
     message._source_ext = ext
     message._source_digest = _digest(message)
     return message
+
+
+def _decode(path: Path, data: bytes) -> str:
+    """A message file's text: within the size limit, no NUL byte, UTF-8."""
+    if len(data) > MAX_MESSAGE_BYTES:
+        raise MessageFileError(path, _over_limit(len(data)), hint=_SIZE_HINT)
+    if b"\x00" in data:
+        raise MessageFileError(path, "binary file (contains NUL bytes)", hint="messages are text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MessageFileError(
+            path, f"not valid UTF-8 (byte {exc.start})", hint="save the file as UTF-8"
+        ) from None
+
+
+def _check_dropped(path: Path, fields: dict[str, Any], content: Any) -> None:
+    """A dropped file is a user message with text; the trace gives it its id and place
+    (the fields saying otherwise are dropped from `fields`)."""
+    for key in ("id", "sequence", "parent_sequence"):
+        fields.pop(key, None)
+    if fields.get("role", "user") != "user":
+        raise MessageFileError(
+            path,
+            f"a dropped file is a user message, but its frontmatter says role: {fields['role']!r}",
+            hint="remove the role line",
+        )
+    if content is None or (isinstance(content, str) and not content.strip()):
+        raise MessageFileError(
+            path, "empty message: the file has no text", hint="write the message, then save"
+        )
 
 
 def _parse_json(path: Path, text: str) -> dict[str, Any]:

@@ -38,7 +38,7 @@ def load(path: Path) -> dict[str, tuple[Stamp, Any]]:
     try:
         with open(path, "rb") as f:
             written_ns = os.fstat(f.fileno()).st_mtime_ns
-            data = pickle.load(f)
+            data = pickle.load(f)  # noqa: S301 -- agentfs' own file in .git/, as trusted as hooks
     except FileNotFoundError:
         return {}
     except Exception:  # noqa: BLE001 — any damage or version skew: start afresh

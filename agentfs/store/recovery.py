@@ -26,6 +26,7 @@ from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.branches import queue_step_files
 from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
+from agentfs.store.git.index import StatCache
 from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
 from agentfs.store.message_dir import (
     RACY_NS,
@@ -77,7 +78,7 @@ def recover(trace: Trace) -> list[str]:
         s.sequence: s.origin for s in staged_in(trace.workspace.ingest_dir / trace.id) if s.origin
     }  # claimed inbox files: their removal belongs to their `user` step, not an edit
     changed = [p for p in changed if p not in sources.values()]
-    _remember_clean(checked, changed)
+    _remember_clean(trace, checked, changed)
     if not changed:
         return kinds
     if clean:  # what follows needs every committed file
@@ -222,8 +223,9 @@ def _adopt(
         if message.parent_sequence not in (None, head):
             continue
         if message.parent_sequence is None and head is not None:
-            message = message.model_copy(update={"parent_sequence": head})
-        adopted.append(message)
+            adopted.append(message.model_copy(update={"parent_sequence": head}))
+        else:
+            adopted.append(message)
         head = sequence
     return adopted
 
@@ -253,10 +255,6 @@ def _committed_files(
             files[path] = entry
     return files
 
-#: Folders of `messages/` (absolute paths) found to hold what a commit holds: the
-#: folder's tree id in that commit, and the stamps of its files then.
-_clean: dict[str, tuple[bytes, dict[str, Stamp]]] = {}
-
 #: A folder checked file by file that may be remembered as clean if nothing in it
 #: changed: (its path below the workspace, its absolute path, tree id, stamps).
 _Checked = tuple[str, str, bytes, dict[str, Stamp]]
@@ -278,12 +276,13 @@ def _worktree_files(
     read it again.
 
     A folder of `messages/` whose files all have the stamps (mtime, ctime, size,
-    inode) they had when an earlier recovery in this process found the folder to
-    hold the same tree as now is not looked at further: every file is still
-    stat'ed (an edit in place changes a file's ctime, not its folder's mtime),
-    but none is looked up in the index or read, and the folder's committed tree
-    is not walked. Only folders whose stamps were all settled (older than the
-    last clock ticks, by mtime and ctime) are remembered.
+    inode) they had when an earlier recovery through the same repository object
+    found the folder to hold the same tree as now (`GitRepo.clean_folders`) is
+    not looked at further: every file is still stat'ed (an edit in place
+    changes a file's ctime, not its folder's mtime), but none is looked up in
+    the index or read, and the folder's committed tree is not walked. Only
+    folders whose stamps were all settled (older than the last clock ticks, by
+    mtime and ctime) are remembered.
     """
     prefix = trace.rel(trace.dir)
     known = trace.repo.stat_cache()
@@ -302,28 +301,7 @@ def _worktree_files(
         parent, _, name = rel_dir.rpartition("/")
         folder = "" if rel_dir == messages_rel else (
             name if parent == messages_rel and is_shard_name(name) else None)
-        found: list[tuple[os.DirEntry[str], os.stat_result]] = []
-        stamps: dict[str, Stamp] = {}
-        plain = True  # regular files only
-        kept = False  # a `.gitkeep`: a file here, not a message file
-        with os.scandir(directory) as entries:
-            for entry in entries:  # once per file of the trace: kept lean
-                name = entry.name
-                if is_ignored_name(name):
-                    if name != KEEP:
-                        continue
-                    kept = True
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append((entry.path, f"{rel_dir}/{name}"))
-                    plain = False
-                    continue
-                st = entry.stat(follow_symlinks=False)
-                if not stat.S_ISREG(st.st_mode):
-                    plain = False
-                    if not stat.S_ISLNK(st.st_mode):
-                        continue  # a FIFO or device: Git does not track it, and reading could block
-                found.append((entry, st))
-                stamps[name] = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+        found, stamps, plain, kept = _scan(directory, rel_dir, pending)
         if listing is not None and (folder is not None or rel_dir.startswith(messages_rel + "/")):
             if any(stat.S_ISLNK(st.st_mode) for _, st in found):
                 listing = None  # let the scan of messages/ report it
@@ -332,37 +310,79 @@ def _worktree_files(
                                    else stamps)
         tree = trees.get(folder) if folder else None
         if tree is not None and plain:
-            remembered = _clean.get(directory)
+            remembered = trace.repo.clean_folders.get(str(trace.dir), directory)
             if remembered is not None and remembered == (tree[1], stamps):
                 clean.add(rel_dir)
                 continue
-            _clean.pop(directory, None)
+            trace.repo.clean_folders.forget(str(trace.dir), directory)
             if all(settled(max(s[0], s[1]), racy_after) for s in stamps.values()):
                 checked.append((rel_dir, directory, tree[1], stamps))
-        for entry, st in found:
-            rel = f"{rel_dir}/{entry.name}"
-            blob_id = known.blob_id(rel, st)
-            if blob_id is not None:
-                files[rel] = blob_id
-            elif entry.is_symlink():
-                files[rel] = Blob.from_string(os.readlink(entry.path).encode()).id
-            else:
-                with open(entry.path, "rb") as f:
-                    files[rel] = Blob.from_string(f.read()).id
-                if known.has(rel):
-                    reread[rel] = (st, files[rel])
+        _blob_ids(found, rel_dir, known, files, reread)
     trace.repo.refresh_stat(reread)  # so the next run stats them instead of reading
     if listing is not None and trace.message_dir.key() == messages_key:
         trace.message_dir.hint(messages_key, listing)
     return files, clean, checked
 
 
-def _remember_clean(checked: list[_Checked], changed: list[str]) -> None:
-    """Remember the folders checked file by file in which nothing changed."""
+#: A folder's files as scanned: (entry, its stat) of each file and symlink, the stamps
+#: of those, whether they are all regular files with no subfolder, and whether a
+#: `.gitkeep` is among them.
+_Scan = tuple[list[tuple[os.DirEntry[str], os.stat_result]], dict[str, Stamp], bool, bool]
+
+
+def _scan(directory: str, rel_dir: str, pending: list[tuple[str, str]]) -> _Scan:
+    """The files of one folder under the trace; its subfolders go onto `pending`."""
+    found: list[tuple[os.DirEntry[str], os.stat_result]] = []
+    stamps: dict[str, Stamp] = {}
+    plain = True  # regular files only
+    kept = False  # a `.gitkeep`: a file here, not a message file
+    with os.scandir(directory) as entries:
+        for entry in entries:  # once per file of the trace: kept lean
+            name = entry.name
+            if is_ignored_name(name):
+                if name != KEEP:
+                    continue
+                kept = True
+            if entry.is_dir(follow_symlinks=False):
+                pending.append((entry.path, f"{rel_dir}/{name}"))
+                plain = False
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                plain = False
+                if not stat.S_ISLNK(st.st_mode):
+                    continue  # a FIFO or device: Git does not track it, and reading could block
+            found.append((entry, st))
+            stamps[name] = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
+    return found, stamps, plain, kept
+
+
+def _blob_ids(found: list[tuple[os.DirEntry[str], os.stat_result]], rel_dir: str,
+              known: StatCache, files: dict[str, bytes],
+              reread: dict[str, tuple[os.stat_result, bytes]]) -> None:
+    """Into `files`: the blob id of each file found, from the index when its stat
+    matches, else read; into `reread`: files read although the index had them."""
+    for entry, st in found:
+        rel = f"{rel_dir}/{entry.name}"
+        blob_id = known.blob_id(rel, st)
+        if blob_id is not None:
+            files[rel] = blob_id
+        elif entry.is_symlink():
+            files[rel] = Blob.from_string(os.readlink(entry.path).encode()).id
+        else:
+            with open(entry.path, "rb") as f:
+                files[rel] = Blob.from_string(f.read()).id
+            if known.has(rel):
+                reread[rel] = (st, files[rel])
+
+
+def _remember_clean(trace: Trace, checked: list[_Checked], changed: list[str]) -> None:
+    """Remember the folders checked file by file in which nothing changed
+    (`agentfs/store/cleanfolders.py:CleanFolders`, held by the workspace's repository)."""
     for rel_dir, directory, tree, stamps in checked:
         start = bisect.bisect_left(changed, rel_dir + "/")
         if start == len(changed) or not changed[start].startswith(rel_dir + "/"):
-            _clean[directory] = (tree, stamps)
+            trace.repo.clean_folders.remember(str(trace.dir), directory, (tree, stamps))
 
 
 def _ignored(name: str) -> bool:

@@ -21,7 +21,7 @@ is built. The rules follow the API's documentation and its error messages:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 MAX_CACHE_BREAKPOINTS = 4
@@ -112,40 +112,63 @@ def _check_blocks(messages: list[Any]) -> list[str]:
 
 def _check_block(where: str, role: Any, block: dict[str, Any]) -> list[str]:
     kind = block.get("type")
-    if kind == "text":
-        text = block.get("text")
-        if not isinstance(text, str) or not text.strip():
-            return [f"{where}: text blocks must contain non-whitespace text"]
-    elif kind in THINKING_TYPES:
-        if role != "assistant":
-            return [f"{where}: {kind} blocks may only appear in assistant messages"]
-        if kind == "thinking" and not block.get("signature"):
-            return [f"{where}: thinking block without its signature (send it back verbatim)"]
-        if kind == "redacted_thinking" and not block.get("data"):
-            return [f"{where}: redacted_thinking block without its data"]
-    elif kind == "tool_use":
-        if role != "assistant":
-            return [f"{where}: tool_use blocks may only appear in assistant messages"]
-        if not block.get("id") or not block.get("name"):
-            return [f"{where}: tool_use blocks need an id and a name"]
-        if not isinstance(block.get("input"), dict):
-            return [f"{where}: tool_use input must be an object"]
-    elif kind == "tool_result":
-        if role != "user":
-            return [f"{where}: tool_result blocks may only appear in user messages"]
-        if not block.get("tool_use_id"):
-            return [f"{where}: tool_result without tool_use_id"]
-        nested = block.get("content")
-        if isinstance(nested, list):
-            return [
-                p
-                for k, inner in enumerate(nested)
-                if isinstance(inner, dict)
-                for p in _check_block(f"{where}.content[{k}]", "tool_result", inner)
-            ]
-    elif not isinstance(kind, str):
+    if not isinstance(kind, str):
         return [f"{where}: block without a type"]
+    check = _BLOCK_CHECKS.get(kind)
+    return check(where, role, block) if check is not None else []
+
+
+def _check_text(where: str, role: Any, block: dict[str, Any]) -> list[str]:
+    text = block.get("text")
+    if not isinstance(text, str) or not text.strip():
+        return [f"{where}: text blocks must contain non-whitespace text"]
     return []
+
+
+def _check_thinking_block(where: str, role: Any, block: dict[str, Any]) -> list[str]:
+    kind = block["type"]
+    if role != "assistant":
+        return [f"{where}: {kind} blocks may only appear in assistant messages"]
+    if kind == "thinking" and not block.get("signature"):
+        return [f"{where}: thinking block without its signature (send it back verbatim)"]
+    if kind == "redacted_thinking" and not block.get("data"):
+        return [f"{where}: redacted_thinking block without its data"]
+    return []
+
+
+def _check_tool_use(where: str, role: Any, block: dict[str, Any]) -> list[str]:
+    if role != "assistant":
+        return [f"{where}: tool_use blocks may only appear in assistant messages"]
+    if not block.get("id") or not block.get("name"):
+        return [f"{where}: tool_use blocks need an id and a name"]
+    if not isinstance(block.get("input"), dict):
+        return [f"{where}: tool_use input must be an object"]
+    return []
+
+
+def _check_tool_result(where: str, role: Any, block: dict[str, Any]) -> list[str]:
+    if role != "user":
+        return [f"{where}: tool_result blocks may only appear in user messages"]
+    if not block.get("tool_use_id"):
+        return [f"{where}: tool_result without tool_use_id"]
+    nested = block.get("content")
+    if not isinstance(nested, list):
+        return []
+    return [
+        p
+        for k, inner in enumerate(nested)
+        if isinstance(inner, dict)
+        for p in _check_block(f"{where}.content[{k}]", "tool_result", inner)
+    ]
+
+
+#: The rules of each kind of content block (other kinds pass as they are).
+_BLOCK_CHECKS: dict[str, Callable[[str, Any, dict[str, Any]], list[str]]] = {
+    "text": _check_text,
+    "tool_use": _check_tool_use,
+    "tool_result": _check_tool_result,
+    **dict.fromkeys(THINKING_TYPES, _check_thinking_block),
+}
 
 
 def _check_thinking(body: dict[str, Any], messages: list[Any]) -> list[str]:
@@ -182,14 +205,25 @@ def _check_thinking(body: dict[str, Any], messages: list[Any]) -> list[str]:
 
 
 def _check_tool_pairing(messages: list[Any]) -> list[str]:
-    problems: list[str] = []
     use_ids: list[list[str]] = [_tool_use_ids(m) for m in messages]
+    return [*_reused_use_ids(use_ids), *_misplaced_results(messages, use_ids),
+            *_unanswered_uses(messages, use_ids)]
+
+
+def _reused_use_ids(use_ids: list[list[str]]) -> list[str]:
+    problems: list[str] = []
     seen: set[str] = set()
     for i, ids in enumerate(use_ids):
         for use_id in ids:
             if use_id in seen:
                 problems.append(f"messages[{i}]: tool_use id {use_id!r} is used twice")
             seen.add(use_id)
+    return problems
+
+
+def _misplaced_results(messages: list[Any], use_ids: list[list[str]]) -> list[str]:
+    """tool_result blocks answered twice, with no tool_use right before, or not first."""
+    problems: list[str] = []
     answered: set[str] = set()
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") != "user":
@@ -218,6 +252,11 @@ def _check_tool_pairing(messages: list[Any]) -> list[str]:
             if isinstance(result_id, str):
                 here.add(result_id)
         answered |= here
+    return problems
+
+
+def _unanswered_uses(messages: list[Any], use_ids: list[list[str]]) -> list[str]:
+    problems: list[str] = []
     for i, ids in enumerate(use_ids):
         following = messages[i + 1] if i + 1 < len(messages) else None
         results = set() if following is None else _tool_result_ids(following)

@@ -47,6 +47,7 @@ also gets a 400, as the real API may answer.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import hashlib
 import hmac
@@ -302,6 +303,20 @@ class FakeAnthropicServer:
     # --- serving (handler threads) ---------------------------------------------------
 
     def _serve(self, h: _Handler) -> None:
+        request, number, fault = self._record(h)
+        body = request.body
+        if fault is not None and fault.kind == "delay":
+            if self._closing.wait(fault.seconds):
+                return _drop(h)
+            fault = None
+        if fault is not None and self._fault_instead(h, fault, body):
+            return None
+        if self._refused(h, request, number):
+            return None
+        return self._reply(h, body, fault)
+
+    def _record(self, h: _Handler) -> tuple[RecordedRequest, int, _Fault | None]:
+        """The request, recorded; its number; the fault queued for it."""
         length = int(h.headers.get("content-length") or 0)
         raw = h.rfile.read(length) if length else b""
         try:
@@ -315,36 +330,52 @@ class FakeAnthropicServer:
             number = len(self._requests)
             self._changed.notify_all()
             fault = self._faults.popleft() if self._faults else None
-        streaming = isinstance(body, dict) and body.get("stream") is True
+        return request, number, fault
 
-        if fault is not None and fault.kind == "delay":
-            if self._closing.wait(fault.seconds):
-                return _drop(h)
-            fault = None
-        if fault is not None and fault.kind == "status":
-            return _send_error(h, fault.status, fault.body, retry_after=fault.retry_after)
-        if fault is not None and fault.kind == "drop" and not fault.mid_stream:
-            return _drop(h)
-        if fault is not None and fault.kind == "too_long":
+    def _fault_instead(self, h: _Handler, fault: _Fault, body: Any) -> bool:
+        """Answer with the fault instead of an answer, if it is one of those; True if so."""
+        if fault.kind == "status":
+            _send_error(h, fault.status, fault.body, retry_after=fault.retry_after)
+        elif fault.kind == "drop" and not fault.mid_stream:
+            _drop(h)
+        elif fault.kind == "too_long":
             size = _tokens(self._cache.request_size(body)) if isinstance(body, dict) else 0
-            return _send_error(h, 400, None, message=f"prompt is too long: "
-                               f"{max(size, CONTEXT_WINDOW_TOKENS + 1)} tokens > "
-                               f"{CONTEXT_WINDOW_TOKENS} maximum")
+            _send_error(h, 400, None, message=f"prompt is too long: "
+                        f"{max(size, CONTEXT_WINDOW_TOKENS + 1)} tokens > "
+                        f"{CONTEXT_WINDOW_TOKENS} maximum")
+        else:
+            return False
+        return True
 
+    def _refused(self, h: _Handler, request: RecordedRequest, number: int) -> bool:
+        """Answer what the API refuses (or counts tokens of) as it would; True if so."""
+        body = request.body
         path = urlsplit(h.path).path.rstrip("/")
         if h.command != "POST" or path not in ("/v1/messages", "/v1/messages/count_tokens"):
-            return _send_error(h, 404, None, message=f"{h.command} {h.path} is not served here")
-        if self.api_key is not None and request.api_key != self.api_key:
-            return _send_error(h, 401, None)
-        if not isinstance(body, dict):
-            return _send_error(h, 400, None, message="the request body is not a JSON object")
-        if path.endswith("count_tokens"):
-            return _send_json(h, 200, {"input_tokens": _tokens(self._cache.request_size(body))})
-        if self.validate and (problems := check_request(body)):
-            return _send_error(h, 400, None, message="; ".join(problems))
-        if (problems := self._check_thinking(body, number)) and self.strict_thinking:
-            return _send_error(h, 400, None, message="; ".join(problems))
+            _send_error(h, 404, None, message=f"{h.command} {h.path} is not served here")
+        elif self.api_key is not None and request.api_key != self.api_key:
+            _send_error(h, 401, None)
+        elif not isinstance(body, dict):
+            _send_error(h, 400, None, message="the request body is not a JSON object")
+        elif path.endswith("count_tokens"):
+            _send_json(h, 200, {"input_tokens": _tokens(self._cache.request_size(body))})
+        elif problems := self._request_problems(body, number):
+            _send_error(h, 400, None, message="; ".join(problems))
+        else:
+            return False
+        return True
 
+    def _request_problems(self, body: dict[str, Any], number: int) -> list[str]:
+        """Why the API would refuse the request: its rules (with `validate`), else its
+        thinking blocks (those are always checked, refused with `strict_thinking`)."""
+        if self.validate and (problems := check_request(body)):
+            return problems
+        problems = self._check_thinking(body, number)
+        return problems if self.strict_thinking else []
+
+    def _reply(self, h: _Handler, body: dict[str, Any], fault: _Fault | None) -> None:
+        """The answer, whole, streamed, or broken as `fault` says."""
+        streaming = body.get("stream") is True
         cut = fault is not None and fault.kind == "cut"
         message, chunks = self._answer(body, broken=fault is not None, peek=cut)
         if streaming:
@@ -517,7 +548,7 @@ def _difference(blocks: list[tuple[str, bytes, dict[str, Any]]],
                 issued_after: list[tuple[str, bytes]]) -> str:
     """Where `blocks` (a request's, in front of a thinking block) first differ from the
     prefix the block was issued after."""
-    for (where, data, _), (then, expected) in zip(blocks, issued_after):
+    for (where, data, _), (then, expected) in zip(blocks, issued_after, strict=False):
         if data != expected:
             return f"{where} changed" if where == then else f"{where} is where {then} was"
     if len(blocks) < len(issued_after):
@@ -713,10 +744,8 @@ class _HTTPServer(ThreadingHTTPServer):
     def cut_connections(self) -> None:
         with self.connections_lock:
             for connection in self.connections:
-                try:
+                with contextlib.suppress(OSError):
                     connection.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Clients that hang up (timeouts, closed streams) are expected here; stay quiet."""
@@ -735,17 +764,13 @@ class _Handler(BaseHTTPRequestHandler):
     def finish(self) -> None:
         with self.server.connections_lock:
             self.server.connections.discard(self.connection)
-        try:
+        with contextlib.suppress(OSError):
             super().finish()
-        except OSError:
-            pass
 
     def do_POST(self) -> None:
         self.close_connection = True  # one request per connection: nothing lingers
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.server.fake._serve(self)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     do_GET = do_PUT = do_DELETE = do_POST
 
@@ -881,7 +906,5 @@ def _write_chunk(h: _Handler, data: bytes) -> None:
 def _drop(h: _Handler) -> None:
     """Hang up without (finishing) an answer."""
     h.close_connection = True
-    try:
+    with contextlib.suppress(OSError):
         h.connection.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass

@@ -54,7 +54,8 @@ class GitServer:
                 return
             except OSError:
                 if self._proc.poll() is not None:
-                    raise RuntimeError(f"git daemon exited with {self._proc.returncode}")
+                    raise RuntimeError(
+                        f"git daemon exited with {self._proc.returncode}") from None
                 time.sleep(0.02)
         raise RuntimeError(f"git daemon did not listen on port {self.port} in {timeout} s")
 

@@ -21,7 +21,7 @@ from agentfs.config import ToolsConfig
 from agentfs.store.git.ignore import not_ignored
 from agentfs.store.messages import workspace_path_problem
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
-from agentfs.tools.sandbox import Sandbox, choose_sandbox
+from agentfs.tools.sandbox import SANDBOX_TMP, Sandbox, choose_sandbox
 from agentfs.tools.subprocesses import MINIMAL, NO_LIMITS, Limits, run_command
 
 TOP_LEVEL_SKIPPED = {"traces"}
@@ -138,8 +138,8 @@ def _where(sandbox: Sandbox, protected: tuple[str, ...]) -> str:
         kept = ", ".join([".git", *protected])
         network = "It has no network." if sandbox.network == "none" else "It reaches the network."
         return (f"It runs in a sandbox: only the workspace can be changed, except {kept}; "
-                "/tmp and the home directory start empty and are discarded after each "
-                f"command. {network}")
+                f"{SANDBOX_TMP} and the home directory start empty and are discarded after "
+                f"each command. {network}")
     if sandbox.refuses:
         return f"It is unavailable: it must run in a sandbox, and {sandbox.problem}."
     return "It runs without a sandbox."

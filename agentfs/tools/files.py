@@ -324,11 +324,11 @@ class _FileTools:
                            "Make several smaller edits.")
         replace_all = bool(arguments.get("replace_all", False))
         try:
-            return self._edit(context, path, raw, old, new, replace_all)
+            return self._edit(context, path, raw, old, new, replace_all=replace_all)
         except FileNotFoundError:  # a folder on the way is missing
             raise ToolFailure(f"{raw}: no such file") from None
 
-    def _edit(self, context: ToolContext, path: Path, raw: str, old: str, new: str,
+    def _edit(self, context: ToolContext, path: Path, raw: str, old: str, new: str, *,
               replace_all: bool) -> str:
         with (change_lock(context.root, path, self.timeout),
               confined_dir(context.root, path, raw) as (parent, name)):

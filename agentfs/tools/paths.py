@@ -9,6 +9,7 @@ the call fail instead of leading it outside."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import io
@@ -187,10 +188,9 @@ def _open_child_dir(parent: int, name: str, raw: str, create: bool) -> int:
     except FileNotFoundError:
         if not create:
             raise
-        try:
+        # made meanwhile: opened below, if it is a real folder
+        with contextlib.suppress(FileExistsError):
             os.mkdir(name, dir_fd=parent)
-        except FileExistsError:  # made meanwhile: opened below, if it is a real folder
-            pass
         return _open_child_dir(parent, name, raw, create=False)
     except NotADirectoryError:  # O_DIRECTORY says this of a symlink too
         if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):

@@ -10,6 +10,7 @@ there is none, and the time limit stays the only bound.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -75,19 +76,15 @@ class PidsCgroup:
 def _kill_all(directory: Path) -> None:
     kill = directory / "cgroup.kill"  # cgroup v2: the kernel kills them all at once
     if kill.exists():
-        try:
+        with contextlib.suppress(OSError):
             kill.write_text("1\n")
-        except OSError:
-            pass
     try:
         pids = (directory / "cgroup.procs").read_text().split()
     except OSError:
         return
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 @functools.cache

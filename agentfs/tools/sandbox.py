@@ -22,6 +22,7 @@ hidden (`ROOT_SECRET_FILES`, `ROOT_SECRET_FOLDERS`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import os
@@ -36,7 +37,8 @@ from typing import Literal
 from agentfs.tools.pids_cgroup import pids_parent
 from agentfs.tools.subprocesses import RunAs
 
-__all__ = ["INSTALL_HINT", "ROOT_SECRET_FILES", "ROOT_SECRET_FOLDERS", "NetworkMode", "Sandbox",
+__all__ = ["INSTALL_HINT", "ROOT_SECRET_FILES", "ROOT_SECRET_FOLDERS", "SANDBOX_TMP",
+           "NetworkMode", "Sandbox",
            "SandboxMode", "choose_sandbox", "sandbox_user"]
 
 #: `tools.bash_sandbox` in agentfs.toml.
@@ -49,11 +51,14 @@ INSTALL_HINT = "install bubblewrap (Debian and Ubuntu: `apt-get install bubblewr
 #: What every sandbox is, before the workspace is bound into it. `--cap-drop ALL`
 #: matters when agentfs runs as root: bwrap keeps root's capabilities otherwise,
 #: and a command could unmount the read-only binds.
+#: The sandbox's /tmp: a fresh tmpfs for each command, not the machine's /tmp.
+SANDBOX_TMP = "/tmp"  # noqa: S108 -- a path inside the sandbox, empty at each start
+
 _ISOLATION = (
     "--ro-bind", "/", "/",
     "--dev", "/dev",
     "--proc", "/proc",
-    "--tmpfs", "/tmp",
+    "--tmpfs", SANDBOX_TMP,
     "--unshare-pid", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
 )
 _NO_NETWORK = ("--unshare-net",)
@@ -150,7 +155,7 @@ class Sandbox:
         for path in _inside(root, [".git", *read_only]):
             args += ["--ro-bind", path, path]
         if "TMPDIR" in env:
-            args += ["--setenv", "TMPDIR", "/tmp"]
+            args += ["--setenv", "TMPDIR", SANDBOX_TMP]
         return [*args, "--chdir", str(root)]
 
 
@@ -223,10 +228,8 @@ def _private_dirs(env: Mapping[str, str], user: RunAs | None) -> list[str]:
     found = [env.get("HOME", "")]
     for uid in {os.getuid(), *([user.uid] if user else [])}:
         found.append(f"/run/user/{uid}")
-        try:
+        with contextlib.suppress(KeyError):  # a uid with no entry, as in some containers
             found.append(pwd.getpwuid(uid).pw_dir)
-        except KeyError:  # a uid with no entry, as in some containers
-            pass
     dirs = {os.path.realpath(d) for d in found if d and os.path.isdir(d)}
     return sorted(dirs - {"/"})
 

@@ -10,6 +10,7 @@ wrote.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -207,10 +208,8 @@ def _drain_for(fd: int, kept: bytearray, cap: int | None) -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # all gone already
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):  # all gone already
-        pass
 
 
 def _nproc_limit(processes: int | None, uid: int) -> int | None:

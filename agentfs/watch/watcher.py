@@ -162,12 +162,13 @@ class Watcher:
         for trace_id, path in found:
             if self.stopping.is_set() or not self.clock.ready(path, now):
                 continue
-            if trace_id is None:
-                self.clock.forget(path)
-                trace_id = self._start_trace(path)
-                if trace_id is None:
-                    continue
-            self._schedule(trace_id)
+            if trace_id is not None:
+                self._schedule(trace_id)
+                continue
+            self.clock.forget(path)
+            started = self._start_trace(path)
+            if started is not None:
+                self._schedule(started)
 
     def _schedule(self, trace_id: str) -> None:
         """Run the trace unless it runs already (its run takes new files at its next

@@ -13,6 +13,7 @@ more at once. See docs/remote.md.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -311,10 +312,8 @@ class Worker:
         if publisher.lost or not publisher.held:
             return
         for held in publisher.held:
-            try:
+            with contextlib.suppress(RemoteError):  # the lease expires on its own
                 self.claims.release(held)
-            except RemoteError:
-                pass  # the lease expires on its own
         self.log("released", {"claims": [h.name for h in publisher.held]})
 
 def _tracked(root: Path, folder: str) -> bool:

@@ -3,13 +3,13 @@ one line per retry on stderr."""
 
 from __future__ import annotations
 
-from agentfs.cli.commands import _Terminal
+from agentfs.cli.terminal import Terminal
 
 RETRY = {"trace": "t", "attempt": 1, "attempts": 4, "wait": 0.25, "reason": "529 Overloaded"}
 
 
 def test_a_retried_answer_is_printed_once(capsys):
-    terminal = _Terminal()
+    terminal = Terminal()
     terminal.text("Hello, ")
     terminal.text("wor")
     terminal.event("retry", RETRY)
@@ -22,7 +22,7 @@ def test_a_retried_answer_is_printed_once(capsys):
 
 
 def test_a_retry_that_answers_differently_is_printed_from_its_start(capsys):
-    terminal = _Terminal()
+    terminal = Terminal()
     terminal.text("Hello, wor")
     terminal.event("retry", RETRY)
     terminal.text("Hi")
@@ -34,7 +34,7 @@ def test_a_retry_that_answers_differently_is_printed_from_its_start(capsys):
 
 
 def test_text_of_the_next_turn_is_not_taken_for_a_repeat(capsys):
-    terminal = _Terminal()
+    terminal = Terminal()
     terminal.text("same")
     terminal.event("assistant", {"trace": "t", "sequence": 3, "tool_calls": ["read_file"]})
     terminal.event("retry", RETRY)  # before any text of the next turn
@@ -44,7 +44,7 @@ def test_text_of_the_next_turn_is_not_taken_for_a_repeat(capsys):
 
 
 def test_quiet_still_shows_warnings(capsys):
-    terminal = _Terminal(quiet=True)
+    terminal = Terminal(quiet=True)
     terminal.event("tool_call", {"trace": "t", "name": "read_file", "input": {}})
     terminal.event("retry", RETRY)
     terminal.event("max_tokens", {"trace": "t", "sequence": 3, "max_tokens": 100,

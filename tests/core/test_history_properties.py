@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -84,18 +85,14 @@ def test_run_compress_rewind_keep_invariants(ops):
             elif op == "user":
                 runner.run("t", [f"note {arg}"], max_iterations=1)
             elif op == "compress":
-                try:
+                with contextlib.suppress(AgentfsError):  # e.g. nothing to compress yet
                     runner.compress("t")
-                except AgentfsError:
-                    pass  # e.g. nothing to compress yet
             else:
                 targets = [s for s in valid_rewind_targets(trace) if s >= 2]
                 if targets:
-                    with trace.lock():
-                        try:
-                            trace.rewind(targets[arg % len(targets)])
-                        except AgentfsError:
-                            pass  # a point that would leave tool calls unanswered
+                    # suppressed: a point that would leave tool calls unanswered
+                    with trace.lock(), contextlib.suppress(AgentfsError):
+                        trace.rewind(targets[arg % len(targets)])
             trace = project.trace("t")
             files = {p.name for p in message_paths(trace.messages_dir)}
             assert seen_files <= files, "a message file was lost"

@@ -91,7 +91,7 @@ def test_prefix_map_reuses_the_results_for_the_shared_start():
     a = mapped(first)
     b = mapped([*first, msg(11)])
     assert copies == [*range(1, 11), 11]
-    assert all(x is y for x, y in zip(a, b))
+    assert all(x is y for x, y in zip(a, b, strict=False))  # b: a, then one more
     changed = [*first[:5], msg(6, "other"), *first[6:]]
     assert [m.text for m in mapped(changed)] == [m.text for m in changed]
     assert copies[-5:] == [6, 7, 8, 9, 10]
@@ -137,7 +137,7 @@ def checked():
             calls["main_path"] += 1
             expected = self.path_to(self.meta.head, self.messages())
             assert [m.sequence for m in got] == [m.sequence for m in expected]
-            assert all(a is b for a, b in zip(got, expected))
+            assert all(a is b for a, b in zip(got, expected, strict=True))
         return got
 
     def count(self, test):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -88,7 +89,7 @@ def test_requests_carry_system_prompt_tools_and_call_index(project, write_script
     assert [m.role for m in first.messages] == ["user"]
     assert {t.name for t in first.tools} >= {"read_file", "write_file", "edit_file", "grep"}
     # each request extends the previous one
-    for earlier, later in zip(model.requests, model.requests[1:]):
+    for earlier, later in itertools.pairwise(model.requests):
         assert [m.sequence for m in later.messages][: len(earlier.messages)] == [
             m.sequence for m in earlier.messages
         ]

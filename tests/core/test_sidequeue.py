@@ -104,7 +104,7 @@ def state_of(root: Path, *, tool_results: bool = True) -> dict:
     results are left out: a tool step cut short answers its running call
     "interrupted" instead (docs/git-model.md, "Crash recovery")."""
     log = git(root, "log", "--first-parent", "--format=%H %P%n%s", "main").splitlines()
-    summaries = [(line.split(), subject) for line, subject in zip(log[::2], log[1::2])
+    summaries = [(line.split(), subject) for line, subject in zip(log[::2], log[1::2], strict=True)
                  if subject.startswith("t: summary")]
     for (_sha, *parents), _subject in summaries:
         assert len(parents) == 2  # merged: the side history hangs off the second parent

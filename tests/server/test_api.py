@@ -195,7 +195,8 @@ def test_concurrent_posts_are_each_taken_exactly_once(served: Served):
             assert sorted(texts) == sorted([f"start {trace}", *expected])  # each exactly once
             state = client.get(f"/api/traces/{trace}").json()
             assert state["pending_inbox"] == []
-            sequences = [a.json()["sequence"] for a, (tr, _) in zip(answers, jobs) if tr == trace]
+            sequences = [a.json()["sequence"]
+                         for a, (tr, _) in zip(answers, jobs, strict=True) if tr == trace]
             assert len(set(sequences)) == len(sequences)
             assert state["head"] == max(sequences)
     assert_git_clean(served.root)
@@ -261,9 +262,8 @@ def test_stop_ends_the_run_after_its_step_and_a_post_waits_for_it(tmp_path, work
                     assert posted.status_code == 202 and posted.json()["status"] == "queued"
                     assert client.post("/api/traces/t/stop").status_code == 202
                     gate.set()
-                    for kind, data in seen:
-                        if kind in ("run_finished", "run_failed"):
-                            break
+                    ends = ((k, d) for k, d in seen if k in ("run_finished", "run_failed"))
+                    kind, data = next(ends, (None, None))
                 assert kind == "run_finished" and data["stop"] == "stopped", data
                 assert data["iterations"] == 2 and len(fake.requests) == 2
                 shown = client.get("/api/traces/t/messages").json()["messages"]

@@ -107,9 +107,31 @@ def _last_commit(root: Path) -> str:
     return git(root, "log", "-1", "--format=%s").strip()
 
 
+def _stop_a_run(page, served: Served, fake_model, click) -> None:
+    """On the held trace: Run, then Stop while the model call waits at the gate."""
+    fake, gate = fake_model
+    expect = sync_api.expect
+    root = served.root
+    page.goto(served.url + "#trace=held")
+    expect(page.locator("#trace-title")).to_have_text(HELD_TRACE)
+    expect(page.locator("#m-2.head")).to_contain_text("Read the meeting note.")
+    page.locator("#run").click()
+    try:  # a failure here must not leave the server's run waiting for the gate
+        fake.wait_for_requests(1, timeout=60)  # the run waits inside its model call
+        expect(page.locator("#trace-state")).to_contain_text("running")
+        click("stop", page.locator("#stop"))
+        expect(page.locator("#notice")).to_have_text("stopping after the current step")
+    finally:
+        gate.set()
+    expect(page.locator("#live-events")).to_contain_text("run finished: stopped")
+    expect(page.locator("#m-4.head.role-tool")).to_be_attached()  # the step finished
+    expect(page.locator("#trace-state")).to_have_text("idle · head #4")
+    assert len(fake.requests) == 1  # no model call after the stop
+    assert _last_commit(root).startswith("held: tool #4 ")
+
+
 def test_every_button_of_the_page_does_what_it_says_on_the_demo(
         served: Served, page, fake_model, tmp_path):
-    fake, gate = fake_model
     expect = sync_api.expect
     root = served.root
     shots = Shots(page, tmp_path / "screenshots")
@@ -170,22 +192,7 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     assert _last_commit(root).startswith("demo: rewind #12 ")
     shots.take("rewind")
 
-    page.goto(served.url + "#trace=held")
-    expect(page.locator("#trace-title")).to_have_text(HELD_TRACE)
-    expect(page.locator("#m-2.head")).to_contain_text("Read the meeting note.")
-    page.locator("#run").click()
-    try:  # a failure here must not leave the server's run waiting for the gate
-        fake.wait_for_requests(1, timeout=60)  # the run waits inside its model call
-        expect(page.locator("#trace-state")).to_contain_text("running")
-        click("stop", page.locator("#stop"))
-        expect(page.locator("#notice")).to_have_text("stopping after the current step")
-    finally:
-        gate.set()
-    expect(page.locator("#live-events")).to_contain_text("run finished: stopped")
-    expect(page.locator("#m-4.head.role-tool")).to_be_attached()  # the step finished
-    expect(page.locator("#trace-state")).to_have_text("idle · head #4")
-    assert len(fake.requests) == 1  # no model call after the stop
-    assert _last_commit(root).startswith("held: tool #4 ")
+    _stop_a_run(page, served, fake_model, click)
     shots.take("stop")
     seen.update(_button_names(page))
 

@@ -211,9 +211,8 @@ def test_the_token_is_in_no_file_and_the_agent_s_bash_cannot_use_the_api(tmp_pat
                 assert next(seen)[0] == "ready"
                 ran = client.post("/api/traces/t/run", json={"max_iterations": 10})
                 assert ran.status_code in (200, 202), ran.text
-                for kind, data in seen:
-                    if kind in ("run_finished", "run_failed"):
-                        break
+                ends = ((k, d) for k, d in seen if k in ("run_finished", "run_failed"))
+                kind, data = next(ends, (None, None))
             assert kind == "run_finished", data
             shown = client.get("/api/traces/t/messages").json()["messages"]
             assert [t["trace"] for t in client.get("/api/traces").json()["traces"]] == ["t"]

@@ -13,6 +13,7 @@ import pytest
 from agentfs.core.project import Project
 from agentfs.store import message_dir as message_dir_module
 from agentfs.store import parsecache
+from agentfs.store.cleanfolders import CleanFolders
 from agentfs.store.trace import Trace
 from tests.conftest import assert_git_clean, git, user
 
@@ -207,9 +208,18 @@ def test_a_folder_found_clean_is_still_checked_for_edits_in_place(
     monkeypatch.setattr(recovery, "RACY_NS", 0)  # every file counts as settled
     folder = str(trace.messages_dir / "000000-000999")
     root = project.workspace.root
-    with new_process(project).lock():
-        assert new_process(project).recover() == []
-    assert folder in recovery._clean
+    reopened = Project.open(root)  # remembers through its repository, as a server does
+    remembered = reopened.repo.clean_folders
+
+    def recover() -> list[str]:
+        """A recovery by a trace opened afresh (nothing parsed in memory)."""
+        message_dir_module._parsed.clear()
+        fresh = reopened.trace("demo")
+        with fresh.lock():
+            return fresh.recover()
+
+    assert recover() == []
+    assert remembered.get(str(trace.dir), folder) is not None
     looked_up: list[str] = []
     real = recovery.Blob.from_string
 
@@ -218,23 +228,53 @@ def test_a_folder_found_clean_is_still_checked_for_edits_in_place(
         return real(data)
 
     monkeypatch.setattr(recovery.Blob, "from_string", counting)
-    with new_process(project).lock():
-        assert new_process(project).recover() == []
+    assert recover() == []
     assert looked_up == []
     path = trace.messages_dir / "000000-000999/000005-assistant.md"
     before = os.stat(path)
     path.write_bytes(path.read_bytes().replace(b"number 0002", b"NUMBER 0002"))
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert os.stat(path).st_size == before.st_size
-    with new_process(project).lock():
-        assert new_process(project).recover() == ["edit"]
+    assert recover() == ["edit"]
     assert "NUMBER 0002" in git(root, "show", "HEAD:traces/demo/messages/000000-000999/000005-assistant.md")
-    with new_process(project).lock():
-        assert new_process(project).recover() == []  # remembered again, with the edit
-    assert folder in recovery._clean
+    assert recover() == []  # remembered again, with the edit
+    assert remembered.get(str(trace.dir), folder) is not None
     (trace.messages_dir / "000000-000999/extra").mkdir()
     (trace.messages_dir / "000000-000999/extra/notes.txt").write_text("mine\n")
-    with new_process(project).lock():
-        assert new_process(project).recover() == ["edit"]
+    assert recover() == ["edit"]
     assert "extra/notes.txt" in git(root, "show", "--stat", "HEAD")
     assert_git_clean(root)
+
+
+def test_clean_folders_keep_their_bound_of_traces_least_recently_used_out_first() -> None:
+    clean = CleanFolders(traces=2)
+    clean.remember("/w/traces/a", "/w/traces/a/messages/x", (b"tree-a", {}))
+    clean.remember("/w/traces/b", "/w/traces/b/messages/x", (b"tree-b", {}))
+    assert clean.get("/w/traces/a", "/w/traces/a/messages/x") == (b"tree-a", {})  # a: recent
+    clean.remember("/w/traces/c", "/w/traces/c/messages/x", (b"tree-c", {}))
+    assert clean.trace_dirs() == ["/w/traces/a", "/w/traces/c"]  # b went first
+    assert clean.get("/w/traces/b", "/w/traces/b/messages/x") is None
+    clean.forget("/w/traces/a", "/w/traces/a/messages/x")
+    assert clean.get("/w/traces/a", "/w/traces/a/messages/x") is None
+
+
+def test_recovery_remembers_at_most_the_bound_of_traces(project: Project, monkeypatch) -> None:
+    """A server recovering many traces keeps the clean folders of the latest only, and a
+    trace whose memory went is recovered as well as before, reading its files again."""
+    from agentfs.store import recovery
+
+    monkeypatch.setattr(recovery, "RACY_NS", 0)  # every file counts as settled
+    project.repo.clean_folders = CleanFolders(traces=2)
+    traces = [project.new_trace(name, user(f"hello {name}")) for name in ("a", "b", "c")]
+    for trace in traces:
+        with trace.lock():
+            assert trace.recover() == []
+    assert project.repo.clean_folders.trace_dirs() == [str(t.dir) for t in traces[1:]]
+    first = traces[0]
+    path = next(first.messages_dir.rglob("*-user.md"))
+    path.write_text(path.read_text().replace("hello a", "HELLO A"))
+    with first.lock():
+        assert first.recover() == ["edit"]
+        assert first.recover() == []  # clean again: remembered, the oldest other goes
+    assert project.repo.clean_folders.trace_dirs() == [str(traces[2].dir), str(first.dir)]
+    assert_git_clean(project.workspace.root)

@@ -73,8 +73,8 @@ def test_merge_keeps_both_sides_of_a_real_conflict_and_resolves_what_it_can(repo
     def resolve(path, old, mine, other):
         return b"both\n" if path == "traces/a/m1.md" else None
 
-    result = merge(GitRepo(repo), base.encode(), ours.encode(), theirs.encode(), resolve,
-                   b"merge\n")
+    result = merge(GitRepo(repo), base.encode(), ours.encode(), theirs.encode(),
+                   resolve=resolve, message=b"merge\n")
     sha = result.commit.decode()
     assert result.resolved == ["traces/a/m1.md"]
     aside = f"shared.md.conflict-{ours[:12]}"

@@ -4,6 +4,7 @@ and refused the same way in message, skill and knowledge files."""
 from __future__ import annotations
 
 import datetime
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from tests.store.test_messages import json_values, texts
 ALIAS_BOMB = "\n".join(
     [
         'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
-        *(f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefg", "bcdefgh")),
+        *(f"{n}: &{n} [{','.join([f'*{p}'] * 9)}]" for p, n in itertools.pairwise("abcdefgh")),
     ]
 )
 

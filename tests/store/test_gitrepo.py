@@ -231,7 +231,7 @@ def test_concurrent_traces_lose_no_commit(project: Project, same: bool) -> None:
             if child.poll() is None:
                 child.kill()
                 child.wait()
-    for child, (out, err) in zip(children, outcomes):
+    for child, (out, err) in zip(children, outcomes, strict=True):
         assert child.returncode == 0, f"child failed:\n{out}\n{err}"
 
     assert_git_clean(root)

@@ -155,7 +155,7 @@ def run_concurrent_bursts(root: Path, processes: int, threads: int, count: int) 
         for child in children:
             stop(child)
     assert errors == []
-    for child, (_, err) in zip(children, outcomes):
+    for child, (_, err) in zip(children, outcomes, strict=True):
         assert child.returncode == 0, err
     assert_index_matches_head(root)
     files = set(git(root, "ls-tree", "-r", "--name-only", "HEAD").splitlines())

@@ -99,8 +99,8 @@ def check_delta(base: bytes, target: bytes) -> bytes:
 
 def edited(base: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
     target = bytearray(base)
-    for at, cut, insert in edits:
-        at = min(at, len(target))
+    for offset, cut, insert in edits:
+        at = min(offset, len(target))
         target[at : at + cut] = insert
     return bytes(target)
 
@@ -170,7 +170,8 @@ def test_common_prefix_and_suffix_are_the_naive_ones(common, tail_a, tail_b, see
 
 
 def raw_id(type_num: int, data: bytes) -> bytes:
-    return hashlib.sha1(b"%s %d\0" % (TYPE_NAMES[type_num], len(data)) + data).digest()
+    header = b"%s %d\0" % (TYPE_NAMES[type_num], len(data))
+    return hashlib.sha1(header + data, usedforsecurity=False).digest()
 
 
 class Built:

@@ -17,10 +17,6 @@ from tests.conftest import git
 
 NAMES = st.sampled_from(["a", "a.md", "a-b", "a0", "b", "messages", "m.json", "z"])
 PATHS = st.lists(NAMES, min_size=1, max_size=3).map("/".join)
-CHANGES = st.lists(
-    st.tuples(PATHS, st.one_of(st.none(), st.binary(max_size=8)), st.booleans()),
-    min_size=1, max_size=12,
-).map(lambda changes: _one_per_path(changes))
 
 
 def _one_per_path(changes: list) -> list:
@@ -33,6 +29,12 @@ def _one_per_path(changes: list) -> list:
                 del kept[other]
         kept[path] = change
     return list(kept.values())
+
+
+CHANGES = st.lists(
+    st.tuples(PATHS, st.one_of(st.none(), st.binary(max_size=8)), st.booleans()),
+    min_size=1, max_size=12,
+).map(_one_per_path)
 
 
 def _apply(model: dict[bytes, tuple[int, bytes]], path: bytes, entry) -> None:

@@ -100,7 +100,7 @@ class MergeResult:
     kept_aside: dict[str, str] = field(default_factory=dict)  # path → where ours went
 
 
-def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes,
+def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes, *,
           resolve: Resolver, message: bytes) -> MergeResult:
     """Three-way merge of `ours` and `theirs` (parents in that order).
 

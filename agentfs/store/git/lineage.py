@@ -106,49 +106,55 @@ def predecessors(batch: Mapping[bytes, tuple[int, bytes]], read: ReadRaw) -> dic
     one that cannot be read is skipped.
     """
     found: dict[bytes, bytes] = {}
-
-    def load(sha: bytes) -> tuple[int, bytes] | None:
-        got = batch.get(sha)
-        if got is not None:
-            return got
-        try:
-            return read(sha)
-        except KeyError:
-            return None
-
-    def walk(new: bytes, old: bytes) -> None:
-        pending = [(new, old)]
-        while pending:
-            new, old = pending.pop()
-            if new == old or new in found or new not in batch:
-                continue
-            found[new] = old
-            new_data = batch[new][1]
-            got = load(old)
-            if got is None or got[0] != TREE or new_data == got[1]:
-                continue
-            for mode, sha, old_mode, old_sha in changed_entries(new_data, got[1]):
-                if _GITLINK_MODE in (mode, old_mode):
-                    continue  # a submodule
-                if (mode == _DIR_MODE) != (old_mode == _DIR_MODE):
-                    continue  # a file that became a folder, or the reverse
-                hex_sha, hex_old = sha.hex().encode(), old_sha.hex().encode()
-                if mode == _DIR_MODE:
-                    pending.append((hex_sha, hex_old))
-                elif hex_sha in batch and hex_sha not in found:
-                    found[hex_sha] = hex_old
-
     for type_num, data in batch.values():
         if type_num != COMMIT:
             continue
         tree, parents = commit_tree_and_parents(data)
         if not parents:
             continue
-        parent = load(parents[0])
+        parent = _load(batch, read, parents[0])
         if parent is None or parent[0] != COMMIT:
             continue
-        walk(tree, commit_tree_and_parents(parent[1])[0])
+        _walk(batch, read, found, tree, commit_tree_and_parents(parent[1])[0])
     return found
+
+
+def _load(batch: Mapping[bytes, tuple[int, bytes]], read: ReadRaw,
+          sha: bytes) -> tuple[int, bytes] | None:
+    """An object of the batch, else read; None if it cannot be read."""
+    got = batch.get(sha)
+    if got is not None:
+        return got
+    try:
+        return read(sha)
+    except KeyError:
+        return None
+
+
+def _walk(batch: Mapping[bytes, tuple[int, bytes]], read: ReadRaw, found: dict[bytes, bytes],
+          new: bytes, old: bytes) -> None:
+    """Into `found`: tree `new` of the batch continues `old`, and so do the entries
+    that changed between them, folder by folder."""
+    pending = [(new, old)]
+    while pending:
+        tree, previous = pending.pop()
+        if tree == previous or tree in found or tree not in batch:
+            continue
+        found[tree] = previous
+        tree_data = batch[tree][1]
+        got = _load(batch, read, previous)
+        if got is None or got[0] != TREE or tree_data == got[1]:
+            continue
+        for mode, sha, old_mode, old_sha in changed_entries(tree_data, got[1]):
+            if _GITLINK_MODE in (mode, old_mode):
+                continue  # a submodule
+            if (mode == _DIR_MODE) != (old_mode == _DIR_MODE):
+                continue  # a file that became a folder, or the reverse
+            hex_sha, hex_old = sha.hex().encode(), old_sha.hex().encode()
+            if mode == _DIR_MODE:
+                pending.append((hex_sha, hex_old))
+            elif hex_sha in batch and hex_sha not in found:
+                found[hex_sha] = hex_old
 
 
 def skip_delta_bases(

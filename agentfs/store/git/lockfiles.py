@@ -20,6 +20,7 @@ and the ctime tells that file apart.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -47,7 +48,7 @@ def _paths(target: Path, state_dir: Path) -> tuple[Path, Path]:
     # processes reaching the workspace by different paths (a symlink, a
     # container's mount) share it.
     name = str(target).removeprefix(str(state_dir.parent) + os.sep)
-    digest = hashlib.sha1(name.encode()).hexdigest()[:12]
+    digest = hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:12]
     return (
         target.with_name(target.name + ".lock"),
         state_dir / "locks" / f"git-{target.name}-{digest}.owner",
@@ -153,10 +154,8 @@ class GitLockFile:
         else:
             ours = False
         if ours:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.lock_path)
-            except FileNotFoundError:
-                pass
         return ours
 
     def write(self, data: bytes) -> None:

@@ -123,7 +123,7 @@ class ObjectWriter:
         """Store an object given its type and content; returns its hex id."""
         type_name = object_class(type_num).type_name  # type: ignore[union-attr]
         full = b"%s %d\0" % (type_name, len(data)) + data
-        hex_id = hashlib.sha1(full).hexdigest()
+        hex_id = hashlib.sha1(full, usedforsecurity=False).hexdigest()
         sha = hex_id.encode()
         self._remember(sha, type_num, data)
         folder = self.objects_dir / hex_id[:2]

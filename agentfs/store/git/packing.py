@@ -23,6 +23,7 @@ before the new one appeared look again (`ObjectWriter.read_raw`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import time
@@ -158,10 +159,8 @@ def estimate_loose(objects_dir: Path) -> int:
     `git gc --auto` counts one)."""
     count = 0
     for folder in _SAMPLED:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             count += sum(1 for name in os.listdir(objects_dir / folder) if len(name) == 38)
-        except FileNotFoundError:
-            pass
     return count * (256 // len(_SAMPLED))
 
 
@@ -200,7 +199,7 @@ def read_loose(path: str, sha: bytes) -> tuple[int, bytes] | None:
     type_num = TYPE_NUMBERS.get(type_name)
     if type_num is None or not size.isdigit() or int(size) != len(raw) - nul - 1:
         return None
-    if hashlib.sha1(raw).hexdigest().encode() != sha:
+    if hashlib.sha1(raw, usedforsecurity=False).hexdigest().encode() != sha:
         return None
     return type_num, raw[nul + 1 :]
 
@@ -235,10 +234,9 @@ def pack_loose_objects(
         entries.append(whole(bytes.fromhex(sha.decode()), type_num, data))
     name = install_pack(objects_dir / "pack", entries, len(entries))
     for sha in batch:
-        try:
+        # packed and deleted by another process meanwhile
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(loose[sha])
-        except FileNotFoundError:
-            pass  # packed and deleted by another process meanwhile
     return name, len(batch)
 
 
@@ -429,10 +427,8 @@ def _remove_dead_temps(paths: list[str]) -> None:
         prefix = next(p for p in (*TEMP_PREFIXES, _LOOSE_TEMP) if name.startswith(p))
         pid, ours, _ = name[len(prefix) :].partition("_")
         if ours and pid.isdigit() and not alive(int(pid)):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
-            except FileNotFoundError:
-                pass
 
 
 def _names(folder: Path) -> list[str]:

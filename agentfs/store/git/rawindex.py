@@ -128,7 +128,7 @@ class RawIndex:
     def encode_shared(self) -> bytes:
         """All entries as a shared index: no extensions (as Git writes them)."""
         body = b"".join([HEADER.pack(b"DIRC", self.version, len(self.raws)), *self.raws])
-        return body + hashlib.sha1(body).digest()
+        return body + hashlib.sha1(body, usedforsecurity=False).digest()
 
     def entry_stat(self, path: bytes) -> tuple[tuple[int, ...], bytes, int] | None:
         """(`stat_key`, blob hex id, mode) of the stage-0 entry of `path`, or None."""
@@ -142,7 +142,7 @@ class RawIndex:
             body = b"".join(
                 [HEADER.pack(b"DIRC", self.version, len(self.raws)), *self.raws, *extensions]
             )
-            return body + hashlib.sha1(body).digest()
+            return body + hashlib.sha1(body, usedforsecurity=False).digest()
         sha, shared = self.base
         replaced: list[tuple[int, bytes]] = []
         deleted: list[int] = []
@@ -164,7 +164,7 @@ class RawIndex:
             [HEADER.pack(b"DIRC", self.version, len(entries)), *entries,
              b"link" + struct.pack(">L", len(link)) + link, *extensions]
         )
-        return body + hashlib.sha1(body).digest()
+        return body + hashlib.sha1(body, usedforsecurity=False).digest()
 
 
 def _unpack_stat(raw: bytes) -> tuple[tuple[int, ...], bytes, int]:
@@ -234,7 +234,7 @@ def _resolve(index: RawIndex, git_dir: Path) -> RawIndex:
             delta[shared.keys[at]] = None
         keys = [k for n, k in enumerate(keys) if n not in gone]
         raws = [r for n, r in enumerate(raws) if n not in gone]
-    for key, raw in zip(index.keys[len(replaced):], index.raws[len(replaced):]):
+    for key, raw in zip(index.keys[len(replaced):], index.raws[len(replaced):], strict=True):
         at = bisect.bisect_left(keys, key)
         if at < len(keys) and keys[at] == key:
             raws[at] = raw
@@ -280,7 +280,7 @@ def parse(data: bytes) -> RawIndex:
     signature, version, count = HEADER.unpack_from(data, 0)
     if signature != b"DIRC" or version not in (2, 3):
         raise Unsupported(f"index version {version}")
-    if hashlib.sha1(data[:-20]).digest() != data[-20:]:
+    if hashlib.sha1(data[:-20], usedforsecurity=False).digest() != data[-20:]:
         raise Unsupported("index checksum mismatch")
     index = RawIndex(version)
     offset = HEADER.size

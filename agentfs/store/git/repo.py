@@ -28,6 +28,7 @@ from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
 from agentfs.store.atomic import open_creating
+from agentfs.store.cleanfolders import CleanFolders
 from agentfs.store.git import ids
 from agentfs.store.git.index import IndexUpdate, StatCache, staged_changes, stat_cache
 from agentfs.store.git.intents import DeadIntents, index_intent
@@ -127,6 +128,8 @@ class GitRepo:
         self.packer = Packer(self.git_dir, self.objects)
         self.index_path = Path(self.repo.index_path())
         self._identity: bytes | None = None
+        #: What recovery found clean, kept for the next recovery of each trace.
+        self.clean_folders = CleanFolders()
         # dulwich keeps the packs it has read open until it is closed
         weakref.finalize(self, self.repo.close)
 

@@ -95,10 +95,11 @@ def decode_ewah(data: bytes, offset: int) -> tuple[list[int], int]:
             bits.extend(range(position * 64, (position + run) * 64))
         position += run
         for word in words[at + 1 : at + 1 + literals]:
-            while word:
-                low = word & -word
+            left = word  # its set bits, lowest first
+            while left:
+                low = left & -left
                 bits.append(position * 64 + low.bit_length() - 1)
-                word ^= low
+                left ^= low
             position += 1
         at += 1 + literals
     return bits, end

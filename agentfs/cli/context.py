@@ -1,0 +1,139 @@
+"""What the commands share: the workspace a command works in, the model it runs,
+the trust it runs with.
+
+Module level: the standard library and click only, as in every command module
+(`agentfs --help` loads neither pydantic nor dulwich; tests/cli/test_startup.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+if TYPE_CHECKING:
+    from agentfs.core.project import Project
+    from agentfs.core.trust import TrustStore
+    from agentfs.models.base import Model
+    from agentfs.models.resolve import ProviderSettings
+    from agentfs.store.trace import Trace
+
+__all__ = [
+    "choose_model", "model_to_record", "open_project", "provider_settings", "start_notices",
+    "thinking_options", "trace_id_for", "trace_settings", "trust_store",
+]
+
+
+def provider_settings(project: Project) -> ProviderSettings:
+    """Provider secrets and endpoints from the environment, the variables each provider
+    declares (`agentfs/models/providers.py:Provider`; nothing else reads it), and the
+    workspace's request timeout."""
+    from agentfs.models.resolve import ProviderSettings
+
+    return ProviderSettings.from_environment(
+        os.environ, request_timeout=project.config.request_timeout)
+
+
+def trust_store() -> TrustStore:
+    """The trust file (`agentfs trust`), outside every workspace: in $AGENTFS_CONFIG_DIR,
+    else $XDG_CONFIG_HOME/agentfs, else ~/.config/agentfs."""
+    from agentfs.core.trust import TRUST_FILE, TrustStore
+
+    folder = os.environ.get("AGENTFS_CONFIG_DIR") or os.path.join(
+        os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
+        "agentfs")
+    return TrustStore(Path(folder) / TRUST_FILE)
+
+
+def start_notices(project: Project) -> dict[str, Any]:
+    """Say once, on stderr, which commands of agentfs.toml are skipped as untrusted and
+    whether bash runs unsandboxed; returns the `RunnerOptions` fields of the trust."""
+    from agentfs.core.trust import judge, untrusted_notice, workspace_commands
+    from agentfs.tools.sandbox import choose_sandbox
+
+    trusted = None
+    if workspace_commands(project.config):  # the trust file is read only when it matters
+        trusted = trust_store().trusted(project.workspace.root)
+    verdict = judge(project.config, trusted)
+    for notice in (
+        untrusted_notice(verdict, project.workspace.root, changed=trusted is not None),
+        *(choose_sandbox(verdict.config.tools.bash_sandbox, verdict.config.tools.bash_network,
+                         project.workspace.root).notices()
+          if verdict.config.tools.bash else []),
+    ):
+        if notice:
+            click.echo(notice, err=True)
+    return {"trusted": trusted}
+
+
+def open_project(trace_ref: str | None = None) -> Project:
+    """The workspace around the current directory, or around a trace path."""
+    from agentfs.core.project import Project
+
+    start = Path(trace_ref) if trace_ref and os.path.exists(trace_ref) else None
+    return Project.open(start)
+
+
+def trace_settings(trace: Trace | None, preset: str | None, inject_skills: tuple[str, ...],
+                    ) -> tuple[str | None, str | None, list[str]]:
+    """(model, preset, declared skills) of a run of `trace` (None: a trace the run
+    creates): --preset must be the existing trace's, and the skills the trace declared
+    when it was created are declared beside --inject-skill."""
+    declared = list(inject_skills)
+    if trace is None:
+        return None, None, declared
+    if preset and preset != trace.meta.preset:
+        had = f"preset {trace.meta.preset!r}" if trace.meta.preset else "no preset"
+        raise click.UsageError(
+            f"trace {trace.id} exists ({had}); presets apply when a trace is created"
+        )
+    declared += [s for s in trace.meta.context.inject_skills if s not in declared]
+    return trace.meta.model, trace.meta.preset, declared
+
+
+def thinking_options(project: Project, budget: int | None, off: bool) -> dict[str, Any]:
+    """`RunnerOptions` fields for --thinking BUDGET / --no-thinking: the workspace's
+    configuration with `[thinking]` replaced, checked as agentfs.toml is."""
+    from agentfs.errors import ConfigError
+
+    if budget is not None and off:
+        raise click.UsageError("--thinking and --no-thinking do not go together")
+    if budget is None and not off:
+        return {}
+    try:
+        return {"config": project.config.with_thinking(budget)}
+    except ConfigError as exc:
+        raise click.UsageError(f"--thinking {budget}: {exc.message}") from None
+
+
+def trace_id_for(project: Project, ref: str, *, creating: bool) -> str:
+    """The id of an existing trace, or of a new one when `creating`."""
+    from agentfs.store.workspace import check_trace_id
+
+    if creating and "/" not in ref and ref not in project.workspace.trace_ids():
+        return check_trace_id(ref)
+    return project.workspace.resolve_trace(ref)
+
+
+def choose_model(project: Project, trace_model: str | None, preset: str | None,
+                  flag: str | None) -> Model:
+    """The model by `Project.model_name`'s precedence; a --model path is relative to
+    the current directory, others to the workspace."""
+    from agentfs.models.resolve import resolve_model
+
+    name = project.model_name(trace_model, preset, flag)
+    base = Path.cwd() if flag else project.workspace.root
+    return resolve_model(name, base_dir=base, settings=provider_settings(project))
+
+
+def model_to_record(project: Project, flag: str | None) -> str | None:
+    """`run --model` as a trace the run creates records it: a replay path taken from
+    the current directory, rewritten for the workspace root that recorded names are
+    read from."""
+    from agentfs.models.resolve import rebase_model_name
+
+    if flag is None:
+        return None
+    return rebase_model_name(flag, base_dir=Path.cwd(), root=project.workspace.root)

@@ -1,0 +1,138 @@
+"""What runs print: the model's text on stdout, its events on stderr, side work's reports."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+__all__ = ["Terminal", "echo_report", "event_line"]
+
+
+class Terminal:
+    """Streams assistant text to stdout and run events to stderr, keeping lines apart.
+
+    After a `retry` event the model streams the new attempt from its start; what
+    stdout already shows of the turn is not printed again, only what goes beyond
+    it, so stdout holds the answer once. (The retry line breaks the screen's line
+    with a newline on stderr, not on stdout.) A new attempt that says something
+    else is printed from its start, on a new line, after a note on stderr.
+    """
+
+    #: Shown even with --quiet: warnings, not tool traffic.
+    WARNINGS = ("retry", "max_tokens", "prompt_too_long")
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.mid_line = False  # stdout does not end with a newline
+        self.cursor_mid_line = False  # ... and nothing was printed on stderr since
+        self.shown = ""  # the current turn's text on stdout
+        self.retried: str | None = None  # after a retry: the new attempt's text so far
+
+    def text(self, chunk: str) -> None:
+        if self.retried is not None:
+            chunk = self._beyond_shown(chunk)
+        if chunk:
+            sys.stdout.write(chunk)
+            sys.stdout.flush()
+            self.shown += chunk
+            self.mid_line = self.cursor_mid_line = not chunk.endswith("\n")
+
+    def _beyond_shown(self, chunk: str) -> str:
+        """What a retried attempt's `chunk` adds to the text stdout shows."""
+        assert self.retried is not None
+        self.retried += chunk
+        if self.shown.startswith(self.retried):
+            return ""
+        if self.retried.startswith(self.shown):
+            new = self.retried[len(self.shown):]
+        else:
+            self.end_line()
+            click.echo("  [the new attempt answers differently; its text follows]", err=True)
+            self.shown, new = "", self.retried
+        self.retried = None
+        return new
+
+    def end_line(self) -> None:
+        if self.mid_line:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.mid_line = self.cursor_mid_line = False
+
+    def event(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "assistant":
+            self.end_line()
+            self.shown, self.retried = "", None
+        elif kind == "retry":
+            self.retried = ""
+        if self.quiet and kind not in self.WARNINGS:
+            return
+        line = event_line(kind, data)
+        if line and kind == "retry":  # mid-turn: keep stdout's text whole
+            click.echo("\n" + line if self.cursor_mid_line else line, err=True)
+            self.cursor_mid_line = False
+        elif line:
+            self.end_line()
+            click.echo(line, err=True)
+
+
+#: The line of each event shown as its data fills a template.
+_TEMPLATES = {
+    "ingested": "  ingested {file} as #{sequence}",
+    "rejected": "  rejected {file}: {reason} (moved to {moved_to})",
+    "retry": "  [retrying in {wait:.1f}s: attempt {attempt} of {attempts} failed: {reason}]",
+    "prompt_too_long":
+        "  [the model says the request is too long: compressing the trace, then retrying]",
+}
+
+
+def event_line(kind: str, data: dict[str, Any]) -> str | None:
+    """The stderr line of a run event, or None for events not shown."""
+    if kind == "tool_call":
+        args = ", ".join(
+            f"{k}={json.dumps(v, ensure_ascii=False)[:50]}" for k, v in data["input"].items()
+        )
+        return f"  → {data['name']}({args})"
+    if kind == "tool_result":
+        return _error_line(data["text"]) if data["is_error"] else None
+    if kind == "recovered":
+        return f"  resumed: answered {len(data['interrupted'])} interrupted tool call(s)"
+    if kind == "max_tokens":
+        return _max_tokens_line(data)
+    template = _TEMPLATES.get(kind)
+    return template.format(**data) if template is not None else None
+
+
+def _error_line(text: str) -> str:
+    return f"  ✗ {text.splitlines()[0] if text else 'error'}"
+
+
+def _max_tokens_line(data: dict[str, Any]) -> str:
+    limit = f"max_tokens ({data['max_tokens']})"
+    if data["cut_call"]:
+        return (f"  [cut off at {limit}: the incomplete {data['cut_call']} call is not "
+                "run; the model is told to call it again]")
+    if data["final"]:
+        return (f"  [the answer was cut off at {limit}: raise max_tokens in agentfs.toml, "
+                f"or ask for the rest: agentfs run {data['trace']} -m 'continue']")
+    return f"  [the turn was cut off at {limit}]"
+
+
+def echo_report(record: dict[str, Any], as_json: bool) -> None:
+    """Print what side work did (`agentfs/core/sidework.py:report_record`): the summary
+    each branch wrote, the knowledge items it filed."""
+    if as_json:
+        click.echo(json.dumps(record, indent=2, ensure_ascii=False))
+        return
+    for branch in record["branches"]:
+        if branch["messages"]:
+            click.echo(f"{record['trace']}: summary #{branch['messages'][-1]} "
+                       f"from {branch['branch']}")
+        else:
+            click.echo(f"{record['trace']}: {branch['branch']}: "
+                       f"{len(branch['items'])} knowledge item(s)")
+        for item in branch["items"]:
+            reason = f" — {item['reason']}" if item.get("reason") else ""
+            click.echo(f"  {item['status']:<9} {item['id']}: {item['title']}{reason}")
