@@ -17,11 +17,9 @@ path: trusting `sh hooks/ctx.sh` here says nothing about another clone whose
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any
 from agentfs.config import WorkspaceConfig
 from agentfs.errors import ConfigError
 from agentfs.store.atomic import atomic_write
+from agentfs.store.locking import FileLock
 
 __all__ = [
     "TRUST_FILE",
@@ -238,13 +237,7 @@ class TrustStore:
         body = {"format": _FORMAT, "workspaces": dict(sorted(workspaces.items()))}
         atomic_write(self.path, (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode())
 
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self) -> FileLock:
         """Two `agentfs trust` at once: each reads what the other wrote."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        return FileLock(self.path.with_name(self.path.name + ".lock"), wait=None)

@@ -116,7 +116,7 @@ def _lock_traces(workspace: Workspace, held: ExitStack) -> None:
     running = []
     for trace_id in workspace.trace_ids():
         try:
-            held.enter_context(TraceLock(workspace.state_dir / "locks", trace_id))
+            held.enter_context(TraceLock(workspace.lock_dir, trace_id))
         except TraceLocked:
             running.append(trace_id)
     if running:

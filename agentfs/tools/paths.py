@@ -160,7 +160,7 @@ def change_lock(root: Path, path: Path, timeout: float = FILE_TOOL_TIMEOUT) -> I
         if not (root / GIT_DIR).is_dir():
             yield
             return
-        lock_file = Workspace(root).state_dir / "locks" / "file-tools" / f"{stripe:02d}.lock"
+        lock_file = Workspace(root).lock_dir / "file-tools" / f"{stripe:02d}.lock"
         with FileLock(lock_file, wait=max(deadline - time.monotonic(), 0)) as lock:
             if not lock.held:
                 raise ToolFailure(busy)
