@@ -291,14 +291,19 @@ def claim_new(workspace: Workspace, path: Path) -> tuple[str, Staged] | None:
     raise AssertionError("unreachable: ids are unbounded")
 
 
-def pending_new(workspace: Workspace) -> list[tuple[str, Staged]]:
-    """Claims for traces whose creation a crash cut short (the trace does not exist)."""
+def _claim_folders(workspace: Workspace, *, trace_exists: bool) -> list[str]:
+    """Trace ids with a folder in the staging area whose trace exists (or not)."""
     try:
         names = sorted(os.listdir(workspace.ingest_dir))
     except FileNotFoundError:
         return []
-    candidates = [n for n in names if TRACE_ID.fullmatch(n)
-                  and not (workspace.trace_dir(n) / "trace.json").exists()]
+    return [n for n in names if TRACE_ID.fullmatch(n)
+            and (workspace.trace_dir(n) / "trace.json").exists() == trace_exists]
+
+
+def pending_new(workspace: Workspace) -> list[tuple[str, Staged]]:
+    """Claims for traces whose creation a crash cut short (the trace does not exist)."""
+    candidates = _claim_folders(workspace, trace_exists=False)
     if not candidates:
         return []
     found = []
@@ -313,13 +318,8 @@ def pending_new(workspace: Workspace) -> list[tuple[str, Staged]]:
 def claimed_traces(workspace: Workspace) -> list[str]:
     """Existing traces holding claimed files that no commit took yet (a run was cut
     short after claiming them): a run of each finishes them."""
-    try:
-        names = sorted(os.listdir(workspace.ingest_dir))
-    except FileNotFoundError:
-        return []
-    return [n for n in names if TRACE_ID.fullmatch(n)
-            and (workspace.trace_dir(n) / "trace.json").exists()
-            and _has_claim(workspace.ingest_dir / n)]
+    return [n for n in _claim_folders(workspace, trace_exists=True)
+            if _has_claim(workspace.ingest_dir / n)]
 
 
 def _has_claim(folder: Path) -> bool:

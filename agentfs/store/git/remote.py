@@ -116,12 +116,12 @@ class GitRemote:
         # Porcelain status lines: "<flag>\t<src>:<dst>\t<summary> (<reason>)".
         status = [line.split("\t") for line in lines if line[:1] in ("!", " ", "*", "-", "+", "=")
                   and line.count("\t") >= 2]
-        rejected = [s[2] for s in status if s[0] == "!"]
+        rejected = [s for s in status if s[0] == "!"]
         if done.returncode == 0 and status and not rejected:
             return True
-        if rejected and all(any(reason in r for reason in _LOST_RACE) for r in rejected):
+        if rejected and all(any(reason in s[2] for reason in _LOST_RACE) for s in rejected):
             return False
-        problem = "; ".join(f"{s[1].rpartition(':')[2]} {s[2]}" for s in status if s[0] == "!")
+        problem = "; ".join(f"{s[1].rpartition(':')[2]} {s[2]}" for s in rejected)
         problem = "\n".join(p for p in (problem, done.stderr.decode(errors="replace").strip())
                              if p) or "\n".join(lines)
         raise RemoteError(f"cannot push to {self.remote}: {problem}",
