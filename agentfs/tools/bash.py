@@ -82,7 +82,7 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         prefix = chosen.arguments(root, command_env, protected) if chosen.bwrap else []
         before = _snapshot(root)
         done = run_command(command, cwd=root, timeout=timeout, env=command_env, sandbox=prefix,
-                           limits=bounded, user=chosen.user)
+                           limits=bounded, user=chosen.user, sandbox_sets_user=chosen.idmapped)
         after = _snapshot(root)
         changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
         # a name the message format refuses (a backslash, `.Git/`) is left uncommitted

@@ -14,10 +14,14 @@ Where bubblewrap does not work, bash calls are refused with how to install it
 (`Sandbox.refuses`), unless the person chose `bash_sandbox = "none"`.
 
 Who the sandbox runs as (`sandbox_user`): agentfs's own user; but when agentfs
-runs as root and the workspace belongs to another user, that user, so files
-only root may read stay unreadable and RLIMIT_NPROC applies. In a workspace of
-root it runs as root without capabilities, with the credential files root owns
-hidden (`ROOT_SECRET_FILES`, `ROOT_SECRET_FOLDERS`).
+runs as root, never root, so files only root may read stay unreadable and
+RLIMIT_NPROC applies. In a workspace another user owns, that user. In a
+workspace of root, `IDMAPPED_USER`, which sees the workspace through an
+idmapped mount (`agentfs/tools/idmap_launcher.py`): its files of root are that
+user's there, and what it writes lands on disk as root's. Where idmapped
+mounts do not work (`_probe_idmapped` says why), it runs as root without
+capabilities, with the credential files root owns hidden (`ROOT_SECRET_FILES`,
+`ROOT_SECRET_FOLDERS`), and the start of a run says so.
 """
 
 from __future__ import annotations
@@ -29,17 +33,19 @@ import os
 import pwd
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from agentfs.tools import idmap_launcher
 from agentfs.tools.pids_cgroup import pids_parent
 from agentfs.tools.subprocesses import RunAs
 
-__all__ = ["INSTALL_HINT", "ROOT_SECRET_FILES", "ROOT_SECRET_FOLDERS", "SANDBOX_TMP",
-           "NetworkMode", "Sandbox",
-           "SandboxMode", "choose_sandbox", "sandbox_user"]
+__all__ = ["IDMAPPED_USER", "INSTALL_HINT", "ROOT_SECRET_FILES", "ROOT_SECRET_FOLDERS",
+           "SANDBOX_TMP", "IdmapProbe", "NetworkMode", "Sandbox", "SandboxMode",
+           "choose_sandbox", "sandbox_user"]
 
 #: `tools.bash_sandbox` in agentfs.toml.
 SandboxMode = Literal["auto", "bwrap", "none"]
@@ -73,13 +79,26 @@ ROOT_SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshado
 ROOT_SECRET_FOLDERS = ("/etc/sudoers.d", "/etc/ssl/private", "/root", "/var/lib/sudo",
                        "/run/secrets", "/var/run/secrets", "/var/spool/cron")
 
+#: Who the sandbox runs as in a workspace of root, when agentfs runs as root: `nobody`
+#: (uid and gid 65534, Debian's `nogroup`), the uid meant to own no file, so it
+#: reads only what every user may read; the workspace is its own through the
+#: idmapped mount.
+IDMAPPED_USER = RunAs(65534, 65534)
+
+#: How choose_sandbox learns whether the idmapped sandbox works for (network, the
+#: workspace): (path of `bwrap`, None) or (None, why not). Tests give their own.
+IdmapProbe = Callable[[NetworkMode, Path], tuple[str | None, str | None]]
+
 
 @dataclass(frozen=True)
 class Sandbox:
     """How bash commands run: in bubblewrap at `bwrap`, or, when it is None, not at
     all because of `problem`, which `fix` would solve (or without a sandbox, when
     `mode` is `none`). `network` is what a sandboxed command may reach, `user` who
-    the sandbox runs as (None: agentfs's own user)."""
+    the sandbox runs as (None: agentfs's own user). `idmapped`: agentfs, root, starts
+    the idmap launcher, which shows the workspace to `user` through an idmapped mount
+    and becomes `user`; `idmap_problem` says why a sandbox of a workspace of root
+    runs as root instead."""
 
     mode: SandboxMode
     bwrap: str | None = None
@@ -87,6 +106,8 @@ class Sandbox:
     network: NetworkMode = "none"
     user: RunAs | None = None
     fix: str = INSTALL_HINT
+    idmapped: bool = False
+    idmap_problem: str | None = None
 
     @property
     def refuses(self) -> bool:
@@ -118,10 +139,13 @@ class Sandbox:
         if self.as_root:
             bound = ("a pids cgroup bounds their processes" if pids_parent() is not None else
                      "only tools.bash_timeout bounds their processes (no pids cgroup here)")
+            why = f" ({self.idmap_problem})" if self.idmap_problem else ""
             lines.append(
                 "bash runs as root: known credential files are hidden, but other files only "
-                f"root may read are readable, and {bound}; chown the workspace to a normal "
-                "user (the sandbox then runs as that user) or run agentfs as one")
+                f"root may read are readable, and {bound}; it would run as uid "
+                f"{IDMAPPED_USER.uid} with the workspace idmapped, but that does not work "
+                f"here{why}; chown the workspace to a normal user (the sandbox then runs as "
+                "that user) or run agentfs as one")
         if self.network == "host":
             lines.append(
                 "bash commands reach the host's network (tools.bash_network = \"host\"), "
@@ -134,7 +158,9 @@ class Sandbox:
         """The `bwrap ...` command line that runs what follows it in the sandbox.
 
         The command gets the environment bwrap is started with: values given
-        with `--setenv` would show in `ps` to every user of the machine.
+        with `--setenv` would show in `ps` to every user of the machine. When
+        `idmapped`, the idmap launcher comes first, and bwrap binds the workspace
+        from where the launcher mounted it.
 
         Args:
           root: The workspace, resolved; bound read-write, and the working directory.
@@ -151,23 +177,35 @@ class Sandbox:
             args += ["--ro-bind", "/dev/null", hidden]
         for hidden in sorted({*_private_dirs(env, self.user), *hidden_dirs}):
             args += ["--tmpfs", hidden]
-        args += ["--bind", str(root), str(root)]
+        source = _idmapped_source(root) if self.idmapped else str
+        args += ["--bind", source(str(root)), str(root)]
         for path in _inside(root, [".git", *read_only]):
-            args += ["--ro-bind", path, path]
+            args += ["--ro-bind", source(path), path]
         if "TMPDIR" in env:
             args += ["--setenv", "TMPDIR", SANDBOX_TMP]
-        return [*args, "--chdir", str(root)]
+        args += ["--chdir", str(root)]
+        if self.idmapped:
+            assert self.user is not None
+            return [*_launcher(), str(self.user.uid), str(self.user.gid), str(root), "--", *args]
+        return args
 
 
 @functools.cache
 def choose_sandbox(mode: SandboxMode, network: NetworkMode = "none",
-                   root: Path | None = None) -> Sandbox:
+                   root: Path | None = None, *, idmap_probe: IdmapProbe | None = None,
+                   ) -> Sandbox:
     """The sandbox for `mode` and `network` in the workspace at `root` (which decides
     who it runs as, `sandbox_user`); whether bubblewrap works is probed once per
-    process for each."""
+    process for each. `idmap_probe` replaces the probe of idmapped mounts."""
     if mode == "none":
         return Sandbox(mode, network="host")
     user = sandbox_user(root)
+    if user is not None and root is not None and os.stat(root).st_uid == 0:
+        bwrap, why = (idmap_probe or _probe_idmapped)(network, root)
+        if bwrap is not None:
+            return Sandbox(mode, bwrap, None, network, user, idmapped=True)
+        bwrap, problem = _probe(network, None, None)  # capless root, credentials hidden
+        return Sandbox(mode, bwrap, problem, network, idmap_problem=why)
     bwrap, problem = _probe(network, user, root if user is not None else None)
     if bwrap is None and user is not None:
         return Sandbox(mode, None, problem, network, user, fix=(
@@ -178,13 +216,13 @@ def choose_sandbox(mode: SandboxMode, network: NetworkMode = "none",
 
 def sandbox_user(root: Path | None) -> RunAs | None:
     """Who the sandbox of the workspace at `root` runs as: None (agentfs's own user),
-    except when agentfs runs as root and another user owns the workspace's folder:
-    then that user, with their primary group and no other."""
+    except when agentfs runs as root: then the user who owns the workspace's folder,
+    with their primary group and no other, or `IDMAPPED_USER` when that is root."""
     if os.getuid() != 0 or root is None:
         return None
     owner = os.stat(root)
     if owner.st_uid == 0:
-        return None
+        return IDMAPPED_USER
     try:
         gid = pwd.getpwuid(owner.st_uid).pw_gid
     except KeyError:  # a uid with no entry: the folder's group
@@ -218,6 +256,48 @@ def _probe(network: NetworkMode, user: RunAs | None,
         said = done.stderr.decode("utf-8", "replace").strip().splitlines()
         return None, f"`{bwrap}` does not work {where}: {said[-1] if said else done.returncode}"
     return bwrap, None
+
+
+@functools.cache
+def _probe_idmapped(network: NetworkMode, root: Path) -> tuple[str | None, str | None]:
+    """(path of `bwrap`, None) when the idmapped sandbox runs in the workspace at
+    `root` and may write there, or (None, why not)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return None, "`bwrap` is not installed"
+    launcher = _launcher()
+    for path in (launcher[0], launcher[-1]):
+        if Path(path).is_relative_to(root):  # the sandbox could change what root runs
+            return None, f"the launcher runs {path}, which is inside the workspace"
+    candidate = Sandbox("bwrap", bwrap, None, network, IDMAPPED_USER, idmapped=True)
+    try:
+        done = subprocess.run(
+            [*candidate.arguments(root.resolve(), {}), "test", "-w", "."], stdin=subprocess.DEVNULL,
+            capture_output=True, timeout=_PROBE_TIMEOUT, env={}, check=False,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"the idmap launcher does not start: {exc}"
+    if done.returncode != 0:
+        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return None, said[-1] if said else "the workspace is not writable through it"
+    return bwrap, None
+
+
+@functools.cache
+def _launcher() -> tuple[str, ...]:
+    """How agentfs starts the idmap launcher: this Python, isolated from the
+    environment and from site-packages (`-I -S`), resolved once, on the file."""
+    return (os.path.realpath(sys.executable), "-I", "-S",
+            os.path.realpath(idmap_launcher.__file__))
+
+
+def _idmapped_source(root: Path) -> Callable[[str], str]:
+    """Where a path of the workspace at `root` is in the idmapped mount."""
+    def source(path: str) -> str:
+        inside = os.path.relpath(path, root)
+        return idmap_launcher.MOUNT_POINT if inside == "." else os.path.join(
+            idmap_launcher.MOUNT_POINT, inside)
+    return source
 
 
 def _private_dirs(env: Mapping[str, str], user: RunAs | None) -> list[str]:

@@ -105,6 +105,7 @@ class Completed:
 def run_command(
     command: str, *, cwd: Path, timeout: float, env: Mapping[str, str] | None = None,
     sandbox: Sequence[str] = (), limits: Limits = NO_LIMITS, user: RunAs | None = None,
+    sandbox_sets_user: bool = False,
 ) -> Completed:
     """`bash -c command` in its own process group; stdout and stderr together.
 
@@ -114,8 +115,10 @@ def run_command(
     process left in it).
 
     `sandbox` is a command line that runs what follows it in a sandbox
-    (`agentfs/tools/sandbox.py:Sandbox.arguments`); it gets the same environment,
-    and runs as `user` (default: agentfs's own).
+    (`agentfs/tools/sandbox.py:Sandbox.arguments`); it gets the same environment.
+    The command runs as `user` (default: agentfs's own): agentfs starts it as that
+    user, or, with `sandbox_sets_user`, starts the sandbox as itself and the
+    sandbox becomes `user` (the idmap launcher, `agentfs/tools/idmap_launcher.py`).
     """
     uid = os.getuid() if user is None else user.uid
     options = limits.ulimit(uid)
@@ -135,7 +138,7 @@ def run_command(
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else MINIMAL,
             start_new_session=True,
-            **RunAs.popen_arguments(user),
+            **RunAs.popen_arguments(None if sandbox_sets_user else user),
         )
         return _finish(proc, timeout, limits.output)
     finally:
