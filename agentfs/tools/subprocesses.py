@@ -102,7 +102,7 @@ class Completed:
     dropped: int = 0  # bytes of output past `Limits.output`, read and dropped
 
 
-def run_command(
+def run_command(  # noqa: PLR0913 -- keyword-only options, each with its default
     command: str, *, cwd: Path, timeout: float, env: Mapping[str, str] | None = None,
     sandbox: Sequence[str] = (), limits: Limits = NO_LIMITS, user: RunAs | None = None,
     sandbox_sets_user: bool = False,

@@ -1,7 +1,8 @@
 """Every bash command is bounded: in time (nothing it started outlives the call), in
 memory, in file size and in processes; each ends with a clear result and the run goes on.
 Both with the sandbox and without it, and, when agentfs runs as root, in a workspace of
-root's and in one of another user's (the sandbox then runs as that user)."""
+root's (the sandbox runs as uid 65534, or, where idmapped mounts do not work, as root
+without capabilities) and in one of another user's (the sandbox then runs as that user)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ def sandboxes() -> list:
     modes = [pytest.param("unsandboxed", id="unsandboxed")]
     marks = [pytest.mark.skipif(shutil.which("bwrap") is None, reason="bwrap is not installed")]
     return [*modes, pytest.param("bwrap", id="bwrap", marks=marks),
-            pytest.param("owner", id="bwrap-as-owner", marks=[*marks, needs_root])]
+            pytest.param("owner", id="bwrap-as-owner", marks=[*marks, needs_root]),
+            pytest.param("root", id="bwrap-as-root-without-idmap", marks=[*marks, needs_root])]
 
 
 @pytest.fixture(params=sandboxes())
@@ -37,11 +39,20 @@ def where(request) -> tuple[Path, Sandbox]:
     """(the workspace, the sandbox commands run in there)."""
     if request.param == "unsandboxed":
         return request.getfixturevalue("workspace"), Sandbox("none", network="host")
+    if request.param == "root":  # the fallback where idmapped mounts do not work
+        root = request.getfixturevalue("workspace")
+        sandbox = choose_sandbox("bwrap", "none", root, idmap_probe=no_idmap)
+        assert sandbox.as_root
+        return root, sandbox
     root = request.getfixturevalue("workspace" if request.param == "bwrap" else
                                    "nobodys_workspace")
     sandbox = choose_sandbox("bwrap", "none", root)
     assert sandbox.bwrap is not None, sandbox.problem
     return root, sandbox
+
+
+def no_idmap(network: str, root: Path) -> tuple[None, str]:
+    return None, "idmapped mounts do not work (a test)"
 
 
 def root_without_pids_cgroup(sandbox: Sandbox) -> bool:

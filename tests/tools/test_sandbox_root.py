@@ -1,20 +1,30 @@
 """agentfs run as root: bash never runs as a root that can read root's secrets.
 
 In a workspace another user owns, the sandbox runs as that user; in root's own,
-as root without capabilities, with the credential files root owns hidden, and the
-person is told at start. CI runs as root, so these run there; elsewhere they are
-skipped (and the sandbox runs as the person's own user, tests/tools/test_sandbox.py).
+as uid 65534 through an idmapped mount of the workspace, or, where that does not
+work, as root without capabilities, with the credential files root owns hidden,
+and the person is told at start why. CI runs as root, so these run there;
+elsewhere they are skipped (and the sandbox runs as the person's own user,
+tests/tools/test_sandbox.py).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
 from pathlib import Path
 
 import pytest
 
+from agentfs.core.project import init_workspace
 from agentfs.tools import ToolContext, ToolRegistry
 from agentfs.tools.bash import bash_tool
 from agentfs.tools.sandbox import ROOT_SECRET_FILES, choose_sandbox
@@ -58,22 +68,82 @@ def secrets() -> dict[str, bytes]:
     return found
 
 
-def test_in_a_workspace_of_root_bash_cannot_read_credential_files_and_the_start_says_so(
+def test_in_a_workspace_of_root_bash_runs_as_nobody_and_its_changes_are_roots_and_committed(
         workspace, write_script):
     held = secrets()
     assert "/etc/shadow" in held, "this machine has no /etc/shadow to hide"
+    (workspace / "old.txt").write_text("old\n")
+    (workspace / "gone").mkdir()
+    (workspace / "gone" / "x.txt").write_text("x\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "files to edit and delete")
+    results, stderr = run_bash(workspace, [
+        "id -u; id -G",
+        *(f"cat {path}" for path in held),
+        "echo data > made.txt && mkdir -p src/deep && echo 'x = 1' > src/deep/a.py",
+        "echo new >> old.txt && rm -r gone && mkdir empty && rmdir empty",
+        "touch .git/planted; echo '[core]' >> .git/config",
+        "git log --oneline | wc -l",
+    ], write_script)
+    assert results[0] == f"{NOBODY}\n{NOBODY}\n[exit status 0]"  # no other group
+    for (path, content), result in zip(held.items(), results[1:], strict=False):
+        first_line = content.decode("utf-8", "replace").splitlines()[0]
+        assert first_line not in result and "Permission denied" in result, f"bash read {path}"
+    made, edited, into_git, log = results[-4:]
+    assert made == edited == "[exit status 0]"
+    assert "Read-only file system" in into_git and into_git.endswith("[exit status 1]")
+    assert not (workspace / ".git" / "planted").exists()
+    assert log.endswith("[exit status 0]")  # git in the sandbox trusts the workspace
+    for path in ("made.txt", "src", "src/deep", "src/deep/a.py", "old.txt"):
+        assert (os.stat(workspace / path).st_uid, os.stat(workspace / path).st_gid) == (0, 0)
+    assert (workspace / "old.txt").read_text() == "old\nnew\n"
+    assert not (workspace / "gone").exists() and not (workspace / "empty").exists()
+    committed = git(workspace, "log", "--name-only", "--format=", "--grep", "t: tool")
+    assert {"made.txt", "src/deep/a.py", "old.txt", "gone/x.txt"} <= set(committed.split())
+    assert "bash runs as root" not in stderr and "will fail" not in stderr
+    assert_git_clean(workspace)
+
+
+def test_where_idmapped_mounts_do_not_work_bash_runs_as_root_without_credentials_and_says_why(
+        workspace):
+    held = secrets()
+    assert "/etc/shadow" in held, "this machine has no /etc/shadow to hide"
+    sandbox = choose_sandbox("auto", "none", workspace,
+                             idmap_probe=lambda network, root: (None, "no idmapped mounts here"))
+    assert sandbox.as_root and not sandbox.idmapped and not sandbox.refuses
+    tool = bash_tool(10, 100_000, safe_environment(os.environ), sandbox=sandbox)
     reads = [f"cat {path}" for path in held] + ["find /root /etc/ssl/private -mindepth 1", "id -u"]
-    results, stderr = run_bash(workspace, reads, write_script)
+    results = [ToolRegistry([tool]).call("bash", {"command": command},
+                                         ToolContext(workspace, "t")).content
+               for command in reads]
     for (path, content), result in zip(held.items(), results, strict=False):
         first_line = content.decode("utf-8", "replace").splitlines()[0]
         assert first_line not in result, f"bash read {path}"
         assert "Permission denied" in result
     assert results[-2] == "[exit status 0]"  # root's home and private keys: empty folders
     assert results[-1] == "0\n[exit status 0]"
-    notices = [line for line in stderr.splitlines() if line.startswith(ROOT_NOTICE)]
-    assert notices == choose_sandbox("auto", "none", workspace).notices()
-    assert "chown the workspace to a normal user" in notices[0]
-    assert_git_clean(workspace)
+    notice, = sandbox.notices()
+    assert notice.startswith(ROOT_NOTICE) and "(no idmapped mounts here)" in notice
+    assert "chown the workspace to a normal user" in notice and "\n" not in notice
+
+
+def test_a_workspace_of_root_nobody_cannot_reach_falls_back_to_root_and_the_start_says_why(
+        write_script):
+    """A folder only root may enter, outside the folders the sandbox replaces (`/tmp`,
+    the home directories): bubblewrap, as uid 65534, cannot bind the workspace there."""
+    parent = Path(tempfile.mkdtemp(prefix="agentfs-locked-", dir="/var/tmp"))
+    try:
+        root = parent / "ws"
+        init_workspace(root)
+        results, stderr = run_bash(root, ["id -u", "cat /etc/shadow"], write_script)
+        assert results[0] == "0\n[exit status 0]"
+        assert "Permission denied" in results[1]
+        notice, = [line for line in stderr.splitlines() if line.startswith(ROOT_NOTICE)]
+        assert f"it would run as uid {NOBODY} with the workspace idmapped" in notice
+        assert "Permission denied" in notice  # bubblewrap's own words
+        assert_git_clean(root)
+    finally:
+        shutil.rmtree(parent)
 
 
 def test_in_a_workspace_of_another_user_bash_runs_as_that_user(nobodys_workspace,
@@ -113,3 +183,79 @@ def test_a_workspace_its_owner_cannot_enter_refuses_bash_rather_than_run_it_as_r
     assert not (root / "sub" / "made").exists()
     notice, = sandbox.notices()
     assert notice.startswith("bash commands will fail") and "\n" not in notice
+
+
+def mounted(root: Path) -> list[str]:
+    """The mounts this process sees that are idmapped, or at or in the workspace."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return [line for line in lines if "idmapped" in line.split(" - ")[0] or str(root) in line]
+
+
+def processes_with(mark: str) -> dict[int, int]:
+    """{pid: parent pid} of the processes whose command line holds `mark`."""
+    found = {}
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if mark.encode() in (proc / "cmdline").read_bytes():
+                found[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_the_idmapped_mount_is_the_sandboxs_alone_and_goes_with_its_killed_launcher(workspace):
+    before = mounted(workspace)
+    sandbox = choose_sandbox("bwrap", "none", workspace)
+    assert sandbox.idmapped, sandbox.idmap_problem
+    tool = bash_tool(60, 1000, safe_environment(os.environ), sandbox=sandbox)
+    mark = f"1000.{uuid.uuid4().int % 10**9}"
+    results = []
+    call = threading.Thread(target=lambda: results.append(ToolRegistry([tool]).call(
+        "bash", {"command": f"grep -q idmapped /proc/self/mountinfo && touch seen; sleep {mark}"},
+        ToolContext(workspace, "t"))))
+    call.start()
+    wait_for((workspace / "seen").exists, "the sandbox to see its idmapped mount")
+    assert mounted(workspace) == before  # not on the machine, while the call runs
+    launcher, = [pid for pid, parent in processes_with(mark).items() if parent == os.getpid()]
+    os.kill(launcher, signal.SIGKILL)  # the launcher, which became bwrap
+    call.join(60)
+    assert results[0].is_error and "SIGKILL" in results[0].content
+    wait_for(lambda: not processes_with(mark), "the killed sandbox's processes to end")
+    assert mounted(workspace) == before
+    again = ToolRegistry([tool]).call("bash", {"command": "echo next > next.txt && cat next.txt"},
+                                      ToolContext(workspace, "t"))
+    assert again.content == "next\n[exit status 0]"
+    assert os.stat(workspace / "next.txt").st_uid == 0
+
+
+def setting_up(launcher: subprocess.Popen, mark: str) -> bool:
+    """The launcher has forked the child that makes its user namespace (it is then
+    mounting), or has become bwrap, or has ended."""
+    if launcher.pid in processes_with(mark).values() or launcher.poll() is not None:
+        return True
+    program = Path(f"/proc/{launcher.pid}/cmdline").read_bytes().split(b"\0")[0]
+    return os.path.basename(program) == b"bwrap"
+
+
+def test_a_launcher_killed_while_it_sets_the_sandbox_up_leaves_nothing_mounted_or_running(
+        workspace):
+    before = mounted(workspace)
+    sandbox = choose_sandbox("bwrap", "none", workspace)
+    assert sandbox.idmapped, sandbox.idmap_problem
+    mark = f"1000.{uuid.uuid4().int % 10**9}"
+    command = [*sandbox.arguments(workspace.resolve(), {}), "sleep", mark]
+    for _ in range(5):
+        launcher = subprocess.Popen(command, env={}, start_new_session=True,
+                                    stderr=subprocess.DEVNULL)
+        wait_for(functools.partial(setting_up, launcher, mark), "the launcher to start")
+        launcher.kill()
+        launcher.wait()
+        wait_for(lambda: not processes_with(mark), "the killed launcher's processes to end")
+        assert mounted(workspace) == before
