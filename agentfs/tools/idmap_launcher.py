@@ -39,6 +39,8 @@ FAILED = 126
 # unshare(2): new namespaces for the calling process.
 CLONE_NEWNS = 0x00020000  # a mount namespace, a copy of the current one
 CLONE_NEWUSER = 0x10000000  # a user namespace, to describe the idmapping with
+# prctl(2): the signal this process gets when its parent (agentfs) ends.
+PR_SET_PDEATHSIG = 1
 # mount(2) flags, to make every mount of the new namespace private: mounts and
 # unmounts made in it do not propagate to the machine's namespace.
 MS_REC = 0x4000
@@ -137,10 +139,20 @@ def mount_idmapped(source: str, target: str, uid: int, gid: int) -> None:
         os.close(userns)
 
 
+def _die_with(parent: int) -> None:
+    """Be killed when agentfs ends, and end now if it has already (then the launcher's
+    parent is another process: bwrap's own `--die-with-parent` would not see it)."""
+    _checked(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:
+        raise LaunchError("agentfs ended while the launcher started")
+
+
 def launch(uid: int, gid: int, workspace: str, command: list[str]) -> None:
     """Set the sandbox up (see the module's docstring) and execute `command`."""
     if os.getuid() != 0:
         raise LaunchError("the launcher must run as root")
+    parent = os.getppid()
+    _die_with(parent)
     _checked(_libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _checked(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None),
              "making / private")
@@ -149,6 +161,7 @@ def launch(uid: int, gid: int, workspace: str, command: list[str]) -> None:
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)  # from root to a uid that is not: every capability goes too
+    _die_with(parent)  # a change of uid clears it; exec keeps it, until bwrap sets its own
     for number in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores them; exec keeps that
         signal.signal(number, signal.SIG_DFL)
     os.execv(command[0], command)  # noqa: S606 -- bwrap, by the absolute path agentfs gave

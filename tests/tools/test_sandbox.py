@@ -44,8 +44,8 @@ from agentfs.tools.sandbox import choose_sandbox
 from agentfs.tools.subprocesses import safe_environment
 
 root, mode, commands = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
-tool = bash_tool(20, 1_000_000, safe_environment(os.environ), sandbox=choose_sandbox(mode),
-                 read_only=DEFAULT_READ_ONLY)
+tool = bash_tool(20, 1_000_000, safe_environment(os.environ),
+                 sandbox=choose_sandbox(mode, "none", root.resolve()), read_only=DEFAULT_READ_ONLY)
 answers = []
 for command in commands:
     context = ToolContext(root, "t")
@@ -167,7 +167,7 @@ def test_the_timeout_kills_every_process_in_the_sandbox(workspace):
         return found
 
     _, result, _ = call(workspace, f"sleep {mark} & sleep {mark}; echo never",
-                        choose_sandbox("bwrap"), timeout=1.0)
+                        choose_sandbox("bwrap", "none", workspace), timeout=1.0)
     assert result.is_error and "killed after 1s (timeout)" in result.content
     assert "never" not in result.content
     deadline = time.monotonic() + 10

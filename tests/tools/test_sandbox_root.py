@@ -10,7 +10,7 @@ tests/tools/test_sandbox.py).
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import json
 import os
 import shutil
@@ -235,13 +235,16 @@ def test_the_idmapped_mount_is_the_sandboxs_alone_and_goes_with_its_killed_launc
     assert os.stat(workspace / "next.txt").st_uid == 0
 
 
-def setting_up(launcher: subprocess.Popen, mark: str) -> bool:
-    """The launcher has forked the child that makes its user namespace (it is then
-    mounting), or has become bwrap, or has ended."""
-    if launcher.pid in processes_with(mark).values() or launcher.poll() is not None:
-        return True
+def making_its_user_namespace(launcher: subprocess.Popen, mark: str) -> bool | None:
+    """Whether the launcher is between its mount namespace and its idmapped mount (its
+    child that makes the user namespace is there), or None once it has gone past."""
+    if launcher.poll() is not None:
+        return None
+    children = [pid for pid, parent in processes_with(mark).items() if parent == launcher.pid]
     program = Path(f"/proc/{launcher.pid}/cmdline").read_bytes().split(b"\0")[0]
-    return os.path.basename(program) == b"bwrap"
+    if os.path.basename(program) == b"bwrap":
+        return None
+    return bool(children)
 
 
 def test_a_launcher_killed_while_it_sets_the_sandbox_up_leaves_nothing_mounted_or_running(
@@ -249,13 +252,25 @@ def test_a_launcher_killed_while_it_sets_the_sandbox_up_leaves_nothing_mounted_o
     before = mounted(workspace)
     sandbox = choose_sandbox("bwrap", "none", workspace)
     assert sandbox.idmapped, sandbox.idmap_problem
-    mark = f"1000.{uuid.uuid4().int % 10**9}"
-    command = [*sandbox.arguments(workspace.resolve(), {}), "sleep", mark]
-    for _ in range(5):
-        launcher = subprocess.Popen(command, env={}, start_new_session=True,
-                                    stderr=subprocess.DEVNULL)
-        wait_for(functools.partial(setting_up, launcher, mark), "the launcher to start")
+    killed_midway = 0
+    for _ in range(30):
+        mark = f"1000.{uuid.uuid4().int % 10**9}"
+        launcher = subprocess.Popen([*sandbox.arguments(workspace.resolve(), {}), "sleep", mark],
+                                    env={}, start_new_session=True, stderr=subprocess.DEVNULL)
+        state = making_its_user_namespace(launcher, mark)
+        while state is False:
+            state = making_its_user_namespace(launcher, mark)
+        if state:  # caught midway: stopped there, then killed
+            launcher.send_signal(signal.SIGSTOP)
+            killed_midway += 1
         launcher.kill()
         launcher.wait()
-        wait_for(lambda: not processes_with(mark), "the killed launcher's processes to end")
+        if not state:  # too late, it became bwrap: bubblewrap's own business, not this test's
+            for pid in processes_with(mark):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not processes_with(mark), "the killed launcher's processes to end")  # noqa: B023
         assert mounted(workspace) == before
+        if killed_midway == 3:
+            break
+    assert killed_midway, "the launcher was never caught setting up"
