@@ -56,8 +56,10 @@ MOUNT_ATTR_IDMAP = 0x00100000
 # move_mount(2): attach the detached tree, given by descriptor, at a path.
 MOVE_MOUNT_F_EMPTY_PATH = 0x4
 
-#: The system call numbers of the new mount API, the same on every architecture
-#: Linux added them to after 5.2 (x86-64 and aarch64 alike).
+#: The system call numbers of the new mount API (Linux 5.2; mount_setattr 5.12), the
+#: same on every architecture since the tables were unified (x86-64 and aarch64
+#: alike; alpha alone adds 110). On an older kernel they fail with ENOSYS, and
+#: agentfs falls back (`agentfs/tools/sandbox.py:_probe_idmapped`).
 SYS_OPEN_TREE = 428
 SYS_MOVE_MOUNT = 429
 SYS_MOUNT_SETATTR = 442

@@ -265,6 +265,9 @@ def _probe_idmapped(network: NetworkMode, root: Path) -> tuple[str | None, str |
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return None, "`bwrap` is not installed"
+    if not sys.executable:
+        return None, "agentfs does not know the path of its Python, to run the launcher with"
+    root = root.resolve()
     launcher = _launcher()
     for path in (launcher[0], launcher[-1]):
         if Path(path).is_relative_to(root):  # the sandbox could change what root runs
@@ -272,7 +275,7 @@ def _probe_idmapped(network: NetworkMode, root: Path) -> tuple[str | None, str |
     candidate = Sandbox("bwrap", bwrap, None, network, IDMAPPED_USER, idmapped=True)
     try:
         done = subprocess.run(
-            [*candidate.arguments(root.resolve(), {}), "test", "-w", "."], stdin=subprocess.DEVNULL,
+            [*candidate.arguments(root, {}), "test", "-w", "."], stdin=subprocess.DEVNULL,
             capture_output=True, timeout=_PROBE_TIMEOUT, env={}, check=False,
         )
     except (OSError, subprocess.SubprocessError) as exc:
