@@ -145,8 +145,8 @@ class FakeOpenAIServer:
         `finish_reason` (else `tool_calls` or `stop`), `usage` (overrides the
         simulated counts). `max_tokens_during` (`"text"` or `"tool_input"`) makes
         it run out of output tokens halfway through its text or its last call's
-        arguments: `finish_reason` is `length` and those arguments are cut-off
-        JSON. A callable gets the request body and returns such a dict.
+        arguments: `finish_reason` is `length` (unless given) and those arguments
+        are cut-off JSON. A callable gets the request body and returns such a dict.
         """
         with self._lock:
             self._script.extend(responses)
@@ -239,8 +239,7 @@ class FakeOpenAIServer:
         if self.api_key is not None and request.api_key != self.api_key:
             return _send_error(h, 401, None, code="invalid_api_key",
                                message="Incorrect API key provided")
-        if request.method != "POST" or not request.path.rstrip("/").endswith(
-                "/chat/completions"):
+        if request.method != "POST" or request.path.partition("?")[0] != "/v1/chat/completions":
             return _send_error(h, 404, None, message=f"no route {request.method} {request.path}")
         if not isinstance(body, dict):
             return _send_error(h, 400, None, message="the body is not a JSON object")
@@ -288,11 +287,12 @@ class FakeOpenAIServer:
         finish = spec.get("finish_reason") or ("tool_calls" if calls else "stop")
         during = spec.get("max_tokens_during")
         if during == "text":
-            text, calls, finish = text[: max(1, len(text) // 2)], [], "length"
+            text, calls = text[: max(1, len(text) // 2)], []
+            finish = spec.get("finish_reason") or "length"
         elif during == "tool_input" and calls:
             arguments = calls[-1]["function"]["arguments"]
             calls[-1]["function"]["arguments"] = arguments[: max(1, len(arguments) // 2)]
-            finish = "length"
+            finish = spec.get("finish_reason") or "length"
         prompt = self._prompt_usage(body, remember=not peek)
         output = (len(text) + sum(len(c["function"]["arguments"]) for c in calls) + 3) // 4
         usage: dict[str, Any] = {"prompt_tokens": prompt[0], "completion_tokens": max(1, output),
