@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentfs.errors import ModelError
+from agentfs.models.anthropic_messages import to_api_messages as anthropic_messages
 from agentfs.models.base import ModelRequest, PromptTooLong, RetryNotice, ToolSpec
 from agentfs.models.openai import DEFAULT_BASE_URL, OpenAIModel, finish_reason
 from agentfs.models.openai_messages import to_api_messages
@@ -236,6 +237,18 @@ def test_results_come_right_after_their_calls_even_when_a_user_message_came_betw
     assert sent[3] == {"role": "tool", "tool_call_id": "c1", "content": "Error: no such file"}
     assert sent[2]["content"] is None and "thinking" not in json.dumps(sent)
     assert_valid_chat_request({"model": "m", "messages": sent})
+
+
+def test_what_a_provider_keeps_for_itself_is_sent_by_no_other():
+    kept = {"openai": {"response_id": "chatcmpl-1"}, "anthropic": {"opaque": "x"}}
+    messages = [Message(id="u", sequence=1, role="user", content="hi"),
+                Message(id="a", sequence=2, role="assistant", content="hello",
+                        provider_data=kept)]
+    openai_body = to_api_messages("", messages)
+    claude_body = anthropic_messages(messages)
+    assert openai_body == [{"role": "user", "content": "hi"},
+                           {"role": "assistant", "content": "hello"}]
+    assert "chatcmpl-1" not in json.dumps(claude_body) and "opaque" not in json.dumps(claude_body)
 
 
 def test_synthetic_calls_after_a_turn_merge_into_it():

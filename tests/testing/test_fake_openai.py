@@ -36,12 +36,11 @@ def test_a_request_that_breaks_the_rules_gets_a_400_and_is_recorded():
     unanswered = [{"role": "user", "content": "go"},
                   {"role": "assistant", "content": None, "tool_calls": [CALL]},
                   {"role": "user", "content": "and?"}]
-    with FakeOpenAIServer() as server:
-        with pytest.raises(openai.BadRequestError, match="have no tool message"):
-            client(server).chat.completions.create(model="m", messages=unanswered)
-    assert server.violations == [
-        "request 1: messages[2]: tool call(s) c1 of the assistant message before have no "
-        "tool message"]
+    with FakeOpenAIServer() as server, \
+            pytest.raises(openai.BadRequestError, match="have no tool message"):
+        client(server).chat.completions.create(model="m", messages=unanswered)
+    assert server.violations == [("request 1: messages[2]: tool call(s) c1 of the assistant "
+                                  "message before have no tool message")]
 
 
 def test_without_validation_a_bad_request_is_answered_and_still_recorded():
@@ -52,10 +51,10 @@ def test_without_validation_a_bad_request_is_answered_and_still_recorded():
 
 
 def test_a_wrong_key_gets_a_401():
-    with FakeOpenAIServer(api_key="right") as server:
-        with pytest.raises(openai.AuthenticationError):
-            client(server, "wrong").chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "go"}])
+    with FakeOpenAIServer(api_key="right") as server, \
+            pytest.raises(openai.AuthenticationError):
+        client(server, "wrong").chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "go"}])
 
 
 def test_a_cut_stream_never_sends_a_finish_reason_and_keeps_the_answer_for_the_retry():
