@@ -32,10 +32,12 @@ NOT_RUN = {
     "python3 -m venv .venv": "the suite already runs in an installed environment",
     ".venv/bin/pip install -c requirements/ci.lock -e .": "the suite already runs in an "
     "installed environment",
-    ".venv/bin/pip install -c requirements/ci.lock -e '.[serve,test,bench]'": "the suite "
+    ".venv/bin/pip install -c requirements/ci.lock -e '.[serve,openai,test,bench]'": "the suite "
     "already runs in an "
     "installed environment (test_the_setup_commands_... checks .ci/run installs the same)",
     ".venv/bin/pip install -c requirements/ci.lock -e '.[serve]'": "the suite already runs "
+    "in an installed environment",
+    ".venv/bin/pip install -c requirements/ci.lock -e '.[openai]'": "the suite already runs "
     "in an installed environment",
     ".venv/bin/python -m pytest": "it is this suite",
     ".venv/bin/python -m bench": "the benchmarks take minutes; tests/test_bench.py runs "
@@ -166,6 +168,10 @@ class Tour:
             return done.stdout + done.stderr
         if words[0] == "git":
             return git(self.dir, *words[1:])
+        if words[:3] == ["python3", "-m", "agentfs.testing.fake_openai"]:  # runs agentfs
+            done = subprocess.run([sys.executable, *words[1:]], cwd=self.dir, check=True,
+                                  capture_output=True, text=True, timeout=120)
+            return done.stdout + done.stderr
         if words[0] == "echo" and ">" in words:
             subprocess.run(["bash", "-c", command], cwd=self.dir, check=True)
             if self.watcher is not None:

@@ -1,4 +1,5 @@
-"""LLM models: the interface, the offline replay model and the Anthropic provider."""
+"""LLM models: the interface, the offline replay model, the Anthropic provider and the
+OpenAI-compatible one."""
 
 from agentfs.models.base import (
     FinishReason,

@@ -1,11 +1,10 @@
 """The `anthropic` provider, on the official SDK (streaming, tools, prompt caching).
 
 Retries are ours, not the SDK's (its `max_retries` is 0): a stream that fails
-half-way is retried too, and the policy is explicit — exponential backoff
-with full jitter, honouring `retry-after`, on 429, 5xx (incl. 529
-overloaded), timeouts, dropped connections and streams that end before
-`message_stop`; never on 4xx such as 400/401. Each retry is reported to the
-text sink (`agentfs/models/base.py:report_retry`). A turn is returned only
+half-way is retried too, under the policy every provider shares
+(`agentfs/models/retry.py:RetryPolicy`): on 429, 5xx (incl. 529 overloaded),
+timeouts, dropped connections and streams that end before `message_stop`;
+never on 4xx such as 400/401. A turn is returned only
 once its `message_stop` arrived: anything short of it is a failed attempt,
 so a cut stream is never taken for a complete answer (see docs/models.md).
 A 400 "prompt is too long" raises `PromptTooLong`, so the runner can compress.
@@ -15,7 +14,6 @@ would refuse it for these messages (`thinking_param`).
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable, Generator
 from contextlib import closing
@@ -30,10 +28,9 @@ from agentfs.models.base import (
     ModelRequest,
     ModelResponse,
     PromptTooLong,
-    RetryNotice,
     TextSink,
-    report_retry,
 )
+from agentfs.models.retry import Retry, RetryPolicy, is_transport_error
 from agentfs.store.messages import ToolCall, Usage
 
 __all__ = ["AnthropicModel", "IncompleteStream", "thinking_param"]
@@ -58,10 +55,7 @@ class AnthropicModel:
     ) -> None:
         self.model_id = model_id
         self.name = f"anthropic:{model_id}"
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
-        self.sleep = sleep
+        self.retry = RetryPolicy(max_retries, backoff, max_backoff, sleep)
         self.client = anthropic.Anthropic(
             api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
         )
@@ -102,38 +96,11 @@ class AnthropicModel:
             ModelError: a refusal (e.g. 401), or still failing after the retries.
         """
         params = self.build_params(request)
-        attempts = self.max_retries + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                return self._stream(params, on_text)
-            except _Retry as retry:
-                reason = _describe(retry.cause)
-                if attempt == attempts:
-                    raise ModelError(
-                        f"Anthropic API still failing after {attempts} attempts: {reason}",
-                        hint="nothing of the failed turn was saved; try again later: "
-                        "`agentfs run` continues where it stopped",
-                    ) from None
-                wait = self._delay(attempt - 1, retry.cause)
-                report_retry(on_text, RetryNotice(attempt, attempts, wait, reason))
-                self.sleep(wait)
-        raise AssertionError("unreachable")
-
-    def _delay(self, attempt: int, exc: Exception) -> float:
-        """Full-jitter exponential backoff, or what the server asked for."""
-        response = getattr(exc, "response", None)
-        headers = response.headers if response is not None else {}
-        for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-            value = headers.get(name)
-            if value:
-                try:
-                    return min(float(value) * scale, self.max_backoff)
-                except ValueError:
-                    pass
-        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+        return self.retry.call(lambda: self._stream(params, on_text), on_text,
+                               service="Anthropic API")
 
     def _stream(self, params: dict[str, Any], on_text: TextSink | None) -> ModelResponse:
-        """One attempt: the complete turn, or `_Retry` / a `ModelError`."""
+        """One attempt: the complete turn, or `Retry` / a `ModelError`."""
         open_block: str | None = None  # the kind of block the stream is inside
         with closing(self._events(params)) as events:
             for event in events:
@@ -145,23 +112,24 @@ class AnthropicModel:
                     open_block = None
                 elif event.type == "message_stop":
                     return _response(event.message, self.name)
-        raise _Retry(IncompleteStream(open_block))
+        cut = IncompleteStream(open_block)
+        raise Retry(cut, str(cut))
 
     def _events(self, params: dict[str, Any]) -> Generator[Any, None, None]:
-        """The SDK's stream events, its failures turned into `_Retry` or a `ModelError`
+        """The SDK's stream events, its failures turned into `Retry` or a `ModelError`
         (the caller's own code runs outside this `try`)."""
         try:
             with self.client.messages.stream(**params) as stream:
                 yield from stream
         except anthropic.APIError as exc:
             if _retryable(exc):
-                raise _Retry(exc) from None
+                raise Retry(exc, _describe(exc)) from None
             raise _refusal(exc) from None
         except (ValueError, UnicodeDecodeError) as exc:  # a garbled body, event or tool JSON
-            raise _Retry(exc) from None
+            raise Retry(exc) from None
         except Exception as exc:
-            if _is_transport_error(exc):  # e.g. the connection cut after the headers
-                raise _Retry(exc) from None
+            if is_transport_error(exc):  # e.g. the connection cut after the headers
+                raise Retry(exc) from None
             raise
 
 
@@ -223,12 +191,6 @@ RETRYABLE = (
 RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error", "timeout_error"}
 
 
-class _Retry(Exception):
-    def __init__(self, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
 def _retryable(exc: Exception) -> bool:
     if isinstance(exc, RETRYABLE):
         return True
@@ -244,14 +206,7 @@ def _too_long(exc: anthropic.APIStatusError) -> bool:
     return exc.status_code == 400 and "prompt is too long" in _detail(exc).lower()
 
 
-def _is_transport_error(exc: Exception) -> bool:
-    """An HTTP-library error the SDK let through (it wraps only errors before the headers)."""
-    return type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "h11"}
-
-
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, IncompleteStream):
-        return str(exc)
     if isinstance(exc, anthropic.APITimeoutError):
         return "the request timed out"
     if isinstance(exc, anthropic.APIStatusError):

@@ -3,8 +3,8 @@
 A provider turns `PROVIDER:REST` into a `Model`. Each declares the settings it
 takes and the environment variables that hold them, so that the CLI (the only
 layer reading the environment) can gather them without knowing any provider
-(`agentfs/models/providers.py:Provider`). The built-in providers are `replay`
-and `anthropic`; installed packages add others through the `agentfs.providers`
+(`agentfs/models/providers.py:Provider`). The built-in providers are `replay`,
+`anthropic` and `openai` (any OpenAI-compatible server); installed packages add others through the `agentfs.providers`
 entry-point group, as tools come through `agentfs.tools`. See
 docs/architecture.md, "Adding a model provider".
 """
@@ -12,17 +12,19 @@ docs/architecture.md, "Adding a model provider".
 from __future__ import annotations
 
 import functools
+import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
 from agentfs.errors import ConfigError
 from agentfs.models.base import Model
 
 __all__ = ["GROUP", "ModelSpec", "Provider", "ProviderSettings", "find_provider",
-           "provider_names"]
+           "is_local_url", "provider_names"]
 
 GROUP = "agentfs.providers"
 
@@ -104,10 +106,53 @@ def _anthropic(spec: ModelSpec) -> Model:
                           timeout=spec.timeout)
 
 
+def _openai(spec: ModelSpec) -> Model:
+    from agentfs.errors import ModelError
+
+    key = spec.settings.get("api_key")
+    base_url = spec.settings.get("base_url")
+    if not key and not is_local_url(base_url):
+        raise ModelError(
+            f"model {spec.name} needs OPENAI_API_KEY, which is not set"
+            + (f" (OPENAI_BASE_URL is {base_url})" if base_url else ""),
+            hint="export OPENAI_API_KEY=...; a server on this machine or the local "
+            "network needs none: export OPENAI_BASE_URL=http://localhost:11434/v1 for Ollama",
+        )
+    try:
+        from agentfs.models.openai import DEFAULT_BASE_URL, OpenAIModel
+    except ImportError as exc:
+        if exc.name != "openai":
+            raise
+        raise ModelError(f"model {spec.name} needs the openai package, which is not "
+                         "installed",
+                         hint="pip install 'agentfs-workspace[openai]'") from None
+    return OpenAIModel(spec.rest, api_key=key or "none", base_url=base_url or DEFAULT_BASE_URL,
+                       organization=spec.settings.get("organization"),
+                       project=spec.settings.get("project"), timeout=spec.timeout)
+
+
+def is_local_url(url: str | None) -> bool:
+    """Whether `url` is on this machine or a private network (a server there, such as
+    Ollama or vLLM, usually takes no key); None (the provider's default) is not."""
+    host = urlsplit(url).hostname if url else None
+    if not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
 BUILT_IN = (
     Provider("replay", _replay, "replay:PATH"),
     Provider("anthropic", _anthropic, "anthropic:MODEL-ID",
              env={"api_key": "ANTHROPIC_API_KEY", "base_url": "ANTHROPIC_BASE_URL"}),
+    Provider("openai", _openai, "openai:MODEL-ID",
+             env={"api_key": "OPENAI_API_KEY", "base_url": "OPENAI_BASE_URL",
+                  "organization": "OPENAI_ORG_ID", "project": "OPENAI_PROJECT_ID"}),
 )
 
 @functools.cache

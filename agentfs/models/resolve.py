@@ -1,4 +1,5 @@
-"""Model names (`PROVIDER:REST`, e.g. `replay:PATH`, `anthropic:MODEL-ID`) → model objects,
+"""Model names (`PROVIDER:REST`, e.g. `replay:PATH`, `anthropic:MODEL-ID`, `openai:MODEL-ID`)
+→ model objects,
 through the provider registry (`agentfs/models/providers.py`)."""
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def resolve_model(name: str, *, base_dir: Path, settings: ProviderSettings) -> M
     provider, sep, rest = name.partition(":")
     if not sep or not rest:
         raise ConfigError(f"model {name!r} is not PROVIDER:NAME",
-                          hint="use replay:PATH or anthropic:MODEL-ID")
+                          hint="use replay:PATH, anthropic:MODEL-ID or openai:MODEL-ID")
     found = find_provider(provider)
     return found.create(ModelSpec(provider, rest, settings.of(provider), base_dir,
                                   timeout=settings.request_timeout))

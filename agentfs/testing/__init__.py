@@ -1,5 +1,5 @@
-"""Test support for agentfs and its users: models that need no network, a fake
-Anthropic server for the real SDK, and the Messages API's rules."""
+"""Test support for agentfs and its users: models that need no network, fake
+Anthropic and OpenAI-compatible servers for the real SDKs, and their APIs' request rules."""
 
 from agentfs.models.replay import ReplayModel
 from agentfs.testing.api_rules import assert_valid_request, check_request
@@ -9,18 +9,23 @@ from agentfs.testing.fake_anthropic import (
     RecordedRequest,
     sign_thinking,
 )
+from agentfs.testing.fake_openai import FakeOpenAIServer
 from agentfs.testing.gitserver import GitServer
 from agentfs.testing.models import FunctionModel, ScriptedModel
+from agentfs.testing.openai_rules import assert_valid_chat_request, check_chat_request
 
 __all__ = [
     "FakeAnthropicServer",
+    "FakeOpenAIServer",
     "FunctionModel",
     "GitServer",
     "PromptCache",
     "RecordedRequest",
     "ReplayModel",
     "ScriptedModel",
+    "assert_valid_chat_request",
     "assert_valid_request",
+    "check_chat_request",
     "check_request",
     "sign_thinking",
 ]

@@ -47,7 +47,6 @@ also gets a 400, as the real API may answer.
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
 import hashlib
 import hmac
@@ -55,17 +54,26 @@ import itertools
 import json
 import math
 import re
-import socket
 import threading
-import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 from agentfs.testing.api_rules import THINKING_TYPES, check_request, content_blocks
+from agentfs.testing.fake_http import (
+    FakeHandler,
+    FakeHTTPServer,
+    RecordedRequest,
+    drop,
+    read_request,
+    request_id,
+    send_bytes,
+    send_json,
+    start_stream,
+    write_chunk,
+)
 
 ScriptedResponse = dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -94,27 +102,6 @@ ERROR_MESSAGES = {
 }
 
 _DEFAULT = object()
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request the fake server received (faulted ones included)."""
-
-    method: str
-    path: str
-    headers: dict[str, str]
-    """Header names lower-cased."""
-    raw: bytes
-    body: Any
-    """The parsed JSON body, or None when it was not JSON."""
-
-    @property
-    def api_key(self) -> str | None:
-        """The key sent as `x-api-key` or as `Authorization: Bearer` (newer SDKs use the latter)."""
-        if "x-api-key" in self.headers:
-            return self.headers["x-api-key"]
-        scheme, _, token = self.headers.get("authorization", "").partition(" ")
-        return token if scheme.lower() == "bearer" and token else None
 
 
 #: The context window the fake claims in its "prompt is too long" errors.
@@ -165,7 +152,7 @@ class FakeAnthropicServer:
         self._ids = itertools.count(1)
         self._closing = threading.Event()
         self._closed = False
-        self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = FakeHTTPServer(("127.0.0.1", 0), FakeHandler)
         self._httpd.fake = self
         host, port = self._httpd.socket.getsockname()[:2]
         self.base_url = f"http://{host}:{port}"
@@ -302,12 +289,13 @@ class FakeAnthropicServer:
 
     # --- serving (handler threads) ---------------------------------------------------
 
-    def _serve(self, h: _Handler) -> None:
+    def serve_request(self, h: FakeHandler) -> None:
+        """Answer one request (called by the handler thread)."""
         request, number, fault = self._record(h)
         body = request.body
         if fault is not None and fault.kind == "delay":
             if self._closing.wait(fault.seconds):
-                return _drop(h)
+                return drop(h)
             fault = None
         if fault is not None and self._fault_instead(h, fault, body):
             return None
@@ -315,16 +303,9 @@ class FakeAnthropicServer:
             return None
         return self._reply(h, body, fault)
 
-    def _record(self, h: _Handler) -> tuple[RecordedRequest, int, _Fault | None]:
+    def _record(self, h: FakeHandler) -> tuple[RecordedRequest, int, _Fault | None]:
         """The request, recorded; its number; the fault queued for it."""
-        length = int(h.headers.get("content-length") or 0)
-        raw = h.rfile.read(length) if length else b""
-        try:
-            body = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        headers = {k.lower(): v for k, v in h.headers.items()}
-        request = RecordedRequest(h.command, h.path, headers, raw, body)
+        request = read_request(h)
         with self._changed:
             self._requests.append(request)
             number = len(self._requests)
@@ -332,12 +313,12 @@ class FakeAnthropicServer:
             fault = self._faults.popleft() if self._faults else None
         return request, number, fault
 
-    def _fault_instead(self, h: _Handler, fault: _Fault, body: Any) -> bool:
+    def _fault_instead(self, h: FakeHandler, fault: _Fault, body: Any) -> bool:
         """Answer with the fault instead of an answer, if it is one of those; True if so."""
         if fault.kind == "status":
             _send_error(h, fault.status, fault.body, retry_after=fault.retry_after)
         elif fault.kind == "drop" and not fault.mid_stream:
-            _drop(h)
+            drop(h)
         elif fault.kind == "too_long":
             size = _tokens(self._cache.request_size(body)) if isinstance(body, dict) else 0
             _send_error(h, 400, None, message=f"prompt is too long: "
@@ -347,7 +328,7 @@ class FakeAnthropicServer:
             return False
         return True
 
-    def _refused(self, h: _Handler, request: RecordedRequest, number: int) -> bool:
+    def _refused(self, h: FakeHandler, request: RecordedRequest, number: int) -> bool:
         """Answer what the API refuses (or counts tokens of) as it would; True if so."""
         body = request.body
         path = urlsplit(h.path).path.rstrip("/")
@@ -358,7 +339,7 @@ class FakeAnthropicServer:
         elif not isinstance(body, dict):
             _send_error(h, 400, None, message="the request body is not a JSON object")
         elif path.endswith("count_tokens"):
-            _send_json(h, 200, {"input_tokens": _tokens(self._cache.request_size(body))})
+            send_json(h, 200, {"input_tokens": _tokens(self._cache.request_size(body))})
         elif problems := self._request_problems(body, number):
             _send_error(h, 400, None, message="; ".join(problems))
         else:
@@ -373,7 +354,7 @@ class FakeAnthropicServer:
         problems = self._check_thinking(body, number)
         return problems if self.strict_thinking else []
 
-    def _reply(self, h: _Handler, body: dict[str, Any], fault: _Fault | None) -> None:
+    def _reply(self, h: FakeHandler, body: dict[str, Any], fault: _Fault | None) -> None:
         """The answer, whole, streamed, or broken as `fault` says."""
         streaming = body.get("stream") is True
         cut = fault is not None and fault.kind == "cut"
@@ -381,17 +362,17 @@ class FakeAnthropicServer:
         if streaming:
             _send_sse(h, _sse_events(message, chunks), fault)
         elif fault is not None and fault.kind == "malformed":
-            _send_bytes(h, 200, json.dumps(message).encode()[:40], "application/json")
+            send_bytes(h, 200, json.dumps(message).encode()[:40], "application/json")
         elif fault is not None and (fault.kind == "drop" or (cut and fault.abort)):
             encoded = json.dumps(message).encode()
-            _send_bytes(h, 200, encoded, "application/json", cut_at=len(encoded) // 2)
+            send_bytes(h, 200, encoded, "application/json", cut_at=len(encoded) // 2)
         elif cut:
             encoded = json.dumps(message).encode()
-            _send_bytes(h, 200, encoded[: len(encoded) // 2], "application/json")
+            send_bytes(h, 200, encoded[: len(encoded) // 2], "application/json")
         elif fault is not None and fault.kind == "stream_error":
             _send_error(h, fault.status, None)
         else:
-            _send_json(h, 200, message)
+            send_json(h, 200, message)
 
     def _answer(
         self, body: dict[str, Any], *, broken: bool = False, peek: bool = False
@@ -729,89 +710,6 @@ def _block_stream(
     return block, []
 
 
-# --- HTTP plumbing ---------------------------------------------------------------------
-
-
-class _HTTPServer(ThreadingHTTPServer):
-    daemon_threads = True
-    fake: FakeAnthropicServer
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-
-    def cut_connections(self) -> None:
-        with self.connections_lock:
-            for connection in self.connections:
-                with contextlib.suppress(OSError):
-                    connection.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Clients that hang up (timeouts, closed streams) are expected here; stay quiet."""
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "FakeAnthropic/1.0"
-    server: _HTTPServer
-
-    def setup(self) -> None:
-        super().setup()
-        with self.server.connections_lock:
-            self.server.connections.add(self.connection)
-
-    def finish(self) -> None:
-        with self.server.connections_lock:
-            self.server.connections.discard(self.connection)
-        with contextlib.suppress(OSError):
-            super().finish()
-
-    def do_POST(self) -> None:
-        self.close_connection = True  # one request per connection: nothing lingers
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.server.fake._serve(self)
-
-    do_GET = do_PUT = do_DELETE = do_POST
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: tests read `server.requests` instead."""
-
-
-def _request_id() -> str:
-    return f"req_fake_{uuid.uuid4().hex[:24]}"
-
-
-def _send_bytes(
-    h: _Handler,
-    status: int,
-    data: bytes,
-    content_type: str,
-    *,
-    headers: dict[str, str] | None = None,
-    cut_at: int | None = None,
-) -> None:
-    h.send_response(status)
-    h.send_header("content-type", content_type)
-    h.send_header("content-length", str(len(data)))
-    h.send_header("request-id", _request_id())
-    h.send_header("connection", "close")
-    for name, value in (headers or {}).items():
-        h.send_header(name, value)
-    h.end_headers()
-    if cut_at is None:
-        h.wfile.write(data)
-    else:
-        h.wfile.write(data[:cut_at])
-        _drop(h)
-
-
-def _send_json(
-    h: _Handler, status: int, payload: Any, headers: dict[str, str] | None = None
-) -> None:
-    _send_bytes(h, status, json.dumps(payload).encode(), "application/json", headers=headers)
-
-
 def _error_payload(status: int, message: str | None) -> dict[str, Any]:
     return {
         "type": "error",
@@ -819,12 +717,12 @@ def _error_payload(status: int, message: str | None) -> dict[str, Any]:
             "type": ERROR_TYPES.get(status, "api_error"),
             "message": message or ERROR_MESSAGES.get(status, f"fake error {status}"),
         },
-        "request_id": _request_id(),
+        "request_id": request_id(),
     }
 
 
 def _send_error(
-    h: _Handler,
+    h: FakeHandler,
     status: int,
     body: Any,
     *,
@@ -837,22 +735,16 @@ def _send_error(
         headers["retry-after-ms"] = str(round(retry_after * 1000))
     if isinstance(body, (str, bytes)):
         data = body.encode() if isinstance(body, str) else body
-        _send_bytes(h, status, data, "text/plain", headers=headers)
+        send_bytes(h, status, data, "text/plain", headers=headers)
     else:
-        _send_json(
+        send_json(
             h, status, body if body is not None else _error_payload(status, message), headers
         )
 
 
-def _send_sse(h: _Handler, events: list[tuple[str, Any]], fault: _Fault | None) -> None:
+def _send_sse(h: FakeHandler, events: list[tuple[str, Any]], fault: _Fault | None) -> None:
     """Stream `events` in chunked encoding, one flushed chunk per event, applying `fault`."""
-    h.send_response(200)
-    h.send_header("content-type", "text/event-stream; charset=utf-8")
-    h.send_header("cache-control", "no-cache")
-    h.send_header("transfer-encoding", "chunked")
-    h.send_header("request-id", _request_id())
-    h.send_header("connection", "close")
-    h.end_headers()
+    start_stream(h)
     kind = fault.kind if fault is not None else None
     cut = _cut_point(events, fault.during) if fault is not None and kind == "cut" else None
     for number, (name, data) in enumerate(events):
@@ -862,18 +754,18 @@ def _send_sse(h: _Handler, events: list[tuple[str, Any]], fault: _Fault | None) 
                 encoded = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
                 h.wfile.write(f"{len(encoded):x}\r\n".encode() + encoded[: len(encoded) // 2])
                 h.wfile.flush()
-                return _drop(h)
+                return drop(h)
             break  # a clean end of the body, without message_stop
         if number == 3 and kind == "malformed":
-            _write_chunk(h, f"event: {name}\ndata: {{not json\n\n".encode())
+            write_chunk(h, f"event: {name}\ndata: {{not json\n\n".encode())
             break
         if number == 3 and kind == "drop":
-            return _drop(h)  # no terminating chunk: the client sees a cut-off body
+            return drop(h)  # no terminating chunk: the client sees a cut-off body
         if number == 3 and kind == "stream_error":
             error = _error_payload(fault.status if fault else 529, None)
-            _write_chunk(h, f"event: error\ndata: {json.dumps(error)}\n\n".encode())
+            write_chunk(h, f"event: error\ndata: {json.dumps(error)}\n\n".encode())
             break
-        _write_chunk(h, f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        write_chunk(h, f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
     h.wfile.write(b"0\r\n\r\n")
 
 
@@ -896,15 +788,3 @@ def _cut_point(events: list[tuple[str, Any]], during: CutPoint) -> int:
     if deltas:
         return deltas[max(1, len(deltas) // 2) - 1] + 1
     return next(n for n, (name, _) in enumerate(events) if name == "message_delta")
-
-
-def _write_chunk(h: _Handler, data: bytes) -> None:
-    h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-    h.wfile.flush()
-
-
-def _drop(h: _Handler) -> None:
-    """Hang up without (finishing) an answer."""
-    h.close_connection = True
-    with contextlib.suppress(OSError):
-        h.connection.shutdown(socket.SHUT_RDWR)

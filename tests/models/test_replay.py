@@ -60,7 +60,7 @@ def test_resolve_paths_and_providers(tmp_path):
     with pytest.raises(ModelError, match="ANTHROPIC_API_KEY"):
         resolve_model("anthropic:claude-x", base_dir=tmp_path, settings=settings)
     with pytest.raises(ConfigError, match="unknown model provider"):
-        resolve_model("openai:gpt", base_dir=tmp_path, settings=settings)
+        resolve_model("nosuch:gpt", base_dir=tmp_path, settings=settings)
     model = resolve_model("anthropic:claude-x", base_dir=tmp_path,
                           settings=ProviderSettings({"anthropic": {"api_key": "k"}}))
     assert model.name == "anthropic:claude-x"

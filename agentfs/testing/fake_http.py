@@ -1,0 +1,158 @@
+"""The HTTP plumbing agentfs' fake API servers share (`fake_anthropic`, `fake_openai`):
+a threaded server on 127.0.0.1 whose open connections `close()` can cut, the
+recorded request, and writers for whole bodies, chunked streams and hang-ups."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+
+__all__ = ["FakeHTTPServer", "FakeHandler", "RecordedRequest", "drop", "read_request",
+           "request_id", "send_bytes", "send_json", "start_stream", "write_chunk"]
+
+
+class ServesRequests(Protocol):
+    def serve_request(self, h: FakeHandler) -> None: ...
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the fake server received (faulted ones included)."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    """Header names lower-cased."""
+    raw: bytes
+    body: Any
+    """The parsed JSON body, or None when it was not JSON."""
+
+    @property
+    def api_key(self) -> str | None:
+        """The key sent as `x-api-key` or as `Authorization: Bearer` (newer SDKs use the latter)."""
+        if "x-api-key" in self.headers:
+            return self.headers["x-api-key"]
+        scheme, _, token = self.headers.get("authorization", "").partition(" ")
+        return token if scheme.lower() == "bearer" and token else None
+
+
+def read_request(h: FakeHandler) -> RecordedRequest:
+    """The request `h` is handling, its body read and parsed."""
+    length = int(h.headers.get("content-length") or 0)
+    raw = h.rfile.read(length) if length else b""
+    try:
+        body = json.loads(raw) if raw else None
+    except ValueError:
+        body = None
+    headers = {k.lower(): v for k, v in h.headers.items()}
+    return RecordedRequest(h.command, h.path, headers, raw, body)
+
+
+class FakeHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: ServesRequests
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+
+    def cut_connections(self) -> None:
+        with self.connections_lock:
+            for connection in self.connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients that hang up (timeouts, closed streams) are expected here; stay quiet."""
+
+
+class FakeHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "AgentfsFake/1.0"
+    server: FakeHTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def do_POST(self) -> None:
+        self.close_connection = True  # one request per connection: nothing lingers
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.server.fake.serve_request(self)
+
+    do_GET = do_PUT = do_DELETE = do_POST
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests read `server.requests` instead."""
+
+
+def request_id() -> str:
+    return f"req_fake_{uuid.uuid4().hex[:24]}"
+
+
+def send_bytes(
+    h: FakeHandler,
+    status: int,
+    data: bytes,
+    content_type: str,
+    *,
+    headers: dict[str, str] | None = None,
+    cut_at: int | None = None,
+) -> None:
+    """A whole body, or (`cut_at`) its first bytes and a hang-up."""
+    h.send_response(status)
+    h.send_header("content-type", content_type)
+    h.send_header("content-length", str(len(data)))
+    h.send_header("request-id", request_id())
+    h.send_header("connection", "close")
+    for name, value in (headers or {}).items():
+        h.send_header(name, value)
+    h.end_headers()
+    if cut_at is None:
+        h.wfile.write(data)
+    else:
+        h.wfile.write(data[:cut_at])
+        drop(h)
+
+
+def send_json(
+    h: FakeHandler, status: int, payload: Any, headers: dict[str, str] | None = None
+) -> None:
+    send_bytes(h, status, json.dumps(payload).encode(), "application/json", headers=headers)
+
+
+def start_stream(h: FakeHandler) -> None:
+    """The headers of a 200 server-sent-events answer in chunked encoding."""
+    h.send_response(200)
+    h.send_header("content-type", "text/event-stream; charset=utf-8")
+    h.send_header("cache-control", "no-cache")
+    h.send_header("transfer-encoding", "chunked")
+    h.send_header("request-id", request_id())
+    h.send_header("connection", "close")
+    h.end_headers()
+
+
+def write_chunk(h: FakeHandler, data: bytes) -> None:
+    h.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    h.wfile.flush()
+
+
+def drop(h: FakeHandler) -> None:
+    """Hang up without (finishing) an answer."""
+    h.close_connection = True
+    with contextlib.suppress(OSError):
+        h.connection.shutdown(socket.SHUT_RDWR)
