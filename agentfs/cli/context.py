@@ -49,7 +49,8 @@ def trust_store() -> TrustStore:
 
 def start_notices(project: Project) -> dict[str, Any]:
     """Say once, on stderr, which commands of agentfs.toml are skipped as untrusted and
-    whether bash runs unsandboxed; returns the `RunnerOptions` fields of the trust."""
+    whether bash runs unsandboxed; returns the `RunnerOptions` fields of the trust, and
+    the values of the environment variables the trusted MCP servers name (`mcp_env`)."""
     from agentfs.core.trust import judge, untrusted_notice, workspace_commands
     from agentfs.tools.sandbox import choose_sandbox
 
@@ -65,7 +66,9 @@ def start_notices(project: Project) -> dict[str, Any]:
     ):
         if notice:
             click.echo(notice, err=True)
-    return {"trusted": trusted}
+    wanted = {v for server in verdict.config.mcp_servers.values() for v in server.variables()}
+    return {"trusted": trusted,
+            "mcp_env": {v: os.environ[v] for v in sorted(wanted) if os.environ.get(v)}}
 
 
 def open_project(trace_ref: str | None = None) -> Project:

@@ -1,0 +1,176 @@
+"""The MCP servers' tools a run of one trace offers, kept byte-stable for the prompt cache.
+
+A server's tools are listed once per trace and recorded in trace.json
+(`context.mcp_tools`, committed with the run's next step); later runs offer
+the recorded list and start the server only when the model calls one of its
+tools. A server that says its tools changed (`notifications/tools/list_changed`),
+or lists other tools when it is started for a call, is listed again at the
+next step boundary (`McpTools.take_changes`, before a request is built), and
+the new list is recorded: the tool list changes between steps, never inside
+one, and never without trace.json saying so.
+
+A server that cannot start is reported once (a `mcp_failed` event naming the
+server, what it runs and why); its calls in that run are answered with the
+same error, and the run goes on.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
+
+from agentfs.config import McpServerConfig
+from agentfs.core.options import RunnerOptions
+from agentfs.core.trust import judge
+from agentfs.errors import ConfigError
+from agentfs.store.trace import Trace
+from agentfs.tools import ToolRegistry
+from agentfs.tools.mcp_client import McpFailure, ServerConnection, hub, server_params
+from agentfs.tools.mcp_tools import McpTool, ToolRecord, record_of, tool_of
+
+__all__ = ["McpTools", "mcp_tools"]
+
+Emit = Callable[..., None]
+
+_reported: set[tuple[str, str]] = set()
+_reported_lock = threading.Lock()
+
+
+def mcp_tools(trace: Trace, options: RunnerOptions, emit: Emit, *,
+              start: bool = True) -> McpTools | None:
+    """The MCP tools of a run of `trace`: those of the servers agentfs.toml declares
+    and the person trusted (`agentfs/core/trust.py:judge`); None when there are none.
+    `start=False` offers only what the trace recorded and starts no server.
+
+    Raises:
+        ConfigError: servers are declared but the `mcp` package is not installed.
+    """
+    servers = judge(options.config, options.trusted).config.mcp_servers
+    if not servers:
+        return None
+    if importlib.util.find_spec("mcp") is None:
+        raise ConfigError(
+            f"{trace.workspace.root / 'agentfs.toml'} declares MCP servers "
+            f"({', '.join(servers)}), but the mcp package is not installed",
+            hint="pip install 'agentfs-workspace[mcp]', or remove the [mcp_servers] tables",
+        )
+    return McpTools(trace, servers, options.mcp_env or {}, emit, start=start)
+
+
+class McpTools:
+    """The MCP tools of one run of one trace (see the module docstring)."""
+
+    def __init__(self, trace: Trace, servers: Mapping[str, McpServerConfig],
+                 environ: Mapping[str, str], emit: Emit, *, start: bool = True) -> None:
+        self.trace = trace
+        self.servers = dict(servers)
+        self.environ = environ
+        self.emit = emit
+        self.start = start
+        #: What this run offers, by server.
+        self.offered: dict[str, list[ToolRecord]] = {}
+        #: Servers that could not start in this run, and why.
+        self.failed: dict[str, McpFailure] = {}
+        self._connections: dict[str, ServerConnection] = {}
+        #: Servers started for a call, whose list is compared at the next boundary.
+        self._to_check: set[str] = set()
+        self._lock = threading.Lock()
+
+    def tools(self) -> list[McpTool]:
+        """The tools to offer now: each server's recorded list; a server with none
+        recorded is started and listed, and its list recorded."""
+        recorded = self.trace.meta.context.mcp_tools
+        for name in self.servers:
+            if name in recorded:
+                self.offered[name] = [ToolRecord(**r) for r in recorded[name]]  # type: ignore[typeddict-item]
+            elif self.start:
+                listed = self._list(name)
+                if listed is not None:
+                    self.offered[name] = listed
+        self._record()
+        return [self._tool(server, record) for server, records in self.offered.items()
+                for record in records]
+
+    def take_changes(self, registry: ToolRegistry) -> list[str]:
+        """At a step boundary: list again the servers whose tools may have changed,
+        replace their tools in `registry` and record the new lists; the names of the
+        servers whose tools changed."""
+        with self._lock:
+            check, self._to_check = self._to_check, set()
+            connections = dict(self._connections)
+        check |= {name for name, c in connections.items() if c.take_tools_changed()}
+        changed: list[str] = []
+        for name in sorted(check):
+            listed = self._list(name)
+            if listed is None or listed == self.offered.get(name):
+                continue
+            for record in self.offered.get(name, []):
+                registry.remove(self._tool(name, record).name)
+            self.offered[name] = listed
+            for record in listed:
+                registry.add(self._tool(name, record))
+            changed.append(name)
+            self.emit("mcp_tools", trace=self.trace.id, server=name,
+                      tools=[r["name"] for r in listed])
+        self._record()
+        return changed
+
+    def connection(self, name: str) -> ServerConnection:
+        """The process's connection to server `name`, started.
+
+        Raises:
+            McpFailure: it could not start (in this run: said once, then remembered).
+        """
+        if name in self.failed:
+            raise self.failed[name]
+        with self._lock:
+            connection = self._connections.get(name)
+        try:
+            if connection is None:
+                connection = hub().connection(server_params(
+                    name, self.servers[name], self.environ, self.trace.workspace.root))
+            connection.start()
+        except McpFailure as failure:
+            self.failed[name] = failure
+            self._report(name, failure)
+            raise
+        with self._lock:
+            if name not in self._connections:
+                self._connections[name] = connection
+                self._to_check.add(name)
+        return connection
+
+    def _call(self, server: str, tool: str, arguments: dict[str, Any]) -> Any:
+        return self.connection(server).call_tool(tool, arguments)
+
+    def _tool(self, server: str, record: ToolRecord) -> McpTool:
+        return tool_of(server, record, partial(self._call, server))
+
+    def _list(self, name: str) -> list[ToolRecord] | None:
+        """The server's tools now, or None if it could not be asked (reported)."""
+        try:
+            listed = [record_of(tool) for tool in self.connection(name).list_tools()]
+        except McpFailure as failure:
+            self._report(name, failure)
+            return None
+        with self._lock:
+            self._to_check.discard(name)  # listed just now
+        return listed
+
+    def _record(self) -> None:
+        """trace.json's record, as what is offered (the run's next commit saves it)."""
+        offered = {name: [dict(r) for r in records] for name, records in self.offered.items()}
+        if self.trace.meta.context.mcp_tools != offered:
+            self.trace.meta.context.mcp_tools = offered
+
+    def _report(self, name: str, failure: McpFailure) -> None:
+        """Say a server's failure once per process and workspace."""
+        key = (f"{self.trace.workspace.root}\0{name}", str(failure))
+        with _reported_lock:
+            if key in _reported:
+                return
+            _reported.add(key)
+        self.emit("mcp_failed", trace=self.trace.id, server=name, error=str(failure))
