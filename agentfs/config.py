@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 import tomllib
 import typing
 from pathlib import Path
@@ -196,6 +197,11 @@ class McpServerConfig(BaseModel):
             raise ValueError("`env` is for stdio servers (`command`); an HTTP server's "
                              "secrets go in `headers`")
         return self
+
+    @property
+    def target(self) -> str:
+        """The command line it runs, or the URL it is at, as messages show it."""
+        return shlex.join(self.command) if self.command is not None else str(self.url)
 
     def variables(self) -> list[str]:
         """The environment variables this server takes values from."""

@@ -32,7 +32,7 @@ NOT_RUN = {
     "python3 -m venv .venv": "the suite already runs in an installed environment",
     ".venv/bin/pip install -c requirements/ci.lock -e .": "the suite already runs in an "
     "installed environment",
-    ".venv/bin/pip install -c requirements/ci.lock -e '.[serve,test,bench]'": "the suite "
+    ".venv/bin/pip install -c requirements/ci.lock -e '.[serve,mcp,test,bench]'": "the suite "
     "already runs in an "
     "installed environment (test_the_setup_commands_... checks .ci/run installs the same)",
     ".venv/bin/pip install -c requirements/ci.lock -e '.[serve]'": "the suite already runs "

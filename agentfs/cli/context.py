@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    from agentfs.config import WorkspaceConfig
     from agentfs.core.project import Project
     from agentfs.core.trust import TrustStore
     from agentfs.models.base import Model
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from agentfs.store.trace import Trace
 
 __all__ = [
-    "choose_model", "model_to_record", "open_project", "provider_settings", "start_notices",
+    "choose_model", "mcp_environment", "model_to_record", "open_project", "provider_settings", "start_notices",
     "thinking_options", "trace_id_for", "trace_settings", "trust_store",
 ]
 
@@ -66,9 +67,14 @@ def start_notices(project: Project) -> dict[str, Any]:
     ):
         if notice:
             click.echo(notice, err=True)
-    wanted = {v for server in verdict.config.mcp_servers.values() for v in server.variables()}
-    return {"trusted": trusted,
-            "mcp_env": {v: os.environ[v] for v in sorted(wanted) if os.environ.get(v)}}
+    return {"trusted": trusted, "mcp_env": mcp_environment(verdict.config)}
+
+
+def mcp_environment(config: WorkspaceConfig) -> dict[str, str]:
+    """The values of the environment variables `config`'s MCP servers name (`env`,
+    `headers`), and of no other."""
+    wanted = {v for server in config.mcp_servers.values() for v in server.variables()}
+    return {v: os.environ[v] for v in sorted(wanted) if os.environ.get(v)}
 
 
 def open_project(trace_ref: str | None = None) -> Project:

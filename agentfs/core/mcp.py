@@ -19,19 +19,21 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
-from agentfs.config import McpServerConfig
+from agentfs.config import McpServerConfig, WorkspaceConfig
 from agentfs.core.options import RunnerOptions
 from agentfs.core.trust import judge
 from agentfs.errors import ConfigError
 from agentfs.store.trace import Trace
 from agentfs.tools import ToolRegistry
 from agentfs.tools.mcp_client import McpFailure, ServerConnection, hub, server_params
-from agentfs.tools.mcp_tools import McpTool, ToolRecord, record_of, tool_of
+from agentfs.tools.mcp_tools import McpTool, ToolRecord, offered_name, record_of, tool_of
 
-__all__ = ["McpTools", "mcp_tools"]
+__all__ = ["McpTools", "ServerListing", "list_servers", "mcp_tools"]
 
 Emit = Callable[..., None]
 
@@ -174,3 +176,43 @@ class McpTools:
                 return
             _reported.add(key)
         self.emit("mcp_failed", trace=self.trace.id, server=name, error=str(failure))
+
+
+@dataclass
+class ServerListing:
+    """What `agentfs tools` shows of one MCP server of agentfs.toml."""
+
+    name: str
+    #: What it runs, or where it is.
+    runs: str
+    #: Why it was not asked: not trusted, or could not start; None when it was.
+    problem: str | None = None
+    tools: list[tuple[str, ToolRecord]] = field(default_factory=list)  # (offered name, record)
+    resources: list[Any] = field(default_factory=list)
+    resource_templates: list[Any] = field(default_factory=list)
+    prompts: list[Any] = field(default_factory=list)
+
+
+def list_servers(config: WorkspaceConfig, trusted: str | None, environ: Mapping[str, str],
+                 root: Path, *, everything: bool = False) -> list[ServerListing]:
+    """Each MCP server of `config`, started (if trusted) and asked for its tools, and
+    with `everything` its resources, resource templates and prompts too."""
+    allowed = judge(config, trusted).config.mcp_servers
+    listings: list[ServerListing] = []
+    for name, server in config.mcp_servers.items():
+        listing = ServerListing(name, server.target)
+        listings.append(listing)
+        if name not in allowed:
+            listing.problem = "skipped: not trusted on this machine (agentfs trust)"
+            continue
+        try:
+            connection = hub().connection(server_params(name, server, environ, root))
+            listing.tools = [(offered_name(name, r["name"]), r)
+                             for r in map(record_of, connection.list_tools())]
+            if everything:
+                listing.resources = connection.list_resources()
+                listing.resource_templates = connection.list_resource_templates()
+                listing.prompts = connection.list_prompts()
+        except McpFailure as failure:
+            listing.problem = str(failure)
+    return listings

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -119,9 +118,9 @@ def _server_runs(server: McpServerConfig) -> str:
     """What an MCP server entry makes happen, as a person reads it."""
     if server.command is not None:
         passed = f" (with ${', $'.join(server.env)})" if server.env else ""
-        return shlex.join(server.command) + passed
+        return server.target + passed
     sent = f" (sending ${', $'.join(server.headers.values())})" if server.headers else ""
-    return f"connects to {server.url}{sent}"
+    return f"connects to {server.target}{sent}"
 
 
 def fingerprint(commands: Sequence[WorkspaceCommand]) -> str:

@@ -18,7 +18,6 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
-import shlex
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -50,6 +49,8 @@ class ServerParams:
     """How to reach one MCP server: a command over stdio, or a URL over streamable HTTP."""
 
     name: str
+    #: What messages show of it: the command line, or the URL.
+    shown: str
     command: tuple[str, ...] = ()
     #: stdio: variables added to the SDK's safe default environment.
     env: tuple[tuple[str, str], ...] = ()
@@ -59,10 +60,6 @@ class ServerParams:
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout: float = 60.0
     startup_timeout: float = 30.0
-
-    def describe(self) -> str:
-        """What the server runs or where it is, for messages."""
-        return shlex.join(self.command) if self.command else f"{self.url}"
 
 
 class ServerConnection:
@@ -194,10 +191,16 @@ class ServerConnection:
         errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         try:
             async with Client(self._transport(errlog), read_timeout_seconds=self.params.timeout,
-                              message_handler=self._on_message) as client:
+                              message_handler=self._on_message, cache=None) as client:
                 self._client = client
                 ready.set_result(None)
-                await closing.wait()
+                watching = asyncio.create_task(self._watch_tools(client))
+                try:
+                    await closing.wait()
+                finally:
+                    watching.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await watching
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(self._failure(f"could not start: {_reason(exc)}"
@@ -221,6 +224,16 @@ class ServerConnection:
         command, *args = params.command
         return stdio_client(StdioServerParameters(command=command, args=args, env=dict(params.env),
                                                   cwd=params.cwd), errlog=errlog)
+
+    async def _watch_tools(self, client: Any) -> None:
+        """Note the server's tool list changes it announces on a subscription (protocol
+        2026-07-28 on); older servers send notifications instead (`_on_message`)."""
+        try:
+            async with client.listen(tools_list_changed=True) as events:
+                async for _event in events:
+                    self._tools_changed.set()
+        except Exception:  # noqa: BLE001, S110 — no subscriptions: notifications will do
+            pass
 
     async def _on_message(self, message: Any) -> None:
         """Notes what the session hears besides answers: tool list changes, and lines
@@ -256,7 +269,7 @@ class ServerConnection:
                 if self._garbage else "")
 
     def _failure(self, what: str) -> McpFailure:
-        return McpFailure(f"MCP server {self.params.name!r} ({self.params.describe()}) {what}")
+        return McpFailure(f"MCP server {self.params.name!r} ({self.params.shown}) {what}")
 
 
 class McpHub:
@@ -353,13 +366,13 @@ def server_params(name: str, config: McpServerConfig, environ: Mapping[str, str]
         McpFailure: a variable it names is not set.
     """
     missing = [v for v in config.variables() if not environ.get(v)]
-    where = shlex.join(config.command) if config.command else config.url
     if missing:
         raise McpFailure(
-            f"MCP server {name!r} ({where}) could not start: the environment variable(s) "
+            f"MCP server {name!r} ({config.target}) could not start: the environment variable(s) "
             f"${', $'.join(missing)} it takes are not set")
     return ServerParams(
         name=name,
+        shown=config.target,
         command=tuple(config.command or ()),
         env=tuple((v, environ[v]) for v in config.env),
         cwd=str(root) if config.command else None,
