@@ -1,11 +1,11 @@
 """A real MCP server written with the `mcp` SDK, for tests and the README's offline example.
 
     python -m agentfs.testing.mcp_server                  # over stdio
+    python -m agentfs.testing.mcp_server --banner         # the same, after a line of garbage
     python -m agentfs.testing.mcp_server --port 8765      # streamable HTTP on 127.0.0.1
 
 Its tools cover what a client must handle: `echo` (read-only), `add`, `image`
-(a PNG), `fail` (an error result), `crash` (the process exits), `hang` (never
-answers), `garbage` (writes a line that is not JSON-RPC to stdout and never
+(a PNG), `authorization` (the request's Authorization header), `fail` (an error result), `crash` (the process exits), `hang` (never
 answers) and `grow` (adds a tool, `extra`, and tells the client the list
 changed). It has one resource (`notes://readme`), one resource template
 (`notes://{name}`) and one prompt (`review`). `McpHttpServer` runs it over
@@ -29,12 +29,14 @@ from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-__all__ = ["PNG_BYTES", "McpHttpServer", "build_server", "main"]
+__all__ = ["BANNER", "PNG_BYTES", "McpHttpServer", "build_server", "main"]
 
 #: The image the `image` tool returns: a 1×1 PNG.
 PNG_BYTES = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGP4z8DwHwAFAAH/iZk9HQAAAABJRU5ErkJggg=="
 )
+#: What `--banner` writes to stdout before serving.
+BANNER = b"Welcome to the test server! \xff (this line is not JSON-RPC)\n"
 #: The text of the `notes://readme` resource.
 README_TEXT = "The test server's notes."
 
@@ -78,6 +80,11 @@ def _add_tools(server: MCPServer) -> None:
         """Return a 1x1 PNG image."""
         return Image(data=PNG_BYTES, format="png")
 
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def authorization(ctx: Context) -> str:
+        """The Authorization header the request came with (over HTTP)."""
+        return (ctx.headers or {}).get("authorization", "(none)")
+
     @server.tool()
     async def grow(ctx: Context) -> str:
         """Add the tool `extra` and tell the client the tool list changed."""
@@ -106,12 +113,6 @@ def _add_failing_tools(server: MCPServer) -> None:
         await anyio.sleep_forever()
         return ""
 
-    @server.tool()
-    async def garbage() -> str:
-        """Write a line that is not JSON-RPC to stdout, then never answer."""
-        os.write(1, b"this is not JSON-RPC \xff\n")
-        await anyio.sleep_forever()
-        return ""
 
 
 def _extra() -> str:
@@ -122,8 +123,13 @@ def main(argv: list[str] | None = None) -> None:
     """Serve over stdio, or over streamable HTTP with --port."""
     parser = argparse.ArgumentParser(prog="python -m agentfs.testing.mcp_server")
     parser.add_argument("--port", type=int, help="serve streamable HTTP on 127.0.0.1:PORT/mcp")
+    parser.add_argument("--banner", action="store_true",
+                        help="first write a line that is not JSON-RPC to stdout, as servers "
+                        "that greet on stdout do")
     args = parser.parse_args(argv)
     server = build_server()
+    if args.banner:
+        os.write(1, BANNER)
     if args.port is None:
         server.run("stdio")
     else:

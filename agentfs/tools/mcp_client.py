@@ -18,6 +18,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import logging
 import tempfile
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
@@ -124,7 +125,7 @@ class ServerConnection:
             except TimeoutError:
                 self.hub.run(self._stop(), CLOSE_TIMEOUT)
                 raise self._failure(f"did not start within {self.params.startup_timeout:g} s "
-                                    "(startup_timeout)") from None
+                                    "(startup_timeout)" + self._garbage_note()) from None
             except McpFailure:
                 raise
             except Exception as exc:  # noqa: BLE001 — whatever the SDK raised, say it
@@ -190,8 +191,11 @@ class ServerConnection:
 
         errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
         try:
-            async with Client(self._transport(errlog), read_timeout_seconds=self.params.timeout,
-                              message_handler=self._on_message, cache=None) as client:
+            async with contextlib.AsyncExitStack() as stack:
+                transport = await self._transport(stack, errlog)
+                client = await stack.enter_async_context(Client(
+                    transport, read_timeout_seconds=self.params.timeout,
+                    message_handler=self._on_message, cache=None))
                 self._client = client
                 ready.set_result(None)
                 watching = asyncio.create_task(self._watch_tools(client))
@@ -211,19 +215,23 @@ class ServerConnection:
             self._client = None
             errlog.close()
 
-    def _transport(self, errlog: TextIO) -> Any:
+    async def _transport(self, stack: contextlib.AsyncExitStack, errlog: TextIO) -> Any:
+        """The SDK transport to the server; what it opens is closed with `stack`."""
         params = self.params
         if params.url is not None:
+            import httpx2
             from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
 
-            http = create_mcp_http_client(headers=dict(params.headers))
+            http = await stack.enter_async_context(httpx2.AsyncClient(
+                headers=dict(params.headers), timeout=httpx2.Timeout(30, read=300)))
             return streamable_http_client(params.url, http_client=http)
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
         command, *args = params.command
-        return stdio_client(StdioServerParameters(command=command, args=args, env=dict(params.env),
-                                                  cwd=params.cwd), errlog=errlog)
+        # bytes that are not UTF-8 are replaced: a line of them is garbage, not the end
+        return stdio_client(StdioServerParameters(
+            command=command, args=args, env=dict(params.env), cwd=params.cwd,
+            encoding_error_handler="replace"), errlog=errlog)
 
     async def _watch_tools(self, client: Any) -> None:
         """Note the server's tool list changes it announces on a subscription (protocol
@@ -265,7 +273,7 @@ class ServerConnection:
                 + self._garbage_note())
 
     def _garbage_note(self) -> str:
-        return (f"; it also wrote something that is not an MCP message: {self._garbage}"
+        return (f"; it wrote something that is not an MCP message: {self._garbage}"
                 if self._garbage else "")
 
     def _failure(self, what: str) -> McpFailure:
@@ -344,6 +352,9 @@ def hub() -> McpHub:
     global _hub  # noqa: PLW0603 — one hub per process, as there is one set of servers
     with _hub_lock:
         if _hub is None:
+            # The SDK logs what it skips (a line that is not JSON-RPC) with tracebacks;
+            # agentfs says it in the failure's text instead, once, without them.
+            logging.getLogger("mcp").addHandler(logging.NullHandler())
             _hub = McpHub()
             atexit.register(shutdown_mcp)
         return _hub
