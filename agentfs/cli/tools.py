@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
@@ -24,13 +25,14 @@ def tools(everything: bool, as_json: bool) -> None:
     from agentfs.core.mcp import list_servers
     from agentfs.core.trust import workspace_commands
     from agentfs.tools.mcp_client import shutdown_mcp
+    from agentfs.tools.subprocesses import safe_environment
 
     project = open_project()
     config = project.config
     trusted = trust_store().trusted(project.workspace.root) if workspace_commands(config) else None
     try:
         listings = list_servers(config, trusted, mcp_environment(config), project.workspace.root,
-                                everything=everything)
+                                base_env=safe_environment(os.environ), everything=everything)
     finally:
         shutdown_mcp()
     if as_json:

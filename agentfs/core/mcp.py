@@ -59,15 +59,18 @@ def mcp_tools(trace: Trace, options: RunnerOptions, emit: Emit, *,
             f"({', '.join(servers)}), but the mcp package is not installed",
             hint="pip install 'agentfs-workspace[mcp]', or remove the [mcp_servers] tables",
         )
-    return McpTools(trace, servers, options.mcp_env or {}, emit, start=start)
+    return McpTools(trace, servers, options.mcp_env or {}, emit, start=start,
+                    base_env=options.command_env)
 
 
 class McpTools:
     """The MCP tools of one run of one trace (see the module docstring)."""
 
     def __init__(self, trace: Trace, servers: Mapping[str, McpServerConfig],
-                 environ: Mapping[str, str], emit: Emit, *, start: bool = True) -> None:
+                 environ: Mapping[str, str], emit: Emit, *, start: bool = True,
+                 base_env: Mapping[str, str] | None = None) -> None:
         self.trace = trace
+        self.base_env = base_env
         self.servers = dict(servers)
         self.environ = environ
         self.emit = emit
@@ -133,7 +136,8 @@ class McpTools:
         try:
             if connection is None:
                 connection = hub().connection(server_params(
-                    name, self.servers[name], self.environ, self.trace.workspace.root))
+                    name, self.servers[name], self.environ, self.trace.workspace.root,
+                    self.base_env))
             connection.start()
         except McpFailure as failure:
             self.failed[name] = failure
@@ -194,9 +198,11 @@ class ServerListing:
 
 
 def list_servers(config: WorkspaceConfig, trusted: str | None, environ: Mapping[str, str],
-                 root: Path, *, everything: bool = False) -> list[ServerListing]:
+                 root: Path, *, base_env: Mapping[str, str] | None = None,
+                 everything: bool = False) -> list[ServerListing]:
     """Each MCP server of `config`, started (if trusted) and asked for its tools, and
-    with `everything` its resources, resource templates and prompts too."""
+    with `everything` its resources, resource templates and prompts too. `environ` and
+    `base_env` as in `agentfs/tools/mcp_client.py:server_params`."""
     allowed = judge(config, trusted).config.mcp_servers
     listings: list[ServerListing] = []
     for name, server in config.mcp_servers.items():
@@ -206,7 +212,7 @@ def list_servers(config: WorkspaceConfig, trusted: str | None, environ: Mapping[
             listing.problem = "skipped: not trusted on this machine (agentfs trust)"
             continue
         try:
-            connection = hub().connection(server_params(name, server, environ, root))
+            connection = hub().connection(server_params(name, server, environ, root, base_env))
             listing.tools = [(offered_name(name, r["name"]), r)
                              for r in map(record_of, connection.list_tools())]
             if everything:

@@ -369,9 +369,11 @@ def shutdown_mcp() -> None:
         current.close()
 
 
-def server_params(name: str, config: McpServerConfig, environ: Mapping[str, str], root: Path) -> ServerParams:
+def server_params(name: str, config: McpServerConfig, environ: Mapping[str, str], root: Path,
+                  base_env: Mapping[str, str] | None = None) -> ServerParams:
     """The `ServerParams` of `[mcp_servers.NAME]` (`agentfs/config.py:McpServerConfig`),
-    with the values of the variables it names taken from `environ`.
+    with the values of the variables it names taken from `environ`. A stdio server's
+    environment is `base_env` (the allowlisted one bash and hooks get) and those.
 
     Raises:
         McpFailure: a variable it names is not set.
@@ -385,7 +387,8 @@ def server_params(name: str, config: McpServerConfig, environ: Mapping[str, str]
         name=name,
         shown=config.target,
         command=tuple(config.command or ()),
-        env=tuple((v, environ[v]) for v in config.env),
+        env=tuple({**(base_env or {}), **{v: environ[v] for v in config.env}}.items())
+        if config.command else (),
         cwd=str(root) if config.command else None,
         url=config.url,
         headers=tuple((header, environ[v]) for header, v in config.headers.items()),
