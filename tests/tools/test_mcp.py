@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -309,3 +310,30 @@ def test_a_changed_tool_list_is_taken_at_the_next_step_and_recorded_in_trace_jso
     assert "extra" not in recorded_tools(root, rev=f"{grow_step}~1")["g"]
     assert "extra" in recorded_tools(root, rev=grow_step)["g"]  # with the request that offered it
     assert_git_clean(root)
+
+
+# --- the README ------------------------------------------------------------------------
+
+
+def test_the_readme_s_mcp_example_runs_as_written(tmp_path):
+    from tests.test_readme import _check_comment
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Tools from MCP servers", 1)[1].split("\n## ", 1)[0]
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    script = section.split("```json\n", 1)[1].split("```", 1)[0]
+    commands = [line for line in section.split("Then:\n\n```\n", 1)[1].split("```", 1)[0]
+                .splitlines() if line.startswith("agentfs ")]
+    assert len(commands) == 3
+    run_cli("demo", str(tmp_path / "demo"), cwd=tmp_path)
+    root = tmp_path / "demo"
+    config = root / "agentfs.toml"
+    config.write_text(config.read_text() + "\n" + toml.replace('"python3"',
+                                                               json.dumps(sys.executable)))
+    (root / "mcp-script.json").write_text(script)
+    for line in commands:
+        command, _, comment = line.partition("  #")
+        done = run_cli(*shlex.split(command)[1:], cwd=root)
+        out = (done.stdout + done.stderr).replace(sys.executable, "python3")
+        _check_comment(command, comment.strip(), out)
+    assert ("5", False) in tool_results(root, "sums")
