@@ -263,7 +263,7 @@ class WorkspaceConfig(BaseModel):
             if not re.match(MCP_SERVER_NAME, name) or len(name) > 32:
                 raise PydanticCustomError(
                     "mcp_server_name",
-                    "{name!r} cannot name an MCP server: use at most 32 letters, digits, '-' "
+                    "'{name}' cannot name an MCP server: use at most 32 letters, digits, '-' "
                     "and single '_' (its tools are offered as <server>__<tool>)",
                     {"name": name},
                 )

@@ -38,6 +38,10 @@ FILES_DIR = "mcp-files"
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SEPARATOR = "__"
 
+#: Extensions of the usual media types; `mimetypes` knows what the machine's tables say.
+_EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif",
+               "image/webp": ".webp", "image/svg+xml": ".svg", "audio/wav": ".wav",
+               "audio/mpeg": ".mp3", "audio/ogg": ".ogg", "application/pdf": ".pdf"}
 #: Calls a server's tool by its own name: `call(name, arguments)` → the SDK's result.
 CallTool = Callable[[str, dict[str, Any]], Any]
 
@@ -143,7 +147,8 @@ def _save(context: ToolContext, server: str, data: str, mime: str) -> str:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
         raise ToolFailure(f"MCP server {server!r} sent {mime} data that is not base64") from None
-    extension = mimetypes.guess_extension(mime.split(";", maxsplit=1)[0].strip()) or ".bin"
+    kind = mime.split(";", maxsplit=1)[0].strip().lower()
+    extension = _EXTENSIONS.get(kind) or mimetypes.guess_extension(kind) or ".bin"
     rel = f"{FILES_DIR}/{server}/{hashlib.sha256(raw).hexdigest()[:16]}{extension}"
     full = context.root.resolve() / rel
     with confined_dir(context.root, full, rel, create=True) as (folder, _name):
