@@ -53,14 +53,19 @@ def mcp_tools(trace: Trace, options: RunnerOptions, emit: Emit, *,
     servers = judge(options.config, options.trusted).config.mcp_servers
     if not servers:
         return None
-    if importlib.util.find_spec("mcp") is None:
-        raise ConfigError(
-            f"{trace.workspace.root / 'agentfs.toml'} declares MCP servers "
-            f"({', '.join(servers)}), but the mcp package is not installed",
-            hint="pip install 'agentfs-workspace[mcp]', or remove the [mcp_servers] tables",
-        )
+    _require_sdk(trace.workspace.root, servers)
     return McpTools(trace, servers, options.mcp_env or {}, emit, start=start,
                     base_env=options.command_env)
+
+
+def _require_sdk(root: Path, servers: Mapping[str, McpServerConfig]) -> None:
+    """Refuse to go on without the SDK when servers are declared."""
+    if importlib.util.find_spec("mcp") is None:
+        raise ConfigError(
+            f"{root / 'agentfs.toml'} declares MCP servers ({', '.join(servers)}), but the "
+            "mcp package is not installed",
+            hint="pip install 'agentfs-workspace[mcp]', or remove the [mcp_servers] tables",
+        )
 
 
 class McpTools:
@@ -204,6 +209,8 @@ def list_servers(config: WorkspaceConfig, trusted: str | None, environ: Mapping[
     with `everything` its resources, resource templates and prompts too. `environ` and
     `base_env` as in `agentfs/tools/mcp_client.py:server_params`."""
     allowed = judge(config, trusted).config.mcp_servers
+    if allowed:
+        _require_sdk(root, allowed)
     listings: list[ServerListing] = []
     for name, server in config.mcp_servers.items():
         listing = ServerListing(name, server.target)

@@ -94,3 +94,21 @@ def test_binary_parts_are_written_once_by_content_and_named(tmp_path):
     assert path.startswith("mcp-files/srv/") and path.endswith(".wav")
     assert first.content == f"[audio: {path} (audio/wav)]\n[audio: {path} (audio/wav)]"
     assert (tmp_path / path).read_bytes() == b"RIFF fake audio"
+
+
+def test_without_the_mcp_package_a_run_that_would_use_a_server_stops_saying_how_to_install_it(
+        tmp_path, monkeypatch):
+    import importlib.util
+
+    from tests.conftest import replay_workspace, run_cli, trust_workspace
+
+    root = replay_workspace(tmp_path / "ws", {"turns": [{"text": "hi"}]}, config={
+        "max_iterations = 50": 'max_iterations = 50\n[mcp_servers.x]\ncommand = ["srv"]\n'})
+    trust_workspace(root)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *rest: None if name == "mcp" else real(name, *rest))
+    done = run_cli("run", "t", "-m", "go", cwd=root, check=False)
+    assert done.returncode == 1
+    assert "declares MCP servers (x), but the mcp package is not installed" in done.stderr
+    assert "pip install 'agentfs-workspace[mcp]'" in done.stderr
