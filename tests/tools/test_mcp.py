@@ -337,3 +337,25 @@ def test_the_readme_s_mcp_example_runs_as_written(tmp_path):
         out = (done.stdout + done.stderr).replace(sys.executable, "python3")
         _check_comment(command, comment.strip(), out)
     assert ("5", False) in tool_results(root, "sums")
+
+
+def test_a_call_to_a_server_that_now_answers_garbage_is_a_clear_error_and_the_run_goes_on(
+        tmp_path):
+    root = mcp_workspace(tmp_path / "ws", [
+        calls(("t__echo", {"text": "one"})), {"text": "first"},
+        calls(("t__echo", {"text": "two"})), {"text": "second"},
+    ], stdio_table())
+    run_cli("run", "t", "-m", "go", cwd=root)  # the tool list is recorded
+    config = root / "agentfs.toml"
+    garbage = [sys.executable, "-c", "import time; print('{not json', flush=True); time.sleep(60)"]
+    config.write_text(config.read_text().replace(json.dumps(SERVER), json.dumps(garbage))
+                      + "startup_timeout = 2\n")
+    git(root, "commit", "-qam", "the server changed")
+    trust_workspace(root)
+    done = run_cli("run", "t", "-m", "again", cwd=root)
+    text, is_error = tool_results(root)[-1]
+    assert is_error
+    assert text.startswith("MCP server 't' (") and "did not start within 2 s" in text
+    assert "it wrote something that is not an MCP message" in text
+    assert done.stderr.count("  [MCP server 't'") == 1  # said once, besides the result
+    assert "second" in done.stdout
