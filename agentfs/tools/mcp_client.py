@@ -131,10 +131,6 @@ class ServerConnection:
             except Exception as exc:  # noqa: BLE001 — whatever the SDK raised, say it
                 raise self._failure(f"could not start: {_reason(exc)}") from None
 
-    def close(self) -> None:
-        """Shut the session down (the server's process ends)."""
-        self.hub.run(self._stop(), CLOSE_TIMEOUT)
-
     # --- on the hub's loop -------------------------------------------------------------
 
     def _ask(self, request: Callable[[Any], Awaitable[_T]], doing: str) -> _T:
@@ -150,8 +146,8 @@ class ServerConnection:
             if getattr(exc, "code", None) == _REQUEST_TIMEOUT_CODE:
                 raise self._failure(self._late(doing)) from None
             self.hub.run(self._stop(), CLOSE_TIMEOUT)  # started afresh on the next use
-            raise self._failure(f"stopped answering while {doing} ({_reason(exc)}); it is "
-                                "started again on its next use" + self._garbage_note()) from None
+            raise self._failure(f"failed while {doing} ({_reason(exc)}); it is started "
+                                "again on its next use" + self._garbage_note()) from None
 
     async def _request(self, request: Callable[[Any], Awaitable[_T]]) -> _T:
         client = self._client
