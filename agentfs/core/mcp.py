@@ -58,6 +58,13 @@ def mcp_tools(trace: Trace, options: RunnerOptions, emit: Emit, *,
                     base_env=options.command_env)
 
 
+def _is_record(record: dict[str, Any]) -> bool:
+    """Has a record of trace.json the shape `ToolRecord` says?"""
+    return (isinstance(record.get("name"), str) and isinstance(record.get("description"), str)
+            and isinstance(record.get("input_schema"), dict)
+            and isinstance(record.get("read_only"), bool) and len(record) == 4)
+
+
 def _require_sdk(root: Path, servers: Mapping[str, McpServerConfig]) -> None:
     """Refuse to go on without the SDK when servers are declared."""
     if importlib.util.find_spec("mcp") is None:
@@ -94,9 +101,10 @@ class McpTools:
         recorded is started and listed, and its list recorded."""
         recorded = self.trace.meta.context.mcp_tools
         for name in self.servers:
-            if name in recorded:
-                self.offered[name] = [ToolRecord(**r) for r in recorded[name]]  # type: ignore[typeddict-item]
-            elif self.start:
+            records = recorded.get(name)
+            if records is not None and all(map(_is_record, records)):
+                self.offered[name] = [ToolRecord(**r) for r in records]  # type: ignore[typeddict-item]
+            elif self.start:  # not listed yet, or a record edited out of shape: list again
                 listed = self._list(name)
                 if listed is not None:
                     self.offered[name] = listed

@@ -359,3 +359,20 @@ def test_a_call_to_a_server_that_now_answers_garbage_is_a_clear_error_and_the_ru
     assert "it wrote something that is not an MCP message" in text
     assert done.stderr.count("  [MCP server 't'") == 1  # said once, besides the result
     assert "second" in done.stdout
+
+
+def test_a_tool_record_edited_out_of_shape_is_listed_again_instead_of_failing_the_run(tmp_path):
+    root = mcp_workspace(tmp_path / "ws", [
+        calls(("t__echo", {"text": "one"})), {"text": "first"},
+        calls(("t__echo", {"text": "two"})), {"text": "second"},
+    ], stdio_table())
+    run_cli("run", "t", "-m", "go", cwd=root)
+    meta_path = root / "traces" / "t" / "trace.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["context"]["mcp_tools"]["t"][0]["input_schema"]
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    done = run_cli("run", "t", "-m", "again", cwd=root)
+    assert "second" in done.stdout
+    assert tool_results(root)[-1] == ("two", False)
+    meta = json.loads(git(root, "show", "HEAD:traces/t/trace.json"))
+    assert all("input_schema" in r for r in meta["context"]["mcp_tools"]["t"])
