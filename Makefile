@@ -3,7 +3,7 @@
 
 # Versions from requirements/ci.lock, as in CI (docs/dependencies.md).
 .venv/bin/agentfs:
-	python3 -m venv .venv && .venv/bin/pip install -c requirements/ci.lock -e '.[serve,openai,test,bench]'
+	python3 -m venv .venv && .venv/bin/pip install -c requirements/ci.lock -e '.[serve,mcp,openai,test,bench]'
 
 demo: .venv/bin/agentfs
 	.venv/bin/agentfs demo

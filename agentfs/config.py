@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import difflib
+import re
+import shlex
 import tomllib
 import typing
 from pathlib import Path
@@ -15,6 +17,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -131,6 +134,80 @@ class HookConfig(BaseModel):
     timeout: float = Field(default=10.0, gt=0)
 
 
+#: What an MCP server's name may hold: its tools are offered as `<server>__<tool>`, and
+#: the Messages API takes tool names of `[a-zA-Z0-9_-]` only.
+MCP_SERVER_NAME = r"^[a-zA-Z0-9-]+(_[a-zA-Z0-9-]+)*$"
+#: What an environment variable's name may hold.
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class McpServerConfig(BaseModel):
+    """An MCP server whose tools runs offer (`[mcp_servers.NAME]`): a command agentfs
+    starts and talks to over stdio, or a URL it reaches over streamable HTTP. It is
+    used only once the person trusted this workspace's commands (`agentfs trust`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: list[str] | None = Field(
+        default=None, min_length=1,
+        description="stdio: the program and its arguments, e.g. [\"npx\", \"-y\", \"server\"]; "
+        "it runs in the workspace's root folder")
+    env: list[str] = Field(
+        default_factory=list,
+        description="stdio: names of environment variables passed on to the command (their "
+        "values come from agentfs's environment; a few safe ones such as PATH and HOME always are)")
+    url: str | None = Field(
+        default=None, pattern=r"^https?://",
+        description="Streamable HTTP: the server's endpoint, e.g. https://example.com/mcp")
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="HTTP: header name = the environment variable holding its value "
+        "(`Authorization = \"MY_TOKEN\"` sends `Authorization: <$MY_TOKEN>`)")
+    timeout: float = Field(default=60.0, gt=0,
+                           description="Seconds a tool call may take before it fails")
+    startup_timeout: float = Field(default=30.0, gt=0,
+                                   description="Seconds the server may take to start")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.match(ENV_NAME, name):
+                raise ValueError(f"{name!r} is not an environment variable's name")
+        return names
+
+    @field_validator("headers")
+    @classmethod
+    def _header_variables(cls, headers: dict[str, str]) -> dict[str, str]:
+        for header, name in headers.items():
+            if not re.match(ENV_NAME, name):
+                raise ValueError(
+                    f"the value of {header!r} must name an environment variable (the header's "
+                    f"value is read from it), not {name!r}: write the secret in the environment")
+        return headers
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either `command` (a stdio server) or `url` (an HTTP "
+                             "server), not both or neither")
+        if self.command is not None and self.headers:
+            raise ValueError("`headers` are for HTTP servers (`url`)")
+        if self.url is not None and self.env:
+            raise ValueError("`env` is for stdio servers (`command`); an HTTP server's "
+                             "secrets go in `headers`")
+        return self
+
+    @property
+    def target(self) -> str:
+        """The command line it runs, or the URL it is at, as messages show it."""
+        return shlex.join(self.command) if self.command is not None else str(self.url)
+
+    def variables(self) -> list[str]:
+        """The environment variables this server takes values from."""
+        return [*self.env, *self.headers.values()]
+
+
 class WorkspaceConfig(BaseModel):
     """Settings from `agentfs.toml`; every key is optional."""
 
@@ -175,6 +252,22 @@ class WorkspaceConfig(BaseModel):
         "all: also every Git object, ref, index and directory change (survives power loss)",
     )
     thinking: ThinkingConfig = Field(default_factory=ThinkingConfig)
+    mcp_servers: dict[str, McpServerConfig] = Field(
+        default_factory=dict, description="MCP servers whose tools runs offer, by name")
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _server_names(cls, servers: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+        """A name becomes the prefix of tool names: letters, digits, `-` and single `_`."""
+        for name in servers:
+            if not re.match(MCP_SERVER_NAME, name) or len(name) > 32:
+                raise PydanticCustomError(
+                    "mcp_server_name",
+                    "'{name}' cannot name an MCP server: use at most 32 letters, digits, '-' "
+                    "and single '_' (its tools are offered as <server>__<tool>)",
+                    {"name": name},
+                )
+        return servers
 
     @field_validator("thinking")
     @classmethod

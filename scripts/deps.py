@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements" / "ci.lock"
 SCRATCH = ROOT / ".deps"
 #: What the suite needs installed (the README's test command installs the same).
-EXTRAS = "serve,openai,test,bench"
+EXTRAS = "serve,mcp,openai,test,bench"
 #: What `make lint` needs; the lock pins it too.
-LOCKED_EXTRAS = "serve,openai,test,bench,lint"
+LOCKED_EXTRAS = "serve,mcp,openai,test,bench,lint"
 BOUNDED = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)>=(?P<floor>[0-9][0-9.]*),<(?P<next>[0-9][0-9.]*)$")
 LOCK_HEADER = """\
 # Every package `pip install -e '.[{extras}]'` installed, pinned: CI and the

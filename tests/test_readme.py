@@ -32,13 +32,19 @@ NOT_RUN = {
     "python3 -m venv .venv": "the suite already runs in an installed environment",
     ".venv/bin/pip install -c requirements/ci.lock -e .": "the suite already runs in an "
     "installed environment",
-    ".venv/bin/pip install -c requirements/ci.lock -e '.[serve,openai,test,bench]'": "the suite "
+    ".venv/bin/pip install -c requirements/ci.lock -e '.[serve,mcp,openai,test,bench]'": "the suite "
     "already runs in an "
     "installed environment (test_the_setup_commands_... checks .ci/run installs the same)",
     ".venv/bin/pip install -c requirements/ci.lock -e '.[serve]'": "the suite already runs "
     "in an installed environment",
     ".venv/bin/pip install -c requirements/ci.lock -e '.[openai]'": "the suite already runs "
     "in an installed environment",
+    ".venv/bin/pip install -c requirements/ci.lock -e '.[mcp]'": "the suite already runs "
+    "in an installed environment",
+    "agentfs trust": "the MCP example needs its agentfs.toml and script: "
+    "tests/tools/test_mcp.py::test_the_readme_s_mcp_example_runs_as_written runs it",
+    "agentfs tools --mcp": "as agentfs trust",
+    'agentfs run sums -m "What is 2 + 3?" --model replay:mcp-script.json': "as agentfs trust",
     ".venv/bin/python -m pytest": "it is this suite",
     ".venv/bin/python -m bench": "the benchmarks take minutes; tests/test_bench.py runs "
     "each of them at a tiny size",

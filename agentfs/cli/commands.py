@@ -528,6 +528,7 @@ from agentfs.cli.chat import chat
 from agentfs.cli.remote import sync
 from agentfs.cli.serve import serve
 from agentfs.cli.sidework import compress, knowledge, reflect
+from agentfs.cli.tools import tools
 from agentfs.cli.trust import trust
 
 cli.add_command(chat)
@@ -536,4 +537,5 @@ cli.add_command(reflect)
 cli.add_command(knowledge)
 cli.add_command(serve)
 cli.add_command(sync)
+cli.add_command(tools)
 cli.add_command(trust)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    from agentfs.config import WorkspaceConfig
     from agentfs.core.project import Project
     from agentfs.core.trust import TrustStore
     from agentfs.models.base import Model
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from agentfs.store.trace import Trace
 
 __all__ = [
-    "choose_model", "model_to_record", "open_project", "provider_settings", "start_notices",
+    "choose_model", "mcp_environment", "model_to_record", "open_project", "provider_settings", "start_notices",
     "thinking_options", "trace_id_for", "trace_settings", "trust_store",
 ]
 
@@ -49,7 +50,8 @@ def trust_store() -> TrustStore:
 
 def start_notices(project: Project) -> dict[str, Any]:
     """Say once, on stderr, which commands of agentfs.toml are skipped as untrusted and
-    whether bash runs unsandboxed; returns the `RunnerOptions` fields of the trust."""
+    whether bash runs unsandboxed; returns the `RunnerOptions` fields of the trust, and
+    the values of the environment variables the trusted MCP servers name (`mcp_env`)."""
     from agentfs.core.trust import judge, untrusted_notice, workspace_commands
     from agentfs.tools.sandbox import choose_sandbox
 
@@ -65,7 +67,14 @@ def start_notices(project: Project) -> dict[str, Any]:
     ):
         if notice:
             click.echo(notice, err=True)
-    return {"trusted": trusted}
+    return {"trusted": trusted, "mcp_env": mcp_environment(verdict.config)}
+
+
+def mcp_environment(config: WorkspaceConfig) -> dict[str, str]:
+    """The values of the environment variables `config`'s MCP servers name (`env`,
+    `headers`), and of no other."""
+    wanted = {v for server in config.mcp_servers.values() for v in server.variables()}
+    return {v: os.environ[v] for v in sorted(wanted) if os.environ.get(v)}
 
 
 def open_project(trace_ref: str | None = None) -> Project:

@@ -36,9 +36,13 @@ class RunnerOptions:
     #: The environment bash and hook commands see (default: only a PATH); the CLI passes
     #: the safe part of its own.
     command_env: Mapping[str, str] | None = None
+    #: The values of the environment variables MCP servers take (`env`, `headers` of
+    #: `[mcp_servers.NAME]`); the CLI passes those of its own environment.
+    mcp_env: Mapping[str, str] | None = None
     #: The fingerprint of agentfs.toml's commands the person trusted (`agentfs trust`;
-    #: `agentfs/core/trust.py:config_fingerprint`). Context hooks, and settings that
-    #: lower the bash sandbox, apply only when it is the configuration's; None: none do.
+    #: `agentfs/core/trust.py:config_fingerprint`). Context hooks, MCP servers, and
+    #: settings that lower the bash sandbox, apply only when it is the configuration's;
+    #: None: none do.
     trusted: str | None = None
     #: Asked before every model call; True ends the run there, every step committed.
     stop: Callable[[], bool] | None = None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from agentfs.config import WorkspaceConfig
 from agentfs.core.compaction import compress_completed_goals, loop_start, without_thinking
 from agentfs.core.goals import GoalTree
+from agentfs.core.mcp import mcp_tools
 from agentfs.core.options import EventSink, RunnerOptions
 from agentfs.core.prefix import PrefixMap, PrefixSums
 from agentfs.core.tokens import TokenCounter
@@ -196,9 +197,14 @@ def preview_request(project: Project, trace: Trace, model_name: str) -> ModelReq
       model_name: sets the token limit (`context_windows` in `agentfs.toml`).
     """
     options = RunnerOptions(config=project.config)
-    tools = build_tools(trace, options, load_skills(project.workspace.skills_dir), _no_runs)
+    tools = build_tools(trace, options, load_skills(project.workspace.skills_dir), _no_runs,
+                        mcp_tools(trace, options, _no_events, start=False))
     builder = RequestBuilder(project.config, model_name)
     return builder.build(trace, trace.main_path(), tools.specs())
+
+
+def _no_events(kind: str, **data: object) -> None:
+    """A preview's events: none is shown."""
 
 
 def _no_runs(task: str, name: str | None) -> str:

@@ -32,6 +32,7 @@ from agentfs.core.injection import (
     skills_to_inject,
     synthetic_calls,
 )
+from agentfs.core.mcp import McpTools, mcp_tools
 from agentfs.core.options import RunnerOptions
 from agentfs.core.project import Project, settings_check
 from agentfs.core.reflection import KNOWLEDGE_EVAL, REFLECTION
@@ -321,14 +322,16 @@ class Runner:
                  skill_recency: int = DEFAULT_SKILL_RECENCY,
                  clock: SettleClock | None = None) -> Session:
         """A run of `trace` with this runner's tools."""
-        return Session(trace, self._tools_for(trace), clock or SettleClock(self.config.settle),
-                       self._emit, list(declared_skills), skill_recency)
+        mcp = mcp_tools(trace, self.options, self._emit)
+        return Session(trace, self._tools_for(trace, mcp),
+                       clock or SettleClock(self.config.settle), self._emit,
+                       list(declared_skills), skill_recency, mcp=mcp)
 
-    def _tools_for(self, trace: Trace) -> ToolRegistry:
+    def _tools_for(self, trace: Trace, mcp: McpTools | None) -> ToolRegistry:
         """The tools of a run of `trace` (`agentfs/core/toolset.py:build_tools`)."""
         delegate = partial(run_child, trace, project=self.project, model=self.model,
                            options=self.options, emit=self._emit)
-        return build_tools(trace, self.options, self.skills, delegate)
+        return build_tools(trace, self.options, self.skills, delegate, mcp)
 
     def _bring_up_to_date(self, session: Session, result: RunResult,
                           pending_tools: PendingTools) -> None:
@@ -366,6 +369,8 @@ class Runner:
                 continue
             if self._finished(path, max_iterations, result):
                 return
+            if session.mcp is not None:  # a changed MCP tool list, taken between steps
+                session.mcp.take_changes(session.tools)
             request = self._request(session, path)  # 2. build the request
             if self._over_budget(session, request):
                 self._compress(session, request, result)  # Level 2, then build it anew

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentfs.core.goals import GoalTree
 from agentfs.core.injection import DEFAULT_SKILL_RECENCY
@@ -13,6 +13,9 @@ from agentfs.store.messages import Message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 from agentfs.tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from agentfs.core.mcp import McpTools
 
 __all__ = ["Emit", "Session"]
 
@@ -35,6 +38,9 @@ class Session:
     skill_recency: int = DEFAULT_SKILL_RECENCY
     started_with_skills: bool = False
     compressed_at: int | None = None  # head right after the last Level 2 compression
+    #: The MCP servers' tools of the run (None: no server); their changes are taken
+    #: at step boundaries (`agentfs/core/mcp.py:McpTools.take_changes`).
+    mcp: McpTools | None = None
 
     def focus(self) -> str | None:
         """The goal in focus now (`goals.json`)."""

@@ -1,4 +1,4 @@
-"""The tools a run of one trace has: built-in, plugin and the caller's own, in that order."""
+"""The tools a run of one trace has: built-in, plugin, MCP and the caller's own, in that order."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from agentfs.core.context import CommandHook, ContextSources, context_tool
 from agentfs.core.delegate import RunChild, collaborator_states, delegate_tool
 from agentfs.core.goals import goal_tool
 from agentfs.core.knowledge import knowledge_search_tool
+from agentfs.core.mcp import McpTools
 from agentfs.core.options import RunnerOptions
 from agentfs.core.trust import judge, skipped_hook
 from agentfs.errors import ConfigError
@@ -23,7 +24,7 @@ __all__ = ["build_tools"]
 
 
 def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
-                run_child: RunChild) -> ToolRegistry:
+                run_child: RunChild, mcp: McpTools | None = None) -> ToolRegistry:
     """The tool registry of a run of `trace`.
 
     Args:
@@ -35,6 +36,8 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
       skills: what the `skill` tool loads.
       run_child: what the `delegate` tool calls; it is offered only while
         `options.depth` is below `max_delegation_depth`.
+      mcp: the MCP servers' tools (`agentfs/core/mcp.py:mcp_tools`), offered after
+        the plugins' and before the caller's own.
 
     Raises:
       ConfigError: a tool plugin takes the name of a built-in tool, or an entry of
@@ -73,6 +76,8 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
                 f"a tool plugin defines {tool.name!r}, which is a built-in tool",
                 hint="rename the plugin's tool",
             )
+        registry.add(tool)
+    for tool in mcp.tools() if mcp is not None else ():
         registry.add(tool)
     for tool in options.tools:  # the caller's own tools may replace built-ins
         registry.add(tool)

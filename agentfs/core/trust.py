@@ -2,7 +2,9 @@
 
 A workspace cloned from someone else brings its `agentfs.toml`. Some of its
 keys make commands run on this machine outside the bash sandbox (context
-hooks) or let the model's commands leave it (`tools.bash_sandbox = "none"`).
+hooks, MCP stdio servers), send secrets from the environment to an address the
+file chose (MCP HTTP servers and their headers), or let the model's commands
+leave the sandbox (`tools.bash_sandbox = "none"`).
 Like git, which never runs the hooks of a clone, and direnv, which waits for
 `direnv allow`, agentfs runs them only once the person trusted that exact
 configuration with `agentfs trust`. `workspace_commands` is the one list of
@@ -25,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentfs.config import WorkspaceConfig
+from agentfs.config import McpServerConfig, WorkspaceConfig
 from agentfs.errors import ConfigError
 from agentfs.store.atomic import atomic_write
 from agentfs.store.locking import FileLock
@@ -67,7 +69,7 @@ class WorkspaceCommand:
     runs: str
     #: The entry's canonical content, which the fingerprint covers.
     entry: dict[str, Any] = field(compare=False)
-    #: The hook's name, for context hooks.
+    #: The hook's name, for context hooks; the server's, for MCP servers.
     name: str | None = None
 
     @property
@@ -90,6 +92,11 @@ def workspace_commands(config: WorkspaceConfig) -> list[WorkspaceCommand]:
                          hook.model_dump(mode="json"), name=hook.name)
         for hook in config.context_hooks
     ]
+    commands += [
+        WorkspaceCommand("mcp_servers", f"MCP server {name!r}", _server_runs(server),
+                         {name: server.model_dump(mode="json")}, name=name)
+        for name, server in config.mcp_servers.items()
+    ]
     tools = config.tools
     if tools.bash and tools.bash_sandbox == "none":
         commands.append(WorkspaceCommand(
@@ -105,6 +112,15 @@ def workspace_commands(config: WorkspaceConfig) -> list[WorkspaceCommand]:
             {"bash": True, "bash_network": "host"},
         ))
     return commands
+
+
+def _server_runs(server: McpServerConfig) -> str:
+    """What an MCP server entry makes happen, as a person reads it."""
+    if server.command is not None:
+        passed = f" (with ${', $'.join(server.env)})" if server.env else ""
+        return server.target + passed
+    sent = f" (sending ${', $'.join(server.headers.values())})" if server.headers else ""
+    return f"connects to {server.target}{sent}"
 
 
 def fingerprint(commands: Sequence[WorkspaceCommand]) -> str:
@@ -133,8 +149,8 @@ class Verdict:
 def judge(config: WorkspaceConfig, trusted: str | None) -> Verdict:
     """`config` as runs use it when the person trusted the fingerprint `trusted`
     (None: nothing): unchanged if it runs nothing or its fingerprint is `trusted`;
-    else without context hooks and with the bash sandbox and its network at their
-    defaults (`auto`, `none`), as if the file did not declare them."""
+    else without context hooks and MCP servers and with the bash sandbox and its
+    network at their defaults (`auto`, `none`), as if the file did not declare them."""
     commands = workspace_commands(config)
     if not commands or fingerprint(commands) == trusted:
         return Verdict(config)
@@ -142,7 +158,8 @@ def judge(config: WorkspaceConfig, trusted: str | None) -> Verdict:
                                     == "none" else {})
     if tools.bash_network == "host":
         tools = tools.model_copy(update={"bash_network": "none"})
-    return Verdict(config.model_copy(update={"context_hooks": [], "tools": tools}),
+    return Verdict(config.model_copy(update={"context_hooks": [], "mcp_servers": {},
+                                             "tools": tools}),
                    tuple(commands))
 
 

@@ -89,6 +89,10 @@ class TraceContext(BaseModel):
         default_factory=dict, description="Child traces started by `delegate`, by id")
     last_error: LastError | None = Field(
         default=None, description="Why the last run failed; cleared when a run succeeds")
+    mcp_tools: dict[str, list[dict[str, Any]]] = Field(
+        default_factory=dict, description="The tools of each MCP server as the trace's "
+        "requests offer them, listed once and kept so the tool list stays the same from "
+        "request to request (their shape is the agent's: `agentfs/core/mcp.py:ToolRecord`)")
 
 
 class TraceMeta(BaseModel):

@@ -145,6 +145,9 @@ class ToolRegistry:
     def add(self, tool: Tool) -> None:
         self._tools[tool.name] = tool
 
+    def remove(self, name: str) -> None:
+        self._tools.pop(name, None)
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
