@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentfs.core.goals import GoalTree
 from agentfs.core.injection import DEFAULT_SKILL_RECENCY
@@ -13,6 +13,9 @@ from agentfs.store.messages import Message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 from agentfs.tools import ToolRegistry
+
+if TYPE_CHECKING:
+    from agentfs.core.approval import Asker
 
 __all__ = ["Emit", "Session"]
 
@@ -35,6 +38,12 @@ class Session:
     skill_recency: int = DEFAULT_SKILL_RECENCY
     started_with_skills: bool = False
     compressed_at: int | None = None  # head right after the last Level 2 compression
+    #: Which tool calls wait for the person's approval (`agentfs/core/approval.py`).
+    approve: Literal["acting", "none"] = "none"
+    #: Asks the person now (a terminal); None: waiting calls go to `approval.json`.
+    ask: Asker | None = None
+    #: Tools the person answered "always" for: the rest of this run asks no more.
+    always: set[str] = field(default_factory=set)
 
     def focus(self) -> str | None:
         """The goal in focus now (`goals.json`)."""
