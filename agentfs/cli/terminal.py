@@ -22,7 +22,7 @@ class Terminal:
     """
 
     #: Shown even with --quiet: warnings, not tool traffic.
-    WARNINGS = ("retry", "max_tokens", "prompt_too_long")
+    WARNINGS = ("retry", "max_tokens", "prompt_too_long", "approval_waiting")
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
@@ -85,6 +85,8 @@ _TEMPLATES = {
     "retry": "  [retrying in {wait:.1f}s: attempt {attempt} of {attempts} failed: {reason}]",
     "prompt_too_long":
         "  [the model says the request is too long: compressing the trace, then retrying]",
+    "approval_waiting": "  ? {name} waits for your approval (traces/{trace}/approval.json): "
+                        "agentfs approve {trace} (--no, --always)",
 }
 
 

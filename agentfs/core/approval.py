@@ -21,10 +21,14 @@ from typing import Literal, Protocol
 
 from agentfs.core.fit import refused_reason
 from agentfs.core.session import Session
+from agentfs.errors import AgentfsError
 from agentfs.store.approval import Answer, PendingApproval
 from agentfs.store.messages import ToolCall
+from agentfs.store.trace import Trace
 
-__all__ = ["REFUSED", "Answer", "ApprovalPolicy", "Asker", "decide", "needs_approval"]
+__all__ = [
+    "REFUSED", "Answer", "ApprovalPolicy", "Asker", "answer_waiting", "decide", "needs_approval",
+]
 
 #: `[tools] approve`: which calls wait for the person.
 ApprovalPolicy = Literal["acting", "none"]
@@ -78,3 +82,29 @@ def decide(session: Session, call: ToolCall, sequence: int) -> Answer | None:
     session.emit("approval", trace=trace.id, call_id=call.id, name=call.name,
                  answer=str(answer))
     return answer
+
+
+def answer_waiting(trace: Trace, answer: Answer) -> PendingApproval:
+    """Record the person's answer in `approval.json` and commit it (kind `approval`), so
+    `git log` shows who allowed what; the next run acts on it (`agentfs approve`, the
+    API, the page).
+
+    Raises:
+      AgentfsError: no call of the trace waits for an answer.
+      TraceLocked: a run holds the trace.
+    """
+    with trace.lock():
+        pending = trace.pending_approval()
+        if pending is None or pending.answer is not None:
+            raise AgentfsError(
+                f"trace {trace.id!r} has no tool call waiting for approval"
+                + (f" (the call to {pending.tool} is answered {pending.answer} already)"
+                   if pending is not None else ""),
+                hint=f"`agentfs status` shows the traces that wait; `agentfs run {trace.id}` "
+                "continues this one",
+            )
+        pending.answer = answer
+        trace.write_approval(pending)
+        trace.commit_step("approval", [], extra_paths=[trace.rel(trace.approval_path)],
+                          summary=f"{pending.tool} answered {answer}")
+    return pending

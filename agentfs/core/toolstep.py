@@ -118,14 +118,14 @@ def run_tools(session: Session, assistant: Message, after: Message | None = None
                                            trace.rel(trace.approval_path)],
                               summary=f"{waiting.name} waits for approval")
         return False
-    answered = trace.drop_approval() if trace.approval_path.exists() else []
+    dropped = trace.drop_approval() if trace.approval_path.exists() else []
     if results:
         record_skill_injections(trace, assistant, results)  # saved by the commit below
         summary = f"{len(interrupted)} interrupted tool call(s)" if interrupted else None
-        trace.commit_step("tool", results, extra_paths=[*sorted(context.changed), *answered],
+        trace.commit_step("tool", results, extra_paths=[*sorted(context.changed), *dropped],
                           summary=summary, written=True)
-    elif answered:
-        trace.commit_step("approval", [], extra_paths=answered, summary="approval.json removed")
+    elif dropped:
+        trace.commit_step("approval", [], extra_paths=dropped, summary="approval.json removed")
     trace.clear_in_flight()
     return True
 
