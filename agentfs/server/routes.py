@@ -287,7 +287,8 @@ def _view_routes(api: APIRouter, server: Server) -> None:
     def get_tree(trace_id: str) -> dict[str, Any]:
         trace = server.trace(trace_id)
         return {**trace_tree(trace), "running": trace.is_running(),
-                "server_run": server.runs.running(trace.id)}
+                "server_run": server.runs.running(trace.id),
+                "approval": _approval_record(trace)}
 
     @api.get("/traces/{trace_id}/log", summary="The trace's commits, newest first (`agentfs log`)")
     def get_log(trace_id: str, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
