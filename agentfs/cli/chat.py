@@ -87,7 +87,8 @@ def chat(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     call that may change something is asked about first: y runs it, n refuses
     it, a runs it and every later call of that tool this session.
     """
-    from agentfs.cli.approve import TerminalAsker, approve_policy
+    from agentfs.cli.options import approve_policy
+    from agentfs.cli.terminal import TerminalAsker
 
     project = open_project(trace_ref)
     thinking_fields = thinking_options(project, thinking, no_thinking)

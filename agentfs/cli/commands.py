@@ -134,7 +134,8 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     about at the terminal; without one it waits in traces/TRACE/approval.json
     and the run stops (`agentfs approve TRACE` answers it).
     """
-    from agentfs.cli.approve import approve_policy, stdin_asker
+    from agentfs.cli.options import approve_policy
+    from agentfs.cli.terminal import stdin_asker
     from agentfs.core.runner import StopReason
     from agentfs.tools.subprocesses import safe_environment
 
@@ -445,7 +446,7 @@ def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     """
     import signal
 
-    from agentfs.cli.approve import approve_policy
+    from agentfs.cli.options import approve_policy
     from agentfs.core.project import Project
     from agentfs.tools.subprocesses import safe_environment
     from agentfs.watch.observe import observe

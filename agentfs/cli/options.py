@@ -8,7 +8,12 @@ from typing import Any
 
 import click
 
-__all__ = ["approve_option", "run_options"]
+__all__ = ["approve_option", "approve_policy", "run_options"]
+
+
+def approve_policy(flag: bool | None) -> str | None:
+    """`--approve` / `--no-approve` as `RunnerOptions.approve`; None: agentfs.toml's."""
+    return None if flag is None else ("acting" if flag else "none")
 
 
 def approve_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

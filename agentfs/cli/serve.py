@@ -57,7 +57,7 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     in traces/TRACE/approval.json; the page shows it with Yes, No and Always.
     Ctrl-C lets runs finish their current step, then exits.
     """
-    from agentfs.cli.approve import approve_policy
+    from agentfs.cli.options import approve_policy
 
     try:
         import uvicorn
