@@ -55,16 +55,22 @@ def needs_approval(session: Session, call: ToolCall) -> bool:
     return tool is not None and tool.acting and refused_reason(call.input) is None
 
 
-def decide(session: Session, call: ToolCall, sequence: int) -> Answer | None:
+def decide(session: Session, call: ToolCall, sequence: int, *, asked: bool = False,
+           ) -> Answer | None:
     """The person's answer to `call` (of assistant message `sequence`), YES when it
     needs none; None when it waits: then it is in `approval.json` (not yet committed:
-    the caller's step commits it)."""
-    if not needs_approval(session, call):
-        return Answer.YES
+    the caller's step commits it).
+
+    A call already asked about (`asked`: the in-flight record marks it waiting) or
+    waiting in `approval.json` needs its answer whatever the run's policy: a run
+    without `--approve` (a watcher woken by an inbox file) never runs it unanswered.
+    """
     trace = session.trace
-    pending = trace.pending_approval()
+    pending = trace.pending_approval() if trace.approval_path.exists() else None
     if pending is not None and pending.call_id != call.id:
         pending = None  # left from a call no longer at the head: replaced below
+    if pending is None and not asked and not needs_approval(session, call):
+        return Answer.YES
     answer = pending.answer if pending is not None else None
     if answer is None:
         trace.mark_waiting(call.id)  # before anyone is asked: a kill now leaves it unstarted

@@ -98,7 +98,8 @@ def run_tools(session: Session, assistant: Message, after: Message | None = None
             message = session.new_message("tool", NOT_RUN, tool_call_id=call.id, is_error=True,
                                           synthetic="recovery")
         else:
-            answer = decide(session, call, assistant.sequence)
+            answer = decide(session, call, assistant.sequence,
+                            asked=call.id == in_flight.waiting)
             if answer is None:
                 waiting = call
                 break

@@ -185,3 +185,43 @@ def test_a_kill_while_asking_asks_again_and_never_runs_the_call_twice(project, w
     assert ran == ["a.txt"]  # started once: answered "interrupted", never run again
     assert results(project)[0].text == INTERRUPTED
     assert_git_clean(project.workspace.root)
+
+
+def test_a_waiting_call_never_runs_unanswered_in_a_run_without_approval(
+        project, write_script):
+    project.new_trace("t1", user("Write two files."))
+    script = write_script(TWO_WRITES)
+    runner(project, script).run("t1")
+    plain = Runner(project.workspace, project.repo, ReplayModel(script),
+                   config=project.config)  # agentfs.toml's approve: none
+
+    result = plain.run("t1", ["and then a third"])
+
+    root = project.workspace.root
+    assert result.stop is StopReason.APPROVAL
+    assert not (root / "a.txt").exists()
+    kept = list((root / "traces/t1/inbox").glob("*.md"))
+    assert [p.read_text() for p in kept] == ["and then a third"]  # waits behind the call
+    assert project.trace("t1").waits_for_user()
+
+
+def test_a_call_asked_about_when_the_run_died_is_asked_again_without_approval(
+        project, write_script):
+    project.new_trace("t1", user("Write two files."))
+    script = write_script(TWO_WRITES)
+
+    def killed(trace_id: str, call: ToolCall) -> Answer:
+        raise _Killed
+
+    with pytest.raises(_Killed):
+        runner(project, script, ask=killed).run("t1")
+    plain = Runner(project.workspace, project.repo, ReplayModel(script),
+                   config=project.config)
+
+    result = plain.run("t1")
+
+    root = project.workspace.root
+    assert result.stop is StopReason.APPROVAL
+    assert not (root / "a.txt").exists()
+    assert json.loads((root / "traces/t1/approval.json").read_text())["input"]["path"] == "a.txt"
+    assert_git_clean(root)
