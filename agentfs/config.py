@@ -63,6 +63,12 @@ class ToolsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     bash: bool = Field(default=False, description="Offer the bash tool (off by default)")
+    approve: Literal["acting", "none"] = Field(
+        default="none",
+        description="acting: calls of tools that may change something (bash, write_file, "
+        "edit_file, delegate, tools not declared read-only) wait for your yes, no or always; "
+        "none: every call runs unasked. --approve/--no-approve override it",
+    )
     bash_timeout: float = Field(default=60.0, gt=0, description="Seconds before a command is killed")
     bash_output_limit: int = Field(default=30_000, ge=100, description="Characters of output kept")
     bash_sandbox: Literal["auto", "bwrap", "none"] = Field(

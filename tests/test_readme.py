@@ -140,6 +140,8 @@ class Tour:
     def run(self, command: str, comment: str) -> None:
         words = shlex.split(command)
         words[0] = words[0].removeprefix(".venv/bin/")
+        if words[-2:] == ["<", "/dev/null"]:  # no terminal: so are these commands' stdin
+            words = words[:-2]
         if words[0] == "cd":  # `cd DIR` or `cd /path/to/workspace`: the demo
             return
         if words == ["agentfs", "sync"] and "origin" not in git(self.dir, "remote"):
@@ -226,7 +228,8 @@ class Tour:
         """A dropped file: the watcher takes it, the run answers, Ctrl-C ends it."""
         _wait_for(lambda: not list((self.dir / inbox).glob("*.md")),
                   "the watcher to take the dropped file")
-        _wait_for(lambda: "assistant" in git(self.dir, "log", "-1", "--format=%s"),
+        _wait_for(lambda: git(self.dir, "log", "-1", "--format=%s").startswith(
+                  f"{inbox.parts[1]}: assistant"),
                   "the watcher's run to answer")
         assert git(self.dir, "log", "-2", "--format=%s").splitlines() == [
             "demo: assistant #23 The owners: Bo, Chen, and everyone for the comments…",

@@ -26,6 +26,7 @@ from agentfs.cli.context import (
     choose_model,
     model_to_record,
     open_project,
+    registered_command,
     start_notices,
     thinking_options,
     trace_id_for,
@@ -71,7 +72,7 @@ COMMANDS = {
 def chat(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         trace_ref: str, model: str | None, preset: str | None, max_iterations: int | None,
         inject_skills: tuple[str, ...], skill_recency: int, pending_tools: str,
-        thinking: int | None, no_thinking: bool, quiet: bool,
+        thinking: int | None, no_thinking: bool, quiet: bool, approve: bool | None,
 ) -> None:
     """Talk with TRACE in the terminal: each line you type is a user message.
 
@@ -82,8 +83,13 @@ def chat(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     the session: an answer still arriving is dropped, a tool step is finished
     and committed first (Ctrl-C twice stops at once). Ctrl-C at an empty
     prompt, or Ctrl-D, ends the session. Typed lines are kept in
-    .git/agentfs/chat_history; the up arrow recalls them.
+    .git/agentfs/chat_history; the up arrow recalls them. Under --approve, each
+    call that may change something is asked about first: y runs it, n refuses
+    it, a runs it and every later call of that tool this session.
     """
+    from agentfs.cli.options import approve_policy
+    from agentfs.cli.terminal import TerminalAsker
+
     project = open_project(trace_ref)
     thinking_fields = thinking_options(project, thinking, no_thinking)
     trace_id = trace_id_for(project, trace_ref, creating=True)
@@ -91,13 +97,15 @@ def chat(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     trace_model, trace_preset, declared = trace_settings(existing, preset, inject_skills)
     chosen = choose_model(project, trace_model, preset or trace_preset, model)
     trusted = start_notices(project)
+    reader = _LineReader(project.workspace.state_dir / HISTORY_FILE)
+    asker = TerminalAsker(lambda prompt: reader.read(prompt, remember=False))
     session = _Chat(project, trace_id, chosen, quiet,
-                    runner_fields={**thinking_fields, **trusted}, run_options={
+                    runner_fields={**thinking_fields, **trusted, "ask": asker,
+                                   "approve": approve_policy(approve)}, run_options={
                         "max_iterations": max_iterations, "inject_skills": declared,
                         "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
                         "preset": preset, "model_name": model_to_record(project, model),
                     })
-    reader = _LineReader(project.workspace.state_dir / HISTORY_FILE)
     try:
         session.loop(reader, resume=session.greet(reader))
     finally:
@@ -302,7 +310,8 @@ class _Chat:
         if not self.exists:
             click.echo(f"trace {self.trace_id} is new: your first message creates it.", err=True)
             return False
-        waiting = _what_waits(self.project.trace(self.trace_id))
+        trace = self.project.trace(self.trace_id)
+        waiting = _approval_waits(trace) or _what_waits(trace)
         if waiting is None:
             return False
         what, resumable = waiting
@@ -401,7 +410,8 @@ class _Chat:
             return self.rewind(args)
         if name == "compress":
             return self.compress(args)
-        _command(name).main([self.trace_path, *args], prog_name=f"/{name}", standalone_mode=False)
+        registered_command(name).main([self.trace_path, *args], prog_name=f"/{name}",
+                                      standalone_mode=False)
         return True
 
     def turn(self, messages: list[str]) -> bool:
@@ -421,6 +431,8 @@ class _Chat:
         self.terminal.end_line()
         if result.stop is StopReason.NOTHING_TO_DO:
             click.echo("  [nothing to resume: the trace ends with an answer]", err=True)
+        elif result.stop is StopReason.APPROVAL:
+            click.echo("  [a tool call waits for your approval; /resume asks again]", err=True)
         elif result.stop is StopReason.STOPPED:
             click.echo("  [stopped after that step; /resume continues]", err=True)
         elif result.stop is StopReason.MAX_ITERATIONS:
@@ -442,7 +454,7 @@ class _Chat:
         if len(args) != 1 or not args[0].isdigit():
             click.echo("usage: /rewind N, N a message number (/show lists them)", err=True)
             return True
-        _command("rewind").main([self.trace_path, args[0]], prog_name="/rewind",
+        registered_command("rewind").main([self.trace_path, args[0]], prog_name="/rewind",
                                 standalone_mode=False)
         return True
 
@@ -464,17 +476,6 @@ class _Chat:
 
         echo_report(report_record(self.project, self.trace_id, report), as_json=False)
         return True
-
-
-def _command(name: str) -> click.Command:
-    """The `agentfs` command a slash command runs, looked up where commands are
-    registered (`agentfs/cli/commands.py`), not imported from its module."""
-    context = click.get_current_context()
-    group = context.find_root().command
-    command = group.get_command(context, name) if isinstance(group, click.Group) else None
-    if command is None:
-        raise click.ClickException(f"/{name} needs the agentfs command group")
-    return command
 
 
 def _what_waits(trace: Trace) -> tuple[str, bool] | None:
@@ -500,3 +501,11 @@ def _what_waits(trace: Trace) -> tuple[str, bool] | None:
     if last.role == "system":
         return "it has no user message yet: type one", False
     return "an earlier run was cut short; the next run finishes its step", True
+
+
+def _approval_waits(trace: Trace) -> tuple[str, bool] | None:
+    """A tool call of the trace waiting for approval, in words (resuming asks about it)."""
+    if not trace.awaits_approval():
+        return None
+    pending = trace.pending_approval()
+    return f"its call to {pending.tool if pending else '?'} waits for your approval", True

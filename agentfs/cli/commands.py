@@ -22,7 +22,7 @@ from agentfs.cli.context import (
     trace_settings,
     trust_store,
 )
-from agentfs.cli.options import run_options
+from agentfs.cli.options import approve_option, run_options
 from agentfs.cli.terminal import Terminal
 
 if TYPE_CHECKING:
@@ -119,6 +119,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         trace_ref: str, messages: tuple[str, ...], model: str | None, max_iterations: int | None,
         preset: str | None, inject_skills: tuple[str, ...], skill_recency: int,
         pending_tools: str, thinking: int | None, no_thinking: bool, quiet: bool,
+        approve: bool | None,
 ) -> None:
     """Run TRACE until the model stops, streaming its text.
 
@@ -129,8 +130,12 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     is resumed. Inbox files are taken once they have settled; a file that
     cannot be a message is moved to inbox/.rejected/ with a note saying why.
     Model: --model, else the trace's, else the preset's, else `model` in
-    agentfs.toml.
+    agentfs.toml. Under --approve, a call that may change something is asked
+    about at the terminal; without one it waits in traces/TRACE/approval.json
+    and the run stops (`agentfs approve TRACE` answers it).
     """
+    from agentfs.cli.options import approve_policy
+    from agentfs.cli.terminal import stdin_asker
     from agentfs.core.runner import StopReason
     from agentfs.tools.subprocesses import safe_environment
 
@@ -142,7 +147,9 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     trace_id = trace_id_for(project, trace_ref, creating=bool(messages))
     trace = project.trace(trace_id) if trace_id in project.workspace.trace_ids() else None
     meta_model, preset_name, declared = trace_settings(trace, preset, inject_skills)
-    if trace is not None and not messages and not declared and trace.waits_for_user():
+    asker = stdin_asker()
+    if (trace is not None and not messages and not declared and trace.waits_for_user()
+            and not (asker is not None and trace.awaits_approval())):
         _say_waiting(project, trace_id)  # no model needed, so no credentials either
         return
     chosen = choose_model(project, meta_model, preset or preset_name, model)
@@ -150,13 +157,13 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     terminal = Terminal(quiet)
     runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
                             command_env=safe_environment(os.environ), **thinking_fields,
-                            **trusted)
+                            **trusted, approve=approve_policy(approve), ask=asker)
     result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
                         inject_skills=declared, skill_recency_threshold=skill_recency,
                         pending_tools=pending_tools,  # type: ignore[arg-type]
                         model_name=model_to_record(project, model))
     terminal.end_line()
-    if result.stop is StopReason.NOTHING_TO_DO:
+    if result.stop in (StopReason.NOTHING_TO_DO, StopReason.APPROVAL):
         _say_waiting(project, trace_id)
         return
     if result.stop is StopReason.MAX_ITERATIONS:
@@ -177,6 +184,14 @@ def _text_or_stdin(text: str) -> str:
 
 
 def _say_waiting(project: Project, trace_id: str) -> None:
+    pending = project.trace(trace_id).pending_approval()
+    if pending is not None and pending.answer is None:
+        click.echo(
+            f"trace {trace_id} waits for your approval of a call to {pending.tool} "
+            f"(traces/{trace_id}/approval.json): agentfs approve {trace_id} (--no, --always)",
+            err=True,
+        )
+        return
     inbox = project.workspace.trace_dir(trace_id) / "inbox"
     click.echo(
         f"trace {trace_id} is waiting for a user message: "
@@ -331,6 +346,8 @@ def _status_text(report: WorkspaceStatus) -> None:
         if row.rejected:
             pending += f", {len(row.rejected)} rejected (inbox/.rejected/)"
         state = "failed" if row.last_error and not row.running else state
+        if row.approval and not row.running:
+            state = f"waits for approval of {row.approval} (agentfs approve {row.trace})"
         if row.error:
             click.echo(f"{row.trace:<24} BROKEN  {row.error}")
             continue
@@ -408,10 +425,11 @@ def skills(as_json: bool) -> None:
               "remote (a name or a URL): claim traces there, push their steps (docs/remote.md).")
 @click.option("--lease", type=click.FloatRange(min=1), default=30.0, show_default=True,
               help="With --remote: seconds a claim lives unless renewed.")
+@approve_option("watcher's runs")
 def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         workspace: Path | None, once: bool, max_parallel: int, settle: float | None,
         model: str | None, thinking: int | None, no_thinking: bool, as_json: bool,
-        remote: str | None, lease: float,
+        remote: str | None, lease: float, approve: bool | None,
 ) -> None:
     """Run traces when files are dropped into inboxes.
 
@@ -421,11 +439,14 @@ def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     have settled; editor temp and swap files are ignored; symlinks and files
     that cannot be messages are moved to .rejected/ beside them, with a note.
     On start, traces left unanswered or cut short by a crash are resumed.
-    Ctrl-C or SIGTERM lets running traces finish their current step, then
+    Under --approve, a call that may change something waits in
+    traces/ID/approval.json; the trace goes on once it is answered there, by
+    `agentfs approve`, or on the page. Ctrl-C or SIGTERM lets running traces finish their current step, then
     exits 0.
     """
     import signal
 
+    from agentfs.cli.options import approve_policy
     from agentfs.core.project import Project
     from agentfs.tools.subprocesses import safe_environment
     from agentfs.watch.observe import observe
@@ -440,7 +461,7 @@ def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         return choose_model(project, trace_model, preset, model)
 
     runner_options = {"command_env": safe_environment(os.environ), **thinking_fields,
-                      **trusted}
+                      **trusted, "approve": approve_policy(approve)}
     if remote is not None:
         from agentfs.cli.remote import run_worker
 
@@ -524,6 +545,7 @@ def demo(directory: Path | None) -> None:
 
 
 # Commands defined in their own modules register here, one line each.
+from agentfs.cli.approve import approve
 from agentfs.cli.chat import chat
 from agentfs.cli.remote import sync
 from agentfs.cli.serve import serve
@@ -531,6 +553,7 @@ from agentfs.cli.sidework import compress, knowledge, reflect
 from agentfs.cli.tools import tools
 from agentfs.cli.trust import trust
 
+cli.add_command(approve)
 cli.add_command(chat)
 cli.add_command(compress)
 cli.add_command(reflect)

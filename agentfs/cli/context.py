@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from agentfs.store.trace import Trace
 
 __all__ = [
-    "choose_model", "mcp_environment", "model_to_record", "open_project", "provider_settings", "start_notices",
-    "thinking_options", "trace_id_for", "trace_settings", "trust_store",
+    "choose_model", "mcp_environment", "model_to_record", "open_project", "provider_settings",
+    "registered_command", "start_notices", "thinking_options", "trace_id_for",
+    "trace_settings", "trust_store",
 ]
 
 
@@ -146,3 +147,15 @@ def model_to_record(project: Project, flag: str | None) -> str | None:
     if flag is None:
         return None
     return rebase_model_name(flag, base_dir=Path.cwd(), root=project.workspace.root)
+
+
+def registered_command(name: str) -> click.Command:
+    """The `agentfs` command `name`, looked up where commands are registered
+    (`agentfs/cli/commands.py`), not imported from its module (a chat's slash
+    commands, `agentfs approve` continuing with `run`)."""
+    context = click.get_current_context()
+    group = context.find_root().command
+    command = group.get_command(context, name) if isinstance(group, click.Group) else None
+    if command is None:
+        raise click.ClickException(f"{name} needs the agentfs command group")
+    return command

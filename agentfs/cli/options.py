@@ -8,13 +8,28 @@ from typing import Any
 
 import click
 
-__all__ = ["run_options"]
+__all__ = ["approve_option", "approve_policy", "run_options"]
+
+
+def approve_policy(flag: bool | None) -> str | None:
+    """`--approve` / `--no-approve` as `RunnerOptions.approve`; None: agentfs.toml's."""
+    return None if flag is None else ("acting" if flag else "none")
+
+
+def approve_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--approve/--no-approve`, for the commands that run traces."""
+    return click.option(
+        "--approve/--no-approve", "approve", default=None,
+        help=f"Ask before each call of a tool that may change something (bash, write_file, "
+        f"edit_file, delegate, tools not declared read-only) in this {what}: at the "
+        "terminal, else the call waits in traces/TRACE/approval.json for `agentfs "
+        "approve` (default: [tools] approve in agentfs.toml).")
 
 
 def run_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Add the options of a run to a command; `what` names it in the help ("run",
     "session")."""
-    options = [
+    options: list[Any] = [
         click.option("--inject-skill", "inject_skills", multiple=True, metavar="NAME",
                      help="Keep this skill in the model's context (repeatable)."),
         click.option("--skill-recency", type=click.IntRange(min=1), default=10,
@@ -33,6 +48,7 @@ def run_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
         click.option("--no-thinking", is_flag=True,
                      help=f"Extended thinking off for this {what}."),
         click.option("-q", "--quiet", is_flag=True, help="Do not print tool calls."),
+        approve_option(what),
     ]
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:

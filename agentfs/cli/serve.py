@@ -14,6 +14,7 @@ from urllib.parse import quote
 import click
 
 from agentfs.cli.context import choose_model, start_notices
+from agentfs.cli.options import approve_option
 
 if TYPE_CHECKING:
     import socket
@@ -38,9 +39,10 @@ DEFAULT_MAX_BODY = 1024 * 1024
               "(default: each trace's, else agentfs.toml's).")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY,
               show_default=True, help="Largest request body accepted, in bytes.")
-def serve(  # noqa: PLR0917 -- click passes one parameter per option
+@approve_option("server's runs")
+def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         workspace: Path | None, host: str, port: int, token: str | None, no_token: bool,
-        model: str | None, max_body: int,
+        model: str | None, max_body: int, approve: bool | None,
 ) -> None:
     """Serve WORKSPACE's traces over HTTP: the trace API and a viewer page at /.
 
@@ -51,8 +53,12 @@ def serve(  # noqa: PLR0917 -- click passes one parameter per option
     request needs the token: the first line printed is the page's address
     with it (http://HOST:PORT/?token=...); API clients send
     `Authorization: Bearer TOKEN`. It listens on 127.0.0.1 unless --host says
-    otherwise. Ctrl-C lets runs finish their current step, then exits.
+    otherwise. Under --approve, a run's call that may change something waits
+    in traces/TRACE/approval.json; the page shows it with Yes, No and Always.
+    Ctrl-C lets runs finish their current step, then exits.
     """
+    from agentfs.cli.options import approve_policy
+
     try:
         import uvicorn
 
@@ -85,7 +91,7 @@ def serve(  # noqa: PLR0917 -- click passes one parameter per option
     app, server = create_app(project, choose, access=access, loopback=is_loopback(host),
                              max_body=max_body,
                              runner_options={"command_env": safe_environment(os.environ),
-                                             **trusted})
+                                             **trusted, "approve": approve_policy(approve)})
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     url = f"http://{shown}:{bound_port}/" + (f"?token={quote(token, safe='')}" if token else "")
     click.echo(f"agentfs serve: {url} (workspace {project.workspace.root})")

@@ -1,14 +1,20 @@
-"""What runs print: the model's text on stdout, its events on stderr, side work's reports."""
+"""What runs print, and ask, at the terminal: the model's text on stdout, its events on
+stderr, side work's reports, the question before a call that may change something."""
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-__all__ = ["Terminal", "echo_report", "event_line"]
+if TYPE_CHECKING:
+    from agentfs.store.approval import Answer
+    from agentfs.store.messages import ToolCall
+
+__all__ = ["Terminal", "TerminalAsker", "echo_report", "event_line", "stdin_asker"]
 
 
 class Terminal:
@@ -22,7 +28,8 @@ class Terminal:
     """
 
     #: Shown even with --quiet: warnings, not tool traffic.
-    WARNINGS = ("retry", "max_tokens", "prompt_too_long", "mcp_failed")
+    WARNINGS = ("retry", "max_tokens", "prompt_too_long", "mcp_failed",
+                "approval_waiting")
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
@@ -87,6 +94,8 @@ _TEMPLATES = {
         "  [the model says the request is too long: compressing the trace, then retrying]",
     "mcp_failed": "  [{error}]",
     "mcp_tools": "  [MCP server {server!r} changed its tools; the new list is offered from now on]",
+    "approval_waiting": "  ? {name} waits for your approval (traces/{trace}/approval.json): "
+                        "agentfs approve {trace} (--no, --always)",
 }
 
 
@@ -138,3 +147,64 @@ def echo_report(record: dict[str, Any], as_json: bool) -> None:
         for item in branch["items"]:
             reason = f" — {item['reason']}" if item.get("reason") else ""
             click.echo(f"  {item['status']:<9} {item['id']}: {item['title']}{reason}")
+
+
+#: The most of a call's input shown at the question, in characters.
+SHOWN_INPUT = 2000
+
+_REPLIES = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "a": "always", "always": "always"}
+
+
+class TerminalAsker:
+    """Asks at the terminal whether a call may run: yes, no, or always (this tool, with
+    no more questions for as long as this command runs: a chat session, or one
+    `agentfs run`). End of input answers nothing: the call then waits in
+    `approval.json`. Ctrl-C stops the run as anywhere else; the call is asked about
+    again when the trace next runs."""
+
+    def __init__(self, read: Callable[[str], str]) -> None:
+        self.read = read
+        self.always: set[str] = set()
+
+    def __call__(self, trace_id: str, call: ToolCall) -> Answer | None:
+        from agentfs.store.approval import Answer
+
+        if call.name in self.always:
+            return Answer.ALWAYS
+        shown = json.dumps(call.input, indent=2, ensure_ascii=False)
+        if len(shown) > SHOWN_INPUT:
+            shown = shown[:SHOWN_INPUT] + f"\n[... {len(shown) - SHOWN_INPUT:,} more characters]"
+        click.echo(f"  ? {call.name} wants to run with:\n{_indent(shown)}", err=True)
+        while True:
+            try:
+                reply = self.read(f"  run {call.name}? [y]es, [n]o, [a]lways {call.name}: ")
+            except EOFError:
+                click.echo("", err=True)
+                return None
+            answer = _REPLIES.get(reply.strip().lower())
+            if answer is not None:
+                break
+            click.echo("  answer y (run it), n (refuse it) or a (run it and every later "
+                       f"{call.name} call without asking)", err=True)
+        if answer == "always":
+            self.always.add(call.name)
+        return Answer(answer)
+
+
+def stdin_asker() -> TerminalAsker | None:
+    """A `TerminalAsker` on standard input when it is a terminal; None otherwise (the
+    call waits in `approval.json`)."""
+    return TerminalAsker(_read_stdin) if sys.stdin.isatty() else None
+
+
+def _read_stdin(prompt: str) -> str:
+    """A line of standard input, the prompt on stderr (stdout holds the model's text)."""
+    click.echo(prompt, err=True, nl=False)
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())

@@ -114,4 +114,5 @@ def context_tool(sources: ContextSources) -> Tool:
         "messages and other live context.",
         schema({}),
         run,
+        read_only=True,
     )

@@ -98,6 +98,11 @@ def run_child(parent: Trace, task: str, name: str | None, *, project: Project, m
     except BaseException as exc:
         collaborators[child_id].status = f"failed: {type(exc).__name__}: {exc}"
         raise
+    if project.trace(child_id).awaits_approval():  # its call waits in approval.json
+        collaborators[child_id].status = "waits for approval"
+        raise ToolFailure(
+            f"collaborator {child_id} stopped: a tool call of it waits for the person's "
+            f"approval (`agentfs approve {child_id}` answers it and finishes its work)")
     collaborators[child_id].status = f"done ({outcome.iterations} model calls)"
     return outcome.final_text or "(the collaborator gave no answer)"
 

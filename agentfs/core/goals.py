@@ -166,4 +166,5 @@ def goal_tool(goals_path: Path) -> Tool:
             }
         ),
         run,
+        read_only=True,  # the trace's own goal tree only
     )

@@ -119,4 +119,5 @@ def knowledge_search_tool(folder: Path) -> Tool:
         "Search accepted knowledge items (lessons saved from earlier work) by keywords.",
         schema({"query": {"type": "string"}}, ["query"]),
         run,
+        read_only=True,
     )

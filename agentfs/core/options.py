@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentfs.config import WorkspaceConfig
 from agentfs.core.context import ContextHook
 from agentfs.skills import SkillCatalog
 from agentfs.tools.base import Tool
+
+if TYPE_CHECKING:
+    from agentfs.core.approval import Asker
 
 __all__ = ["EventSink", "RunnerOptions"]
 
@@ -48,6 +51,11 @@ class RunnerOptions:
     stop: Callable[[], bool] | None = None
     #: How deep in delegation the traces run: 0 for a run a person or the watcher starts.
     depth: int = 0
+    #: Which tool calls wait for the person (`--approve`); None: `[tools] approve`.
+    approve: Literal["acting", "none"] | None = None
+    #: Asks the person about a call now (the chat's terminal); None, or an answer of
+    #: None: the call waits in `approval.json` and the run stops.
+    ask: Asker | None = None
 
     def __post_init__(self) -> None:
         # tuples, so the options stay as they were built even if the caller's lists change

@@ -90,6 +90,7 @@ class StopReason(enum.StrEnum):
     MAX_ITERATIONS = "max_iterations"  # the run's limit of model calls was reached
     STOPPED = "stopped"  # asked to stop (a signal to the watcher); everything is committed
     MAX_TOKENS = "max_tokens"  # the final answer was cut off at max_tokens (it is kept)
+    APPROVAL = "approval"  # a tool call waits for the person's answer (approval.json)
 
 
 @dataclass
@@ -257,7 +258,10 @@ class Runner:
             with trace.lock():
                 trace.reload()
                 session = self._session(trace, inject_skills, skill_recency_threshold, clock)
-                self._bring_up_to_date(session, result, pending_tools)
+                if not self._bring_up_to_date(session, result, pending_tools):
+                    _keep_for_later(trace, texts)  # behind the call that waits
+                    result.stop = StopReason.APPROVAL
+                    return result
                 for number, text in enumerate(given):
                     message = session.new_message("user", text.content, **text.fields)
                     try:
@@ -325,7 +329,9 @@ class Runner:
         mcp = mcp_tools(trace, self.options, self._emit)
         return Session(trace, self._tools_for(trace, mcp),
                        clock or SettleClock(self.config.settle), self._emit,
-                       list(declared_skills), skill_recency, mcp=mcp)
+                       list(declared_skills), skill_recency, mcp=mcp,
+                       approve=self.options.approve or self.config.tools.approve,
+                       ask=self.options.ask)
 
     def _tools_for(self, trace: Trace, mcp: McpTools | None) -> ToolRegistry:
         """The tools of a run of `trace` (`agentfs/core/toolset.py:build_tools`)."""
@@ -334,9 +340,10 @@ class Runner:
         return build_tools(trace, self.options, self.skills, delegate, mcp)
 
     def _bring_up_to_date(self, session: Session, result: RunResult,
-                          pending_tools: PendingTools) -> None:
+                          pending_tools: PendingTools) -> bool:
         """Recover, finish an interrupted tool step, ingest the inbox (the steps before
-        the loop in docs/architecture.md)."""
+        the loop in docs/architecture.md). False if a tool call of the step waits for
+        the person's approval: the run stops there."""
         trace = session.trace
         result.steps.extend(trace.recover())
         self._record_queue(session, self._resume_queue(session), result)  # before anything else
@@ -344,9 +351,13 @@ class Runner:
         trace.meta.context.last_error = None
         self._report_ingest(trace, result, finish_staged(trace, self._drop_check))
         sync_skill_records(trace)  # changes trace.meta only: the run's next commit saves it
-        if finish_interrupted_step(session, pending_tools):
+        finished = finish_interrupted_step(session, pending_tools)
+        if finished is None:
+            return False
+        if finished:
             result.steps.append("tool")
         self._ingest_inbox(session, result, wait=True)
+        return True
 
     def _create(
         self, trace_id: str, first: Dropped, *, system: str | None, run_prompt: str | None,
@@ -387,7 +398,9 @@ class Runner:
                 continue
             compressed_for_length = False
             if assistant.tool_calls:
-                run_tools(session, assistant)  # 5. run the tool calls
+                if not run_tools(session, assistant):  # 5. run the tool calls
+                    result.stop = StopReason.APPROVAL  # one waits for the person
+                    return
                 result.steps.append("tool")
                 self._ingest_inbox(session, result)  # 6. take what was dropped meanwhile
             else:
@@ -631,6 +644,14 @@ def _refuse_cut_call(response: ModelResponse) -> list[ToolCall]:
             "long input into several calls (e.g. write a file in parts).")
     return [c.model_copy(update={"input": {REFUSED_INPUT_KEY: note}}) if c is cut else c
             for c in response.tool_calls]
+
+
+def _keep_for_later(trace: Trace, texts: Sequence[str]) -> None:
+    """User messages given to a run that stops at a call waiting for approval: into
+    the trace's inbox, taken once the call is answered (a message cannot come
+    between a tool call and its result)."""
+    for text in texts:
+        save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir)
 
 
 def _check_compressible(trace: Trace) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentfs.core.goals import GoalTree
 from agentfs.core.injection import DEFAULT_SKILL_RECENCY
@@ -16,6 +16,7 @@ from agentfs.tools import ToolRegistry
 
 if TYPE_CHECKING:
     from agentfs.core.mcp import McpTools
+    from agentfs.core.approval import Asker
 
 __all__ = ["Emit", "Session"]
 
@@ -41,6 +42,12 @@ class Session:
     #: The MCP servers' tools of the run (None: no server); their changes are taken
     #: at step boundaries (`agentfs/core/mcp.py:McpTools.take_changes`).
     mcp: McpTools | None = None
+    #: Which tool calls wait for the person's approval (`agentfs/core/approval.py`).
+    approve: Literal["acting", "none"] = "none"
+    #: Asks the person now (a terminal); None: waiting calls go to `approval.json`.
+    ask: Asker | None = None
+    #: Tools the person answered "always" for: the rest of this run asks no more.
+    always: set[str] = field(default_factory=set)
 
     def focus(self) -> str | None:
         """The goal in focus now (`goals.json`)."""

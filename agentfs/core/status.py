@@ -1,5 +1,6 @@
-"""What `agentfs status` reports: each trace's head, whether it runs, waits or
-failed, and the files waiting in (or put aside from) the inboxes.
+"""What `agentfs status` reports: each trace's head, whether it runs, waits (for a
+message, or for the person's approval of a tool call) or failed, and the files
+waiting in (or put aside from) the inboxes.
 
 It stays cheap however long the traces are: per trace it reads `trace.json`,
 tries the lock and lists the inbox, never a message file, and it imports
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError
+from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.store.inbox import rejected_names, waiting
 from agentfs.store.metafile import read_meta_json
 from agentfs.store.tracelock import is_locked
@@ -33,11 +35,13 @@ class TraceStatus:
     rejected: list[str]
     error: str | None = None  # trace.json cannot be read
     last_error: str | None = None  # the last run failed (context.last_error in trace.json)
+    #: The tool whose call waits for the person's approval (approval.json), if any.
+    approval: str | None = None
 
     def record(self) -> dict[str, Any]:
         """The JSON form (`error` only when there is one)."""
         data = asdict(self)
-        for key in ("error", "last_error"):
+        for key in ("error", "last_error", "approval"):
             if data[key] is None:
                 del data[key]
         return data
@@ -64,6 +68,7 @@ def workspace_status(workspace: Workspace) -> WorkspaceStatus:
         rows.append(TraceStatus(
             trace_id, head, is_locked(workspace.lock_dir, trace_id),
             [p.name for p in waiting(inbox)], rejected_names(inbox), problem, failed,
+            _waiting_tool(workspace, folder / APPROVAL_FILE),
         ))
     inbox = workspace.inbox_dir
     return WorkspaceStatus(rows, [p.name for p in waiting(inbox)], rejected_names(inbox))
@@ -82,3 +87,12 @@ def _head_and_failure(workspace: Workspace, path: Path) -> tuple[int | None, str
     record = context.get("last_error")
     failed = str(record.get("error") or "failed") if isinstance(record, dict) else None
     return head, failed
+
+
+def _waiting_tool(workspace: Workspace, path: Path) -> str | None:
+    """The tool of the call `approval.json` holds unanswered (a broken file says so)."""
+    try:
+        pending = read_pending(path, workspace.relpath(path))
+    except AgentfsError:
+        return "? (approval.json cannot be read: agentfs run shows why)"
+    return pending.tool if pending is not None and pending.answer is None else None

@@ -4,7 +4,10 @@ Each result is written to its message file as soon as its call returns, so a
 crash later in the step keeps it. One `tool` commit then takes all the
 results, the workspace files the tools changed and the `injected_skills`
 records. agentfs never runs a tool call twice: a call that had started when an
-earlier run died is answered as interrupted (see docs/git-model.md).
+earlier run died is answered as interrupted (see docs/git-model.md). A call
+that waits for the person's approval ends the step early: the results so far
+and `approval.json` are committed as an `approval` step, and the next run
+finishes the step once the call is answered (`agentfs/core/approval.py`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Literal
 
+from agentfs.core.approval import REFUSED, Answer, decide
 from agentfs.core.fit import refused_reason
 from agentfs.core.injection import record_injection, skill_records
 from agentfs.core.session import Session
@@ -50,7 +54,7 @@ PendingTools = Literal["refuse", "run", "skip"]
 
 
 def run_tools(session: Session, assistant: Message, after: Message | None = None,
-              *, not_run: bool = False, resumed: bool = False) -> None:
+              *, not_run: bool = False, resumed: bool = False) -> bool:
     """Run the assistant's tool calls that have no result yet and commit the results.
 
     The calls run in order, each result written before the next call starts: that
@@ -64,6 +68,10 @@ def run_tools(session: Session, assistant: Message, after: Message | None = None
       not_run: answer the calls "not run" instead of running them.
       resumed: the step was cut short by a crash: a call that may have started is
         answered "interrupted" instead of run.
+
+    Returns:
+      True if every call has its result; False if one waits for the person's
+      approval (the results before it are committed with `approval.json`).
     """
     trace = session.trace
     context = ToolContext(trace.workspace.root, trace.id, tmp_dir=trace.tmp_dir)
@@ -74,6 +82,7 @@ def run_tools(session: Session, assistant: Message, after: Message | None = None
         [c.id for c in assistant.tool_calls or [] if c.id not in answered])
     results: list[Message] = []
     interrupted: list[str] = []
+    waiting: ToolCall | None = None
     for call in assistant.tool_calls or []:
         if call.id in answered:
             continue
@@ -89,19 +98,45 @@ def run_tools(session: Session, assistant: Message, after: Message | None = None
             message = session.new_message("tool", NOT_RUN, tool_call_id=call.id, is_error=True,
                                           synthetic="recovery")
         else:
-            message = _call_tool(session, call, context)
+            answer = decide(session, call, assistant.sequence,
+                            asked=call.id == in_flight.waiting)
+            if answer is None:
+                waiting = call
+                break
+            message = (_refused(session, call) if answer is Answer.NO
+                       else _call_tool(session, call, context))
         message.parent_sequence = parent
         parent = message.sequence
         trace.write_message(message)  # on disk at once: a crash later keeps it
         results.append(message)
+    if interrupted:
+        session.emit("recovered", trace=trace.id, interrupted=interrupted)
+    if waiting is not None:  # results so far and the waiting call: one commit
+        record_skill_injections(trace, assistant, results)
+        if results or not trace.approval_committed():
+            trace.commit_step("approval", results, written=True,
+                              extra_paths=[*sorted(context.changed),
+                                           trace.rel(trace.approval_path)],
+                              summary=f"{waiting.name} waits for approval")
+        return False
+    dropped = trace.drop_approval() if trace.approval_path.exists() else []
     if results:
         record_skill_injections(trace, assistant, results)  # saved by the commit below
         summary = f"{len(interrupted)} interrupted tool call(s)" if interrupted else None
-        trace.commit_step("tool", results, extra_paths=sorted(context.changed),
+        trace.commit_step("tool", results, extra_paths=[*sorted(context.changed), *dropped],
                           summary=summary, written=True)
+    elif dropped:
+        trace.commit_step("approval", [], extra_paths=dropped, summary="approval.json removed")
     trace.clear_in_flight()
-    if interrupted:
-        session.emit("recovered", trace=trace.id, interrupted=interrupted)
+    return True
+
+
+def _refused(session: Session, call: ToolCall) -> Message:
+    """The result of a call the person refused: an error the model reads and goes on."""
+    message = session.new_message("tool", REFUSED, tool_call_id=call.id, is_error=True)
+    session.emit("tool_result", trace=session.trace.id, name=call.name, is_error=True,
+                 text=REFUSED, synthetic=None)
+    return message
 
 
 def _call_tool(session: Session, call: ToolCall, context: ToolContext) -> Message:
@@ -127,15 +162,17 @@ def _call_tool(session: Session, call: ToolCall, context: ToolContext) -> Messag
     return message
 
 
-def finish_interrupted_step(session: Session, pending_tools: PendingTools) -> bool:
+def finish_interrupted_step(session: Session, pending_tools: PendingTools) -> bool | None:
     """Finish the tool step at the head if its tool calls are not all answered.
 
     Only calls agentfs recorded as just received from the model are run (or
     answered as interrupted if they had started); the others follow
-    `pending_tools`.
+    `pending_tools`. A call that waits for approval is asked about again, or,
+    if still unanswered, keeps waiting.
 
     Returns:
-      True if a `tool` step was committed.
+      True if the step was finished and committed; None if a call (still) waits
+      for approval; False if there was nothing to finish.
 
     Raises:
       AgentfsError: calls agentfs did not receive wait, and `pending_tools` is `refuse`.
@@ -158,9 +195,9 @@ def finish_interrupted_step(session: Session, pending_tools: PendingTools) -> bo
             f"`--pending-tools skip` answers them as not run, or "
             f"`agentfs rewind {trace.id} {assistant.parent_sequence}` goes back before them",
         )
-    run_tools(session, assistant, after=path[-1],
-              not_run=bool(foreign) and pending_tools == "skip", resumed=True)
-    return True
+    done = run_tools(session, assistant, after=path[-1],
+                     not_run=bool(foreign) and pending_tools == "skip", resumed=True)
+    return True if done else None
 
 
 def record_skill_injections(trace: Trace, assistant: Message, results: list[Message]) -> None:

@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentfs.core.actions import post_message, rewind
+from agentfs.core.approval import answer_waiting
 from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
 from agentfs.core.project import Project
@@ -28,6 +29,7 @@ from agentfs.errors import AgentfsError, ConfigError, ModelError, TraceLocked, T
 from agentfs.models.base import Model
 from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
+from agentfs.store.approval import Answer, PendingApproval
 from agentfs.store.ingest import parse_dropped_text
 from agentfs.store.steplog import trace_log
 from agentfs.store.trace import Trace
@@ -153,6 +155,17 @@ class RunBody(_Body):
                               "(default: the trace's, its preset's, agentfs.toml's)")
     inject_skills: list[str] = Field(default_factory=list,
                                      description="Skills to keep in the model's context")
+    approve: bool | None = Field(
+        default=None, description="Calls of tools that may change something wait for an "
+        "answer (POST .../approval); default: the server's --approve, else agentfs.toml's")
+
+
+class ApprovalBody(_Body):
+    answer: Literal["yes", "no", "always"] = Field(description="yes runs the waiting call, no refuses it, always "
+                           "runs it and every later call of that tool in the run that follows")
+    run: bool = Field(default=True, description="Continue the trace once answered "
+                      "(under approval: later calls wait again)")
+    model: str | None = Field(default=None, pattern=MODEL_NAME, description="Model for that run")
 
 
 class RewindBody(_Body):
@@ -213,7 +226,7 @@ def _trace_routes(api: APIRouter, server: Server) -> None:
                 "running": trace.is_running(), "server_run": server.runs.running(trace.id),
                 "pending_inbox": [trace.rel(p) for p in trace.pending_inbox()],
                 "last_error": meta.context.last_error.model_dump() if meta.context.last_error
-                else None}
+                else None, "approval": _approval_record(trace)}
 
 
 def _message_routes(api: APIRouter, server: Server) -> None:
@@ -274,7 +287,8 @@ def _view_routes(api: APIRouter, server: Server) -> None:
     def get_tree(trace_id: str) -> dict[str, Any]:
         trace = server.trace(trace_id)
         return {**trace_tree(trace), "running": trace.is_running(),
-                "server_run": server.runs.running(trace.id)}
+                "server_run": server.runs.running(trace.id),
+                "approval": _approval_record(trace)}
 
     @api.get("/traces/{trace_id}/log", summary="The trace's commits, newest first (`agentfs log`)")
     def get_log(trace_id: str, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
@@ -299,9 +313,27 @@ def _run_routes(api: APIRouter, server: Server) -> None:
         trace = server.trace(trace_id)
         outcome = server.runs.start(RunRequest(
             trace.id, server.model(trace, body.model), max_iterations=body.max_iterations,
-            inject_skills=tuple(body.inject_skills)))
+            inject_skills=tuple(body.inject_skills),
+            approve=None if body.approve is None else "acting" if body.approve else "none"))
         return JSONResponse(outcome, status_code=202 if outcome.get("status") == "running"
                             else 200)
+
+    @api.post("/traces/{trace_id}/approval",
+              summary="Answer the tool call the trace waits for (`agentfs approve`)",
+              responses={202: {"description": "Answered; the run goes on: follow GET "
+                                              ".../events"}})
+    def approval(trace_id: str, body: ApprovalBody) -> JSONResponse:
+        trace = server.trace(trace_id)
+        model = server.model(trace, body.model) if body.run else None  # a bad name: 422 first
+        answered = answer_waiting(trace, Answer(body.answer))
+        server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "approval",
+                                                   "head": trace.meta.head})
+        record = {"trace": trace.id, "approval": _pending_record(answered)}
+        if model is None:
+            return JSONResponse(record)
+        outcome = server.runs.start(RunRequest(trace.id, model, approve="acting"))
+        return JSONResponse({**record, "run": outcome},
+                            status_code=202 if outcome.get("status") == "running" else 200)
 
     @api.post("/traces/{trace_id}/stop", status_code=202,
               summary="Stop the server's run of the trace after its current step")
@@ -384,3 +416,18 @@ def _side_work(server: Server, trace_id: str, body: ModelBody | None, kind: str,
         server.hub.publish(trace.id, "committed", {
             "trace": trace.id, "kind": kind, "head": server.trace(trace_id).meta.head})
     return record
+
+
+def _approval_record(trace: Trace) -> dict[str, Any] | None:
+    """The call `approval.json` holds, or None (a broken file: its error)."""
+    try:
+        pending = trace.pending_approval()
+    except AgentfsError as exc:
+        return {"error": exc.message, "hint": exc.hint}
+    return None if pending is None else _pending_record(pending)
+
+
+def _pending_record(pending: PendingApproval) -> dict[str, Any]:
+    return {"call_id": pending.call_id, "tool": pending.tool, "input": pending.input,
+            "sequence": pending.sequence,
+            "answer": None if pending.answer is None else str(pending.answer)}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from agentfs.core.project import Project
 from agentfs.core.runner import RunResult
@@ -25,6 +25,8 @@ class RunRequest:
     messages: tuple[str, ...] = ()
     max_iterations: int | None = None
     inject_skills: tuple[str, ...] = ()
+    #: Which calls wait for approval in this run; None: the server's (`serve --approve`).
+    approve: Literal["acting", "none"] | None = None
 
 
 @dataclass
@@ -105,10 +107,12 @@ class BackgroundRuns:
             lambda kind, data: self.hub.publish(trace_id, kind, data))
         try:
             publish("run_started", {"trace": trace_id, "model": request.model.name})
+            options = {**self.runner_options, **(
+                {"approve": request.approve} if request.approve is not None else {})}
             runner = self.project.runner(
                 request.model, stop=run.stop.is_set, on_event=publish,
                 on_text=lambda chunk: publish("text", {"trace": trace_id, "text": chunk}),
-                **self.runner_options,
+                **options,
             )
             trace = self.project.trace(trace_id)
             declared = [*request.inject_skills, *(

@@ -27,6 +27,7 @@ class StepKind(enum.StrEnum):
     USER = "user"  # user message ingested
     ASSISTANT = "assistant"  # model response
     TOOL = "tool"  # tool results of one iteration, with the files the tools changed
+    APPROVAL = "approval"  # a tool call waits for the person (approval.json), or was answered
     EDIT = "edit"  # changes the user made under the trace, committed before a run
     RECOVER = "recover"  # work of an interrupted run adopted on resume
     REWIND = "rewind"  # head moved

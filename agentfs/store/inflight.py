@@ -7,7 +7,9 @@ results on disk and this record say everything: calls with a result are done,
 the first received call without one may have started (it is answered
 "interrupted"), the ones after it never started (they run now), and calls
 agentfs never received (the head was moved by hand) are not run. The files a
-running call is about to change are added as it announces them.
+running call is about to change are added as it announces them. A call that
+waits for the person's approval is marked `waiting` before anyone is asked: it
+has not started, and is asked about again (`agentfs/core/approval.py`).
 """
 
 from __future__ import annotations
@@ -32,12 +34,16 @@ class InFlight(BaseModel):
     #: worker that is gone (`agentfs/watch/worker.py`).
     started: list[str] = Field(default_factory=list)
     files: dict[str, list[str]] = Field(default_factory=dict)
+    #: The call that waits for the person's approval: it has not started.
+    waiting: str | None = None
 
     def may_have_started(self, unanswered: list[str]) -> set[str]:
         """Of a step's calls without a result (in call order), those that may have run:
-        the first one, if it was received (the calls before it finished, the ones
-        after it cannot have started), and any an older record marked started."""
-        first = unanswered[:1] if unanswered and unanswered[0] in self.received else []
+        the first one, if it was received and does not wait for approval (the calls
+        before it finished, the ones after it cannot have started), and any an older
+        record marked started."""
+        first = (unanswered[:1] if unanswered and unanswered[0] in self.received
+                 and unanswered[0] != self.waiting else [])
         return {*first, *(c for c in unanswered if c in self.started)}
 
 
@@ -71,6 +77,14 @@ class InFlightRecord:
         files = record.files.setdefault(call_id, [])
         if path not in files:
             files.append(path)
+            self._save(record)
+
+    def mark_waiting(self, call_id: str | None) -> None:
+        """Record that `call_id` waits for approval (not started), or, with None, that
+        the call that waited is about to run or be refused."""
+        record = self.load()
+        if record.waiting != call_id:
+            record.waiting = call_id
             self._save(record)
 
     def clear(self) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError, TraceExists
+from agentfs.store.approval import APPROVAL_FILE, PendingApproval, read_pending, write_pending
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.git.repo import Change, GitRepo
@@ -148,6 +149,53 @@ class Trace:
     def clear_in_flight(self) -> None:
         self._in_flight.clear()
 
+    # --- a call waiting for approval (see agentfs/store/approval.py) ---------
+
+    @property
+    def approval_path(self) -> Path:
+        return self.dir / APPROVAL_FILE
+
+    def pending_approval(self) -> PendingApproval | None:
+        """The call written to `approval.json` to wait for the person, if any."""
+        return read_pending(self.approval_path, self.rel(self.approval_path))
+
+    def awaits_approval(self) -> bool:
+        """True while `approval.json` holds a call the person has not answered: the
+        trace stops there (a broken file does not count: a run reports it)."""
+        try:
+            pending = self.pending_approval()
+        except AgentfsError:
+            return False
+        return pending is not None and pending.answer is None
+
+    def mark_waiting(self, call_id: str | None) -> None:
+        """Record durably that a received call waits for approval and has not started
+        (or, with None, that it is about to run or be refused)."""
+        self._in_flight.mark_waiting(call_id)
+
+    def write_approval(self, pending: PendingApproval) -> None:
+        """Write `approval.json` (not committed: the caller's step commits it)."""
+        write_pending(self.approval_path, self.id, pending, tmp_dir=self.tmp_dir,
+                      durable=self.repo.durable)
+
+    def approval_committed(self) -> bool:
+        """True if `approval.json` on disk is what the last commit holds."""
+        try:
+            data = self.approval_path.read_bytes()
+        except FileNotFoundError:
+            data = None
+        return data == self.repo.read_file(self.repo.head(), self.rel(self.approval_path))
+
+    def drop_approval(self) -> list[str]:
+        """Remove `approval.json`; its Git path, for the commit that records the removal
+        (empty if there was nothing to remove or record)."""
+        path = self.rel(self.approval_path)
+        if not self.approval_path.exists() and self.repo.read_file(
+                self.repo.head(), path) is None:
+            return []
+        self.approval_path.unlink(missing_ok=True)
+        return [path]
+
     # --- messages ----------------------------------------------------------
 
     def messages(self, *, refresh: bool = False) -> dict[int, Message]:
@@ -278,7 +326,10 @@ class Trace:
         """True if a run has work here without any new file: the head is a user
         message, a claimed file waits in staging, a tool step was in flight, a
         side-branch queue is unfinished, or trace.json is ahead of its commit.
-        Cheap: trace.json and file names only."""
+        Not while a tool call waits for the person's approval. Cheap: trace.json and
+        file names only."""
+        if self.awaits_approval():
+            return False
         if self._in_flight.exists() or staged_in(self.workspace.ingest_dir / self.id):
             return True
         try:  # killed between writing trace.json and committing it: recovery has work
@@ -294,7 +345,11 @@ class Trace:
     def waits_for_user(self) -> bool:
         """True when a run would only find the trace ending in an answer, with nothing
         waiting: no new file, no unfinished work, no tool call pending (the rule the
-        runner stops by, `agentfs/store/history.py:is_final_answer`)."""
+        runner stops by, `agentfs/store/history.py:is_final_answer`); or stopped at a
+        tool call that waits for the person's approval (`awaits_approval`), which
+        files in the inbox wait behind."""
+        if self.awaits_approval():
+            return True
         if self.pending_inbox() or self.unfinished():
             return False
         try:
@@ -343,7 +398,7 @@ class Trace:
             )
         if sequence == self.meta.head:
             return None  # nothing to move: no empty commit
-        restored = self._restore_side_files(sequence)
+        restored = self._restore_side_files(sequence) + self.drop_approval()
         self.meta.head = sequence
         return self.commit_step(
             "rewind", [], summary=f"head moved to #{sequence} ({target.role})",

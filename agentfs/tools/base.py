@@ -122,12 +122,27 @@ class ToolResult:
 
 @dataclass(frozen=True)
 class Tool:
-    """A named function the model can call with JSON input."""
+    """A named function the model can call with JSON input.
+
+    A tool is *acting* unless it is declared `read_only`: it may change the
+    workspace's files, the machine or the world (bash, write_file, edit_file,
+    delegate, an MCP tool whose server does not declare `readOnlyHint`). With
+    `[tools] approve = "acting"`, acting calls wait for the person's yes
+    (`agentfs/core/approval.py`).
+    """
 
     name: str
     description: str
     input_schema: dict[str, Any]
     run: Callable[[dict[str, Any], ToolContext], Any]
+    #: Declared to change nothing outside the trace's own state (reads, searches, the
+    #: goal tree); such a tool never waits for approval.
+    read_only: bool = False
+
+    @property
+    def acting(self) -> bool:
+        """May change things outside the trace: the calls approval is asked for."""
+        return not self.read_only
 
     @property
     def spec(self) -> ToolSpec:

@@ -413,6 +413,7 @@ class _FileTools:
                     ["path"],
                 ),
                 self.read_file,
+                read_only=True,
             ),
             Tool(
                 "write_file",
@@ -452,6 +453,7 @@ class _FileTools:
                 "optional path.",
                 schema({"pattern": {"type": "string"}, "path": _PATH}),
                 self.list_files,
+                read_only=True,
             ),
             Tool(
                 "grep",
@@ -459,6 +461,7 @@ class _FileTools:
                 schema({"pattern": {"type": "string"}, "path": _PATH, "glob": {"type": "string"}},
                        ["pattern"]),
                 self.grep,
+                read_only=True,
             ),
         )
 

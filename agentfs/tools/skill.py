@@ -63,6 +63,7 @@ def skill_tool(catalog: SkillCatalog) -> Tool:
             required=["name"],
         ),
         run=run,
+        read_only=True,
     )
 
 

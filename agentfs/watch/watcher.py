@@ -27,6 +27,7 @@ from typing import Any
 from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, TraceLocked, TraceNotFound
 from agentfs.models.base import Model
+from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.store.inbox import SettleClock, exclude_temp_names, inbox_problem, waiting
 from agentfs.store.ingest import Rejected, claimed_traces, pending_new
 from agentfs.store.message_dir import folders
@@ -159,6 +160,12 @@ class Watcher:
             self._next_rescan = now + self.rescan
             self.last_rescan = now
         self._waiting_in = {path.parent for _, path in found}
+        ws = self.project.workspace
+        looked_at = (set(ws.trace_ids()) if everywhere
+                     else {i.parent.name for i in changed if i != ws.inbox_dir})
+        for answered in sorted(looked_at):
+            if not self.stopping.is_set() and self._answered(answered):
+                self._schedule(answered)  # its waiting tool call was answered
         for trace_id, path in found:
             if self.stopping.is_set() or not self.clock.ready(path, now):
                 continue
@@ -169,6 +176,16 @@ class Watcher:
             started = self._start_trace(path)
             if started is not None:
                 self._schedule(started)
+
+    def _answered(self, trace_id: str) -> bool:
+        """True if the trace's `approval.json` holds an answer its run has not acted on
+        (an edit, `agentfs approve --no-run`, the page)."""
+        path = self.project.workspace.trace_dir(trace_id) / APPROVAL_FILE
+        try:
+            pending = read_pending(path)
+        except AgentfsError:
+            return True  # the run reports what is wrong with it
+        return pending is not None and pending.answer is not None
 
     def _schedule(self, trace_id: str) -> None:
         """Run the trace unless it runs already (its run takes new files at its next
@@ -281,7 +298,7 @@ class Watcher:
 
     def _run_event(self, kind: str, data: dict[str, Any]) -> None:
         """A run's events worth a line in the watch log."""
-        if kind in ("ingested", "rejected", "recovered"):
+        if kind in ("ingested", "rejected", "recovered", "approval_waiting", "approval"):
             self.log(kind, data)
 
     def _record_error(self, trace_id: str, error: str) -> None:
@@ -298,11 +315,12 @@ class Watcher:
             self.log("error", {"trace": trace_id, "error": f"could not record: {exc}"})
 
     def _fingerprint(self, trace_id: str) -> tuple:
-        """What a person changes to fix a failed trace: trace.json, messages/ and its
-        folders, the inbox."""
+        """What a person changes to fix a failed trace: trace.json, approval.json,
+        messages/ and its folders, the inbox."""
         folder = self.project.workspace.trace_dir(trace_id)
         stamps: list[tuple] = []
-        for path in [folder / "trace.json", *folders(folder / MESSAGES_DIR),
+        for path in [folder / "trace.json", folder / APPROVAL_FILE,
+                     *folders(folder / MESSAGES_DIR),
                      *waiting(folder / INBOX_DIR)]:
             try:
                 st = path.lstat()

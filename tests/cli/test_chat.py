@@ -431,3 +431,73 @@ def test_a_trace_another_process_runs_is_refused_per_turn_and_the_session_goes_o
         "messages"] if m["role"] == "user"]
     assert users == ["a question"]  # the refused line was not written
     assert_git_clean(root)
+
+
+WRITES = {"turns": [
+    *({"text": f"Writing {name}.", "tool_calls": [
+        {"name": "write_file", "input": {"path": name, "content": f"{name}\n"}}]}
+      for name in ("a.txt", "b.txt", "c.txt", "d.txt")),
+    {"text": "All four tried."},
+]}
+
+
+def writes_workspace(tmp_path: Path) -> tuple[Path, str]:
+    script = tmp_path / "writes.json"
+    script.write_text(json.dumps(WRITES))
+    root = tmp_path / "ws"
+    init_workspace(root)
+    return root, f"replay:{script}"
+
+
+def test_chat_under_approve_asks_yes_no_always_at_the_terminal(tmp_path, terminals):
+    root, model = writes_workspace(tmp_path)
+    chat = terminals(["t1", "--model", model, "--approve"], root)
+    chat.expect("t1> ")
+
+    chat.line("write four files")
+    asked = chat.expect("run write_file? [y]es, [n]o, [a]lways write_file: ")
+    assert '"path": "a.txt"' in asked
+    chat.line("y")
+    chat.expect('"path": "b.txt"')
+    chat.expect("[a]lways write_file: ")
+    chat.line("maybe")
+    chat.expect("answer y (run it), n (refuse it) or a")
+    chat.line("n")
+    chat.expect('"path": "c.txt"')
+    chat.expect("[a]lways write_file: ")
+    chat.line("a")
+    after = chat.expect("All four tried.")
+    assert '"path": "d.txt"' not in after  # always: not asked again this session
+    chat.expect("t1> ")
+    chat.line("/quit")
+    assert chat.ends() == 0
+
+    assert (root / "a.txt").exists() and not (root / "b.txt").exists()
+    assert (root / "c.txt").exists() and (root / "d.txt").exists()
+    assert "approval" not in git(root, "log", "--format=%s")  # asked, never waited in a file
+    assert_git_clean(root)
+
+
+def test_a_chat_killed_at_the_approval_question_never_runs_the_call_twice(tmp_path, terminals):
+    root, model = writes_workspace(tmp_path)
+    chat = terminals(["t1", "--model", model, "--approve"], root)
+    chat.expect("t1> ")
+    chat.line("write four files")
+    chat.line("y")  # typed ahead: a.txt
+    chat.expect('"path": "b.txt"')
+    chat.expect("[a]lways write_file: ")
+    chat.proc.kill()  # SIGKILL while the person is being asked
+    chat.ends()
+    assert (root / "a.txt").read_text() == "a.txt\n" and not (root / "b.txt").exists()
+
+    stopped = run_cli("run", "t1", "--approve", "--model", model, cwd=root)  # no terminal
+
+    assert "waits for your approval of a call to write_file" in stopped.stderr
+    assert json.loads((root / "traces/t1/approval.json").read_text())["input"]["path"] == "b.txt"
+    run_cli("approve", "t1", "--always", "--model", model, cwd=root)
+    assert [(root / n).read_text() for n in ("a.txt", "b.txt", "c.txt", "d.txt")] == [
+        "a.txt\n", "b.txt\n", "c.txt\n", "d.txt\n"]
+    shown = json.loads(run_cli("show", "t1", "--json", cwd=root).stdout)["messages"]
+    results = [m for m in shown if m["role"] == "tool"]
+    assert len(results) == 4 and not any(m.get("is_error") for m in results)
+    assert_git_clean(root)

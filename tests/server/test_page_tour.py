@@ -5,6 +5,7 @@ test does not click fails it."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Iterator
@@ -24,12 +25,22 @@ pytestmark = pytest.mark.timeout(300)
 STATIC = Path(__file__).resolve().parents[2] / "agentfs" / "server" / "static"
 
 #: Every button of the page, by id or (without one) by label: what this test clicks.
-CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "stop"}
+CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "stop", "approve-yes",
+           "approve-no", "approve-always"}
 
 #: The buttons scripts make, by label: one per `createElement("button")` in static/.
 MADE_BY_SCRIPT = {"Rewind here"}
 
 HELD_TRACE = "held"
+ASKS_TRACE = "asks"
+
+#: The replay script of trace `asks`: four writes, each its own turn, then an answer.
+ASKS_SCRIPT = {"turns": [
+    *({"text": f"Writing {name}.", "tool_calls": [
+        {"name": "write_file", "input": {"path": f"asked/{name}", "content": f"{name}\n"}}]}
+      for name in ("yes.txt", "no.txt", "always.txt", "unasked.txt")),
+    {"text": "Done asking."},
+]}
 
 
 def _button_names(tab) -> set[str]:
@@ -86,6 +97,10 @@ def workspace_root(tmp_path: Path, fake_model) -> Path:
     run_cli("demo", str(root), cwd=tmp_path)
     run_cli("new", HELD_TRACE, "-m", "Read the meeting note.", "--model",
             "anthropic:claude-test", cwd=root)
+    script = tmp_path / "asks.json"
+    script.write_text(json.dumps(ASKS_SCRIPT))
+    run_cli("run", ASKS_TRACE, "-m", "Write the four files.", "--model", f"replay:{script}",
+            "--approve", cwd=root)  # no terminal: the first write waits in approval.json
     return root
 
 
@@ -128,6 +143,31 @@ def _stop_a_run(page, served: Served, fake_model, click) -> None:
     expect(page.locator("#trace-state")).to_have_text("idle · head #4")
     assert len(fake.requests) == 1  # no model call after the stop
     assert _last_commit(root).startswith("held: tool #4 ")
+
+
+def _answer_the_waiting_calls(page, served: Served, click) -> None:
+    """On trace `asks`, stopped at a write: Yes runs it, No refuses the next, Always
+    runs the third and the fourth unasked."""
+    expect = sync_api.expect
+    root = served.root
+    page.goto(served.url + "#trace=asks")
+    expect(page.locator("#trace-title")).to_have_text(ASKS_TRACE)
+    box = page.locator("#approval")
+    expect(box).to_be_visible()
+    expect(page.locator("#approval-tool")).to_have_text("write_file")
+    expect(page.locator("#approval-input")).to_contain_text('"path": "asked/yes.txt"')
+    click("approve-yes", page.locator("#approve-yes"))
+    expect(page.locator("#approval-input")).to_contain_text('"path": "asked/no.txt"')
+    assert (root / "asked/yes.txt").read_text() == "yes.txt\n"
+    click("approve-no", page.locator("#approve-no"))
+    expect(page.locator("#approval-input")).to_contain_text('"path": "asked/always.txt"')
+    click("approve-always", page.locator("#approve-always"))
+    expect(page.locator("#live-events")).to_contain_text("run finished: end_turn")
+    expect(box).to_be_hidden()
+    expect(page.locator("#tree")).to_contain_text("Done asking.")
+    assert sorted(p.name for p in (root / "asked").iterdir()) == ["always.txt", "unasked.txt",
+                                                                  "yes.txt"]
+    assert "asks: approval #" in git(root, "log", "--format=%s")
 
 
 def test_every_button_of_the_page_does_what_it_says_on_the_demo(
@@ -195,10 +235,12 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     _stop_a_run(page, served, fake_model, click)
     shots.take("stop")
     seen.update(_button_names(page))
+    _answer_the_waiting_calls(page, served, click)
+    shots.take("approval")
 
     assert seen == CLICKED, "the page shows a button this test does not click"
     assert clicked == CLICKED
     assert [p.name for p in shots.taken][1:] == [
         f"{n:02d}-{name}.png" for n, name in enumerate(
-            ["send", "run", "send-run", "compress", "rewind", "stop"], 1)]
+            ["send", "run", "send-run", "compress", "rewind", "stop", "approval"], 1)]
     assert_git_clean(root)

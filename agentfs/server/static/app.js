@@ -73,7 +73,8 @@
       const note = document.createElement("span");
       note.className = "state";
       note.textContent = "#" + row.head + (row.running ? " running" : "")
-        + (row.pending_inbox.length ? " · " + row.pending_inbox.length + " waiting" : "");
+        + (row.pending_inbox.length ? " · " + row.pending_inbox.length + " waiting" : "")
+        + (row.approval ? " · " + row.approval + " waits for approval" : "");
       a.append(note);
       nav.append(a);
     }
@@ -107,6 +108,15 @@
     badge.className = data.running ? "badge running" : "badge";
     renderGoals(data.goals);
     $("tree").replaceChildren(buildTree(data));
+    renderApproval(data.approval);
+  }
+
+  function renderApproval(approval) {
+    const waits = Boolean(approval && approval.tool && !approval.answer);
+    $("approval").hidden = !waits;
+    if (!waits) return;
+    $("approval-tool").textContent = approval.tool;
+    $("approval-input").textContent = JSON.stringify(approval.input, null, 2);
   }
 
   function renderGoals(goals) {
@@ -349,6 +359,11 @@
   $("send-run").addEventListener("click", () => send(true));
   $("run").addEventListener("click", () => act(() => api("POST", tracePath("/run"), {}),
     (r) => r.status === "running" ? "running" : "run " + (r.stop || r.status)));
+  for (const answer of ["yes", "no", "always"]) {
+    $("approve-" + answer).addEventListener("click", () => act(
+      () => api("POST", tracePath("/approval"), { answer }),
+      (r) => r.approval.tool + " answered " + answer));
+  }
   $("stop").addEventListener("click", () => act(() => api("POST", tracePath("/stop")),
     () => "stopping after the current step"));
   $("compress").addEventListener("click", () => act(() => api("POST", tracePath("/compress"), {}),
@@ -378,6 +393,8 @@
       run_finished: () => "run finished: " + data.stop,
       run_failed: () => "run failed: " + data.error,
       retry: () => "retrying: " + data.reason,
+      approval_waiting: () => "? " + data.name + " waits for your approval",
+      approval: () => data.name + " answered " + data.answer,
     }[kind];
     if (line) {
       const li = document.createElement("li");
