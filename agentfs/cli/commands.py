@@ -240,7 +240,7 @@ def log(trace_ref: str, max_count: int | None, patch: bool, as_json: bool) -> No
     With -p, each step is followed by the diff of the workspace files it changed
     (message files and the rest of the trace's folder left out).
     """
-    from agentfs.store.stepdiff import changed_files, render_diff
+    from agentfs.store.stepdiff import step_diff
     from agentfs.store.steplog import trace_log
 
     project = open_project(trace_ref)
@@ -250,9 +250,7 @@ def log(trace_ref: str, max_count: int | None, patch: bool, as_json: bool) -> No
     for step in trace_log(repo, trace.id, max_count):
         record: dict[str, Any] = vars(step)
         if patch:
-            changes = changed_files(repo, step.commit.encode(), outside=own)
-            record = {**record, "files": [c.record() for c in changes],
-                      "diff": render_diff(repo, changes)}
+            record = {**record, **step_diff(repo, step.commit, outside=own).record()}
         steps.append(record)
     if as_json:
         click.echo(json.dumps({"trace": trace.id, "steps": steps}, indent=2, ensure_ascii=False))

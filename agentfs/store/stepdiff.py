@@ -17,8 +17,10 @@ from dulwich.patch import write_object_diff
 
 from agentfs.store.git import ids
 from agentfs.store.git.repo import GitRepo
+from agentfs.store.messages import Message
+from agentfs.store.steplog import step_of_message
 
-__all__ = ["FileChange", "changed_files", "render_diff"]
+__all__ = ["FileChange", "StepDiff", "changed_files", "message_diff", "render_diff", "step_diff"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +81,34 @@ def render_diff(repo: GitRepo, changes: Iterable[FileChange]) -> str:
             (path if change.new else None, *(change.new or (None, None))),
         )
     return out.getvalue().decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class StepDiff:
+    """The workspace files one commit changed, and their diff."""
+
+    commit: str | None  # None: no commit holds the message (nothing to show)
+    changes: list[FileChange]
+    text: str
+
+    def record(self) -> dict[str, object]:
+        """As `agentfs log -p --json` and the API show it."""
+        return {"commit": self.commit, "files": [c.record() for c in self.changes],
+                "diff": self.text}
+
+
+def step_diff(repo: GitRepo, commit: str, *, outside: str,
+              only: Container[str] | None = None) -> StepDiff:
+    """What commit `commit` changed outside folder `outside` (see `changed_files`)."""
+    changes = changed_files(repo, commit.encode(), outside=outside, only=only)
+    return StepDiff(commit, changes, render_diff(repo, changes))
+
+
+def message_diff(repo: GitRepo, trace_id: str, outside: str, message: Message) -> StepDiff:
+    """The workspace files tool result `message` changed (its `files_changed`), as the
+    step that committed it changed them; empty for any other message."""
+    files = set(message.files_changed or [])
+    step = step_of_message(repo, trace_id, message.sequence) if files else None
+    if step is None:
+        return StepDiff(None, [], "")
+    return step_diff(repo, step.commit, outside=outside, only=files)
