@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agentfs.core.goals import GoalTree
-from agentfs.errors import AgentfsError, TraceLocked
+from agentfs.errors import AgentfsError, TraceExists, TraceLocked
+from agentfs.store.fork import default_fork_id, fork_trace
 from agentfs.store.history import unanswered_calls
 from agentfs.store.inbox import save_in_inbox
 from agentfs.store.ingest import Rejected, SettingsCheck, finish_staged, take_file
-from agentfs.store.fork import default_fork_id, fork_trace
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 
@@ -118,6 +118,10 @@ def fork(source: Trace, at: int | None = None, new_id: str | None = None) -> Tra
             at = source.meta.head
             if at is None:
                 raise AgentfsError(f"trace {source.id!r} has no messages to fork")
-        new_id = new_id or default_fork_id(source.id, set(workspace.trace_ids()))
+        taken = set(workspace.trace_ids())
+        if new_id in taken:
+            raise TraceExists(f"trace {new_id!r} already exists",
+                              hint="choose another id for the fork")
+        new_id = new_id or default_fork_id(source.id, taken)
         with Trace(workspace, source.repo, new_id).lock():
             return fork_trace(source, new_id, at)

@@ -180,7 +180,7 @@ def build_router(server: Server) -> APIRouter:
     """The `/api` routes over `server`, one group per resource."""
     api = APIRouter(prefix="/api", responses=ERRORS)
     for add_routes in (_trace_routes, _message_routes, _view_routes, _run_routes,
-                       _event_routes, _knowledge_routes):
+                       _event_routes, _knowledge_routes, _file_routes):
         add_routes(api, server)
     return api
 
@@ -275,6 +275,10 @@ def _message_routes(api: APIRouter, server: Server) -> None:
         return {"trace": trace.id, "previous": done.previous, "head": done.sequence,
                 "moved": done.moved, "files": done.files}
 
+
+def _file_routes(api: APIRouter, server: Server) -> None:
+    """What a step did to the workspace's files, and forks."""
+
     @api.get("/traces/{trace_id}/messages/{sequence}/diff",
              summary="The workspace files a tool result changed, as a diff (`agentfs log -p`)")
     def get_diff(trace_id: str, sequence: int) -> dict[str, Any]:
@@ -283,7 +287,7 @@ def _message_routes(api: APIRouter, server: Server) -> None:
         if message is None:
             raise ApiError(404, f"trace {trace.id!r} has no message #{sequence}",
                            f"GET /api/traces/{trace.id}/messages?all=true lists them")
-        diff = message_diff(trace.repo, trace.id, trace.rel(trace.dir), message)
+        diff = message_diff(trace.repo, trace.id, message)
         return {"trace": trace.id, "sequence": sequence, **diff.record()}
 
     @api.post("/traces/{trace_id}/fork", status_code=201,

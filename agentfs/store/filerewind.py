@@ -106,7 +106,7 @@ def plan_file_rewind(repo: GitRepo, trace_id: str, trace_dir: str, target: bytes
         if want is not None and stat.S_ISDIR(want[0]):
             want = None
         now = worktree_state(repo.root / path)
-        if now != agents and now != want:
+        if now not in (agents, want):
             changed.append(path)
         restore[path] = want
     if changed:

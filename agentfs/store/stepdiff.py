@@ -43,13 +43,13 @@ class FileChange:
         return {"path": self.path, "status": self.status}
 
 
-def changed_files(repo: GitRepo, commit: bytes, *, outside: str,
+def changed_files(repo: GitRepo, commit: bytes, *, outside: str | None,
                   only: Container[str] | None = None) -> list[FileChange]:
     """The files `commit` changed against its first parent, in path order, except those
     under folder `outside` (the trace's own files); with `only`, just those paths."""
     sha = repo.commit(commit)
     parent = repo.commit(sha.parents[0]).tree if sha.parents else None
-    prefix = outside.rstrip("/") + "/"
+    prefix = outside.rstrip("/") + "/" if outside is not None else None
     found = []
     for change in tree_changes(repo.store, ids.object_id(parent) if parent else None,
                                ids.object_id(sha.tree)):
@@ -59,7 +59,8 @@ def changed_files(repo: GitRepo, commit: bytes, *, outside: str,
         if path is None:
             continue
         name = path.decode("utf-8", "surrogateescape")
-        if name.startswith(prefix) or (only is not None and name not in only):
+        if (prefix is not None and name.startswith(prefix)) or (
+                only is not None and name not in only):
             continue
         found.append(FileChange(
             name,
@@ -97,18 +98,19 @@ class StepDiff:
                 "diff": self.text}
 
 
-def step_diff(repo: GitRepo, commit: str, *, outside: str,
+def step_diff(repo: GitRepo, commit: str, *, outside: str | None,
               only: Container[str] | None = None) -> StepDiff:
     """What commit `commit` changed outside folder `outside` (see `changed_files`)."""
     changes = changed_files(repo, commit.encode(), outside=outside, only=only)
     return StepDiff(commit, changes, render_diff(repo, changes))
 
 
-def message_diff(repo: GitRepo, trace_id: str, outside: str, message: Message) -> StepDiff:
-    """The workspace files tool result `message` changed (its `files_changed`), as the
-    step that committed it changed them; empty for any other message."""
+def message_diff(repo: GitRepo, trace_id: str, message: Message) -> StepDiff:
+    """The files tool result `message` changed (its `files_changed`, which may name a
+    file of the trace such as goals.json), as the step that committed it changed
+    them; empty for any other message."""
     files = set(message.files_changed or [])
     step = step_of_message(repo, trace_id, message.sequence) if files else None
     if step is None:
         return StepDiff(None, [], "")
-    return step_diff(repo, step.commit, outside=outside, only=files)
+    return step_diff(repo, step.commit, outside=None, only=files)

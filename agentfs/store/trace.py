@@ -19,6 +19,7 @@ from typing import Any
 from agentfs.errors import AgentfsError, TraceExists
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
+from agentfs.store.filerewind import FileRewind, plan_file_rewind
 from agentfs.store.git.repo import Change, GitRepo
 from agentfs.store.history import (
     PathMemo,
@@ -35,7 +36,6 @@ from agentfs.store.message_dir import MessageDir
 from agentfs.store.messages import Message, render_message
 from agentfs.store.meta import FORMAT_VERSION, LastError, TraceMeta, load_meta, save_meta
 from agentfs.store.recovery import recover
-from agentfs.store.filerewind import FileRewind, plan_file_rewind
 from agentfs.store.steplog import step_of_message, trace_log
 from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.workspace import (
@@ -214,7 +214,7 @@ class Trace:
 
     # --- steps (one commit each) -------------------------------------------
 
-    def commit_step(
+    def commit_step(  # noqa: PLR0913 -- keyword-only options, each with its default
         self,
         kind: str,
         messages: Sequence[Message] = (),
@@ -376,10 +376,10 @@ class Trace:
             agent wrote it; nothing is written.
         """
         path = self.head_target(sequence)
-        plan = self._plan_files(sequence) if files else None
-        restored = plan.apply(self.repo, self.tmp_dir) if plan is not None else []
-        changed = [p for p in (plan.paths if plan is not None else [])
-                   if self.repo.tree_lookup(self.repo.head(), p) != plan.restore[p]]
+        plan = self._plan_files(sequence) if files else FileRewind(b"")
+        restored = plan.apply(self.repo, self.tmp_dir)
+        head = self.repo.head()
+        changed = [p for p in plan.paths if self.repo.tree_lookup(head, p) != plan.restore[p]]
         if sequence == self.meta.head and not changed:
             return None  # nothing to move: no empty commit
         side = self._restore_side_files(sequence)
@@ -387,7 +387,7 @@ class Trace:
         summary = f"head moved to #{sequence} ({path[-1].role})"
         if changed:
             summary += f", {len(changed)} file(s) restored"
-        body = ("Files restored as they were at #%d:\n" % sequence
+        body = (f"Files restored as they were at #{sequence}:\n"
                 + "\n".join(f"  {p}" for p in changed)) if changed else ""
         commit = self.commit_step("rewind", [], summary=summary, body=body,
                                   extra_paths=[*side, *changed])
