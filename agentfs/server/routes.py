@@ -287,7 +287,7 @@ def _file_routes(api: APIRouter, server: Server) -> None:
         if message is None:
             raise ApiError(404, f"trace {trace.id!r} has no message #{sequence}",
                            f"GET /api/traces/{trace.id}/messages?all=true lists them")
-        diff = message_diff(trace.repo, trace.id, message)
+        diff = message_diff(trace.repo, trace.id, message, trace.meta.forked_from)
         return {"trace": trace.id, "sequence": sequence, **diff.record()}
 
     @api.post("/traces/{trace_id}/fork", status_code=201,

@@ -18,6 +18,7 @@ from dulwich.patch import write_object_diff
 from agentfs.store.git import ids
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.messages import Message
+from agentfs.store.meta import ForkOrigin
 from agentfs.store.steplog import step_of_message
 
 __all__ = ["FileChange", "StepDiff", "changed_files", "message_diff", "render_diff", "step_diff"]
@@ -105,11 +106,15 @@ def step_diff(repo: GitRepo, commit: str, *, outside: str | None,
     return StepDiff(commit, changes, render_diff(repo, changes))
 
 
-def message_diff(repo: GitRepo, trace_id: str, message: Message) -> StepDiff:
+def message_diff(repo: GitRepo, trace_id: str, message: Message,
+                 forked_from: ForkOrigin | None = None) -> StepDiff:
     """The files tool result `message` changed (its `files_changed`, which may name a
     file of the trace such as goals.json), as the step that committed it changed
-    them; empty for any other message."""
+    them; empty for any other message. In a fork (`forked_from`), a message it
+    copied is looked up in the trace it was copied from."""
     files = set(message.files_changed or [])
+    if forked_from is not None and message.sequence <= forked_from.sequence:
+        trace_id = forked_from.trace
     step = step_of_message(repo, trace_id, message.sequence) if files else None
     if step is None:
         return StepDiff(None, [], "")

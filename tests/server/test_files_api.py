@@ -82,6 +82,9 @@ def test_fork_through_the_api_is_agentfs_fork(served: Served):
             "trace": "t", "sequence": 5, "commit": commit}}
         assert client.get("/api/traces/t2").json()["forked_from"]["trace"] == "t"
         assert client.get("/api/traces/t2/tree").json()["path"] == [1, 2, 3, 4, 5]
+        copied = client.get("/api/traces/t2/messages/4/diff").json()  # from t's step
+        assert copied["files"] == [{"path": "a.md", "status": "added"}]
+        assert copied == {**client.get("/api/traces/t/messages/4/diff").json(), "trace": "t2"}
         assert client.get("/api/traces/t").json()["forked_from"] is None
         default = client.post("/api/traces/t/fork", json={}).json()
         assert default["trace"] == "t-fork-1" and default["head"] == 10
