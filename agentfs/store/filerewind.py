@@ -23,7 +23,7 @@ from dulwich.objects import Blob
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import StepKind
-from agentfs.store.git.repo import EXEC_MODE, FILE_MODE, GitRepo
+from agentfs.store.git.repo import EXEC_MODE, FILE_MODE, GitRepo, check_path
 from agentfs.store.stepdiff import changed_files
 from agentfs.store.steplog import trace_log
 
@@ -63,10 +63,9 @@ class FileRewind:
     def paths(self) -> list[str]:
         return sorted(self.restore)
 
-    def apply(self, repo: GitRepo, tmp_dir: Path) -> list[str]:
+    def apply(self, repo: GitRepo, tmp_dir: Path) -> None:
         """Write each file that is not yet as the target has it, atomically (delete the
-        ones the target lacks); returns the paths written or deleted."""
-        written = []
+        ones the target lacks)."""
         for path, want in sorted(self.restore.items()):
             full = repo.root / path
             if worktree_state(full) == want:
@@ -76,8 +75,6 @@ class FileRewind:
                 full.unlink(missing_ok=True)
             else:
                 _write(repo, full, want, tmp_dir)
-            written.append(path)
-        return written
 
 
 def plan_file_rewind(repo: GitRepo, trace_id: str, trace_dir: str, target: bytes) -> FileRewind:
@@ -102,6 +99,7 @@ def plan_file_rewind(repo: GitRepo, trace_id: str, trace_dir: str, target: bytes
     restore: dict[str, State] = {}
     changed: list[str] = []
     for path, agents in sorted(last_written.items()):
+        check_path(path)  # a commit can name anything: never a path into .git or out
         want = repo.tree_lookup(target, path)
         if want is not None and stat.S_ISDIR(want[0]):
             want = None

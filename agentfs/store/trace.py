@@ -55,7 +55,6 @@ class Rewind:
 
     commit: bytes
     files: list[str]  # workspace files the commit restored (or deleted)
-    written: list[str]  # those this call wrote (fewer when a cut-short attempt wrote some)
 
 
 class Trace:
@@ -377,7 +376,7 @@ class Trace:
         """
         path = self.head_target(sequence)
         plan = self._plan_files(sequence) if files else FileRewind(b"")
-        restored = plan.apply(self.repo, self.tmp_dir)
+        plan.apply(self.repo, self.tmp_dir)
         head = self.repo.head()
         changed = [p for p in plan.paths if self.repo.tree_lookup(head, p) != plan.restore[p]]
         if sequence == self.meta.head and not changed:
@@ -391,7 +390,7 @@ class Trace:
                 + "\n".join(f"  {p}" for p in changed)) if changed else ""
         commit = self.commit_step("rewind", [], summary=summary, body=body,
                                   extra_paths=[*side, *changed])
-        return Rewind(commit, changed, written=restored)
+        return Rewind(commit, changed)
 
     def _plan_files(self, sequence: int) -> FileRewind:
         step = step_of_message(self.repo, self.id, sequence)
