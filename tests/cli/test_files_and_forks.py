@@ -244,3 +244,17 @@ def test_fork_refuses_a_point_or_a_name_it_cannot_use_and_writes_nothing(ws, arg
     assert git(ws, "rev-parse", "HEAD") == head
     assert sorted(p.name for p in (ws / "traces").iterdir()) == [".gitkeep", "t"]
     assert_git_clean(ws)
+
+
+def test_rewind_files_leaves_the_files_another_traces_steps_wrote(ws):
+    other = {"turns": [{"text": "Mine.", "tool_calls": [
+        {"name": "write_file", "input": {"path": "u.md", "content": "u's file\n"}}]},
+        {"text": "Done."}]}
+    (ws / "other.json").write_text(json.dumps(other))
+    run_cli("run", "u", "-m", "write yours", "--model", "replay:other.json", cwd=ws)
+    git(ws, "add", "other.json")
+    git(ws, "commit", "-qm", "the other script")
+    done = run_cli("rewind", "t", "2", "--files", cwd=ws)
+    assert "restored 4 file(s): b.md, gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert (ws / "u.md").read_text() == "u's file\n"  # written by u, after t's #2
+    assert_git_clean(ws)
