@@ -246,40 +246,90 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
 @cli.command()
 @click.argument("trace_ref", metavar="TRACE")
 @click.option("-n", "--max-count", type=int, help="Show at most this many commits.")
+@click.option("-p", "--patch", is_flag=True,
+              help="Also show the workspace files each step changed, as a diff.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def log(trace_ref: str, max_count: int | None, as_json: bool) -> None:
-    """List TRACE's commits on main, newest first: commit, kind, sequence, summary."""
+def log(trace_ref: str, max_count: int | None, patch: bool, as_json: bool) -> None:
+    """List TRACE's commits on main, newest first: commit, kind, sequence, summary.
+
+    With -p, each step is followed by the diff of the workspace files it changed
+    (message files and the rest of the trace's folder left out).
+    """
+    from agentfs.store.stepdiff import step_diff
     from agentfs.store.steplog import trace_log
 
     project = open_project(trace_ref)
     trace = project.trace(trace_ref)
+    repo, own = project.repo, trace.rel(trace.dir)
+    steps = []
+    for step in trace_log(repo, trace.id, max_count):
+        record: dict[str, Any] = vars(step)
+        if patch:
+            record = {**record, **step_diff(repo, step.commit, outside=own).record()}
+        steps.append(record)
     if as_json:
-        steps = [vars(step) for step in trace_log(project.repo, trace.id, max_count)]
         click.echo(json.dumps({"trace": trace.id, "steps": steps}, indent=2, ensure_ascii=False))
         return
-    for step in trace_log(project.repo, trace.id, max_count):
-        seq_text = f"#{step.sequence}" if step.sequence is not None else ""
-        click.echo(f"{step.commit[:10]} {step.kind:<9} {seq_text:<6} {step.summary}".rstrip())
+    for record in steps:
+        sequence = record["sequence"]
+        seq_text = f"#{sequence}" if sequence is not None else ""
+        click.echo(f"{record['commit'][:10]} {record['kind']:<9} {seq_text:<6} "
+                   f"{record['summary']}".rstrip())
+        if record.get("diff"):
+            click.echo(record["diff"], nl=False)
 
 
 @cli.command()
 @click.argument("trace_ref", metavar="TRACE")
 @click.argument("sequence", type=int)
-def rewind(trace_ref: str, sequence: int) -> None:
+@click.option("--files", is_flag=True, help="Also put back the workspace files the trace's "
+              "steps changed after SEQUENCE.")
+def rewind(trace_ref: str, sequence: int, files: bool) -> None:
     """Move TRACE's head back to message SEQUENCE (a `rewind` commit).
 
     Later messages stay on disk, off the main path (`agentfs show --all`);
-    the next run continues from SEQUENCE.
+    the next run continues from SEQUENCE. With --files, the workspace files
+    the agent changed after SEQUENCE get back their content of then (files it
+    created are deleted), in the same commit; refused, with nothing changed,
+    if you changed one of them since the agent last wrote it.
     """
     from agentfs.core.actions import rewind as rewind_trace
 
     project = open_project(trace_ref)
     trace = project.trace(trace_ref)
-    done = rewind_trace(trace, sequence)
+    done = rewind_trace(trace, sequence, files=files)
     if not done.moved:
-        click.echo(f"{trace.id}: already at #{sequence}; nothing to do")
+        click.echo(f"{trace.id}: already at #{sequence}"
+                   + ("" if done.files else "; nothing to do"))
     else:
         click.echo(f"{trace.id}: head moved from #{done.previous} to #{sequence}")
+    if done.files:
+        click.echo(f"{trace.id}: restored {len(done.files)} file(s): {', '.join(done.files)}")
+
+
+@cli.command()
+@click.argument("trace_ref", metavar="TRACE")
+@click.argument("new_id", metavar="NEW", required=False)
+@click.option("--at", "at", type=int, metavar="SEQ",
+              help="The message to fork from (default: TRACE's head).")
+def fork(trace_ref: str, new_id: str | None, at: int | None) -> None:
+    """Start trace NEW as a copy of TRACE's main path up to message SEQ.
+
+    NEW (default: TRACE-fork-N) gets the messages' files as they are, the goals of
+    then, TRACE's model and preset, and records where it came from in its
+    trace.json (`forked_from`). TRACE is not changed. Continue NEW with
+    `agentfs run NEW`.
+    """
+    from agentfs.core.actions import fork as fork_trace
+
+    project = open_project(trace_ref)
+    source = project.trace(trace_ref)
+    if new_id is not None:
+        from agentfs.store.workspace import check_trace_id
+
+        check_trace_id(new_id)
+    made = fork_trace(source, at, new_id)
+    click.echo(f"{made.id}: forked from {source.id} at #{made.meta.head}")
 
 
 @cli.command()

@@ -1,23 +1,24 @@
 """What a person does to a trace between runs, each under the trace's lock, the
 same way from the command line and from `agentfs serve`: post a user message,
-rewind."""
+rewind, fork."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from agentfs.core.goals import GoalTree
-from agentfs.errors import AgentfsError, TraceLocked
+from agentfs.errors import AgentfsError, TraceExists, TraceLocked
+from agentfs.store.fork import default_fork_id, fork_trace
 from agentfs.store.history import unanswered_calls
 from agentfs.store.inbox import save_in_inbox
 from agentfs.store.ingest import Rejected, SettingsCheck, finish_staged, take_file
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 
-__all__ = ["Posted", "Rewound", "post_message", "rewind"]
+__all__ = ["Posted", "Rewound", "fork", "post_message", "rewind"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,8 @@ class Posted:
 class Rewound:
     previous: int | None  # the head before
     sequence: int  # the head now
-    moved: bool  # False: the head was there already, nothing committed
+    moved: bool  # False: the head was there already
+    files: list[str] = field(default_factory=list)  # workspace files restored (--files)
 
 
 def post_message(trace: Trace, text: str, *, patience: float = 10.0,
@@ -89,12 +91,37 @@ def _take(trace: Trace, file, name: str, check: SettingsCheck | None) -> Posted:
     return Posted("committed", name, outcome.sequence)
 
 
-def rewind(trace: Trace, sequence: int) -> Rewound:
+def rewind(trace: Trace, sequence: int, *, files: bool = False) -> Rewound:
     """Move the trace's head back to message `sequence` (a `rewind` commit), after
-    committing what is on disk (see `agentfs/store/trace.py:Trace.rewind`)."""
+    committing what is on disk; with `files`, also put back the workspace files the
+    trace's steps changed since (see `agentfs/store/trace.py:Trace.rewind`)."""
     with trace.lock():
         trace.reload()
         trace.recover()
         previous = trace.meta.head
-        moved = trace.rewind(sequence)
-    return Rewound(previous, sequence, moved is not None)
+        done = trace.rewind(sequence, files=files)
+    return Rewound(previous, sequence, previous != sequence,
+                   done.files if done is not None else [])
+
+
+def fork(source: Trace, at: int | None = None, new_id: str | None = None) -> Trace:
+    """A new trace whose messages are `source`'s main path up to message `at` (default:
+    its head), committed as one `create` step that names where it came from (see
+    `agentfs/store/fork.py:fork_trace`). The source's pending edits are committed
+    first; the source is not changed otherwise. `new_id` defaults to
+    `SOURCE-fork-N`."""
+    workspace = source.workspace
+    with source.lock():
+        source.reload()
+        source.recover()
+        if at is None:
+            at = source.meta.head
+            if at is None:
+                raise AgentfsError(f"trace {source.id!r} has no messages to fork")
+        taken = set(workspace.trace_ids())
+        if new_id in taken:
+            raise TraceExists(f"trace {new_id!r} already exists",
+                              hint="choose another id for the fork")
+        new_id = new_id or default_fork_id(source.id, taken)
+        with Trace(workspace, source.repo, new_id).lock():
+            return fork_trace(source, new_id, at)

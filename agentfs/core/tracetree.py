@@ -34,6 +34,7 @@ def message_record(message: Message, on_path: bool) -> dict[str, Any]:
         "tool_calls": [c.model_dump() for c in message.tool_calls or []],
         "tool_call_id": message.tool_call_id,
         "is_error": bool(message.is_error),
+        "files_changed": list(message.files_changed or []),
         "synthetic": message.synthetic,
         "goal_id": message.goal_id,
         "model": message.model,
@@ -71,6 +72,8 @@ def trace_tree(trace: Trace) -> dict[str, Any]:
         "head": trace.meta.head,
         "model": trace.meta.model,
         "preset": trace.meta.preset,
+        "forked_from": (trace.meta.forked_from.model_dump() if trace.meta.forked_from
+                        else None),
         "path": [m.sequence for m in path],
         "messages": records,
         "branches": [_branch_record(b, messages) for b in branches],

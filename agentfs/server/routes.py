@@ -15,7 +15,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentfs.core.actions import post_message, rewind
+from agentfs.core.actions import fork, post_message, rewind
 from agentfs.core.approval import answer_waiting
 from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
@@ -31,6 +31,7 @@ from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
 from agentfs.store.approval import Answer, PendingApproval
 from agentfs.store.ingest import parse_dropped_text
+from agentfs.store.stepdiff import message_diff
 from agentfs.store.steplog import trace_log
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, TRACE_ID, check_trace_id
@@ -170,6 +171,15 @@ class ApprovalBody(_Body):
 
 class RewindBody(_Body):
     sequence: int = Field(ge=0, description="The message to make the head")
+    files: bool = Field(default=False, description="Also put back the workspace files the "
+                        "trace's steps changed after it (`agentfs rewind --files`)")
+
+
+class ForkBody(_Body):
+    at: int | None = Field(default=None, ge=0,
+                           description="The message to fork from (default: the head)")
+    id: str | None = Field(default=None, pattern=f"^{TRACE_ID.pattern}$",
+                           description="The new trace's id (default: ID-fork-N)")
 
 
 class ModelBody(_Body):
@@ -183,7 +193,7 @@ def build_router(server: Server) -> APIRouter:
     """The `/api` routes over `server`, one group per resource."""
     api = APIRouter(prefix="/api", responses=ERRORS)
     for add_routes in (_trace_routes, _message_routes, _view_routes, _run_routes,
-                       _event_routes, _knowledge_routes):
+                       _event_routes, _knowledge_routes, _file_routes):
         add_routes(api, server)
     return api
 
@@ -223,6 +233,7 @@ def _trace_routes(api: APIRouter, server: Server) -> None:
         meta = trace.meta
         return {"trace": trace.id, "head": meta.head, "model": meta.model,
                 "preset": meta.preset, "created_at": meta.created_at,
+                "forked_from": meta.forked_from.model_dump() if meta.forked_from else None,
                 "running": trace.is_running(), "server_run": server.runs.running(trace.id),
                 "pending_inbox": [trace.rel(p) for p in trace.pending_inbox()],
                 "last_error": meta.context.last_error.model_dump() if meta.context.last_error
@@ -270,12 +281,44 @@ def _message_routes(api: APIRouter, server: Server) -> None:
         if body.sequence not in trace.messages():
             raise ApiError(404, f"trace {trace.id!r} has no message #{body.sequence}",
                            f"GET /api/traces/{trace.id}/messages?all=true lists them")
-        done = rewind(trace, body.sequence)
-        if done.moved:
+        done = rewind(trace, body.sequence, files=body.files)
+        if done.moved or done.files:
             server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "rewind",
                                                        "head": done.sequence})
         return {"trace": trace.id, "previous": done.previous, "head": done.sequence,
-                "moved": done.moved}
+                "moved": done.moved, "files": done.files}
+
+
+def _file_routes(api: APIRouter, server: Server) -> None:
+    """What a step did to the workspace's files, and forks."""
+
+    @api.get("/traces/{trace_id}/messages/{sequence}/diff",
+             summary="The workspace files a tool result changed, as a diff (`agentfs log -p`)")
+    def get_diff(trace_id: str, sequence: int) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        message = trace.messages().get(sequence)
+        if message is None:
+            raise ApiError(404, f"trace {trace.id!r} has no message #{sequence}",
+                           f"GET /api/traces/{trace.id}/messages?all=true lists them")
+        diff = message_diff(trace.repo, trace.id, message, trace.meta.forked_from)
+        return {"trace": trace.id, "sequence": sequence, **diff.record()}
+
+    @api.post("/traces/{trace_id}/fork", status_code=201,
+              summary="A new trace from this one's main path up to a message (`agentfs fork`)")
+    def fork_trace(trace_id: str, body: ForkBody | None = None) -> dict[str, Any]:
+        body = body or ForkBody()
+        trace = server.trace(trace_id)
+        if body.id is not None and body.id in server.project.workspace.trace_ids():
+            raise ApiError(409, f"trace {body.id!r} exists", "choose another id")
+        if body.at is not None and body.at not in trace.messages():
+            raise ApiError(404, f"trace {trace.id!r} has no message #{body.at}",
+                           f"GET /api/traces/{trace.id}/messages?all=true lists them")
+        made = fork(trace, body.at, body.id)
+        origin = made.meta.forked_from
+        server.hub.publish(made.id, "committed", {"trace": made.id, "kind": "create",
+                                                  "head": made.meta.head})
+        return {"trace": made.id, "head": made.meta.head,
+                "forked_from": origin.model_dump() if origin is not None else None}
 
 
 def _view_routes(api: APIRouter, server: Server) -> None:

@@ -15,7 +15,8 @@ from agentfs.store.atomic import atomic_write
 from agentfs.store.metafile import FORMAT_VERSION, read_meta_json
 
 __all__ = [
-    "FORMAT_VERSION", "Collaborator", "LastError", "QueueStep", "SideQueue", "TraceContext",
+    "FORMAT_VERSION", "Collaborator", "ForkOrigin", "LastError", "QueueStep", "SideQueue",
+    "TraceContext",
     "TraceMeta", "dump_meta", "load_meta", "save_meta",
 ]
 
@@ -73,6 +74,17 @@ class LastError(BaseModel):
     error: str
 
 
+class ForkOrigin(BaseModel):
+    """Where a forked trace came from (`agentfs fork`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace: str = Field(description="The trace it was forked from")
+    sequence: int = Field(description="The message of that trace it starts from: its head")
+    commit: str | None = Field(
+        default=None, description="The commit on main that added that message, if found")
+
+
 class TraceContext(BaseModel):
     """The runtime state a trace keeps between runs (`context` in trace.json). Every
     key is declared here and nowhere else; an unknown key is refused."""
@@ -118,6 +130,10 @@ class TraceMeta(BaseModel):
     side_queue: SideQueue | None = Field(
         default=None, description="The side-branch queue in progress; absent when none is",
     )
+    forked_from: ForkOrigin | None = Field(
+        default=None, description="For a trace made by `agentfs fork`: the trace and message "
+        "it was copied from; absent otherwise",
+    )
 
 
 _EMPTY_CONTEXT = TraceContext().model_dump(mode="json")
@@ -149,6 +165,8 @@ def dump_meta(meta: TraceMeta) -> bytes:
     data["context"] = {k: v for k, v in data["context"].items() if v != empty[k]}
     if data.get("side_queue") is None:
         data.pop("side_queue", None)  # trace.json without a queue reads as before
+    if data.get("forked_from") is None:
+        data.pop("forked_from", None)
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
 
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agentfs.store.commits import parse_trailers, subject
+from agentfs.store.commits import StepKind, parse_trailers, subject
 from agentfs.store.git.repo import GitRepo
 
-__all__ = ["LoggedStep", "trace_log"]
+__all__ = ["ADDS_MESSAGES", "LoggedStep", "step_of_message", "trace_log"]
+
+#: Kinds of step that add message files to `main` (the others name the head).
+ADDS_MESSAGES = frozenset({StepKind.CREATE, StepKind.USER, StepKind.ASSISTANT, StepKind.TOOL,
+                           StepKind.SUMMARY, StepKind.RECOVER})
 
 
 @dataclass(frozen=True)
@@ -36,3 +40,20 @@ def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None) -> Iterato
         yield LoggedStep(sha.decode(), trailers.get("Agentfs-Kind", "?"),
                          int(sequence) if sequence.isdigit() else None, summary)
         shown += 1
+
+
+def step_of_message(repo: GitRepo, trace_id: str, sequence: int) -> LoggedStep | None:
+    """The step that committed message `sequence` on `main`, or None.
+
+    A new message always gets a sequence above every existing one, so the steps that
+    add messages have growing sequences: the one that added `sequence` is the oldest
+    of them whose own sequence is at least `sequence` (a tool step is named by its
+    last result). Walks the trace's whole log.
+    """
+    found = None
+    for step in trace_log(repo, trace_id):
+        if step.kind in ADDS_MESSAGES and step.sequence is not None:
+            if step.sequence < sequence:
+                break
+            found = step
+    return found

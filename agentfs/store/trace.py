@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from agentfs.errors import AgentfsError, TraceExists
 from agentfs.store.approval import APPROVAL_FILE, PendingApproval, read_pending, write_pending
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
+from agentfs.store.filerewind import FileRewind, plan_file_rewind
 from agentfs.store.git.repo import Change, GitRepo
 from agentfs.store.history import (
     PathMemo,
@@ -35,7 +37,7 @@ from agentfs.store.message_dir import MessageDir
 from agentfs.store.messages import Message, render_message
 from agentfs.store.meta import FORMAT_VERSION, LastError, TraceMeta, load_meta, save_meta
 from agentfs.store.recovery import recover
-from agentfs.store.steplog import trace_log
+from agentfs.store.steplog import step_of_message, trace_log
 from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.workspace import (
     INBOX_DIR,
@@ -45,7 +47,15 @@ from agentfs.store.workspace import (
     check_trace_id,
 )
 
-__all__ = ["FORMAT_VERSION", "InFlight", "Trace", "TraceMeta"]
+__all__ = ["FORMAT_VERSION", "InFlight", "Rewind", "Trace", "TraceMeta"]
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """What a `rewind` commit did."""
+
+    commit: bytes
+    files: list[str]  # workspace files the commit restored (or deleted)
 
 
 class Trace:
@@ -251,13 +261,14 @@ class Trace:
 
     # --- steps (one commit each) -------------------------------------------
 
-    def commit_step(
+    def commit_step(  # noqa: PLR0913 -- keyword-only options, each with its default
         self,
         kind: str,
         messages: Sequence[Message] = (),
         *,
         extra_paths: Iterable[str] = (),
         summary: str | None = None,
+        body: str = "",
         move_head: bool = True,
         written: bool = False,
         extra_parents: Sequence[bytes] = (),
@@ -284,6 +295,7 @@ class Trace:
             sequence=last.sequence if last else self.meta.head,
             summary=summary if summary is not None else (_summary_of(messages) if messages else ""),
             goal_id=last.goal_id if last else None,
+            body=body,
         )
         return self.repo.commit_worktree(
             [*paths, *extra_paths], step.message(), extra_parents=extra_parents
@@ -368,11 +380,17 @@ class Trace:
         (see `agentfs/store/recovery.py:recover`)."""
         return recover(self)
 
-    def rewind(self, sequence: int) -> bytes | None:
-        """Move the head to `sequence` (a message of this trace) as a `rewind` commit, and
-        the files beside the messages (goals.json) back to what they were then. Returns
-        the commit, or None if the head is there already."""
-        messages = self.messages()
+    def head_target(self, sequence: int, messages: dict[int, Message] | None = None,
+                    *, verb: str = "rewind to") -> list[Message]:
+        """The main path there would be with message `sequence` as the head (what a
+        rewind or a fork checks before it moves or copies anything; `verb` begins
+        the hints).
+
+        Raises:
+          AgentfsError: no such message, a side branch's, or a head that would leave
+            tool calls without results (the hint names the sequences to use instead).
+        """
+        messages = self.messages() if messages is None else messages
         target = messages.get(sequence)
         if target is None:
             raise AgentfsError(
@@ -382,7 +400,7 @@ class Trace:
         if target.branch_type:
             raise AgentfsError(
                 f"message #{sequence} belongs to a {target.branch_type} side branch",
-                hint="rewind to a message of the main history",
+                hint=f"{verb} a message of the main history",
             )
         path = self.path_to(sequence, messages)  # the new path must be complete
         unanswered = [c.name for c in unanswered_calls(path)]
@@ -394,16 +412,50 @@ class Trace:
             raise AgentfsError(
                 f"at message #{sequence} the tool call(s) {', '.join(unanswered)} have no result; "
                 "the next run would have to run them again",
-                hint="rewind to " + " or ".join(options),
+                hint=f"{verb} " + " or ".join(options),
             )
-        if sequence == self.meta.head:
+        return path
+
+    def rewind(self, sequence: int, *, files: bool = False) -> Rewind | None:
+        """Move the head to `sequence` (a message of this trace) as a `rewind` commit, and
+        the files beside the messages (goals.json) back to what they were then. With
+        `files`, the workspace files the trace's steps changed after it are put back
+        too (`agentfs/store/filerewind.py:plan_file_rewind`), in the same commit.
+        Returns what it committed, or None if there was nothing to do.
+
+        Raises:
+          AgentfsError: see `head_target`; with `files`, no step of the trace
+            committed `sequence`.
+          FilesChangedSince: with `files`, a file to restore was changed since the
+            agent wrote it; nothing is written.
+        """
+        path = self.head_target(sequence)
+        plan = self._plan_files(sequence) if files else FileRewind(b"")
+        plan.apply(self.repo, self.tmp_dir)
+        head = self.repo.head()
+        changed = [p for p in plan.paths if self.repo.tree_lookup(head, p) != plan.restore[p]]
+        if sequence == self.meta.head and not changed:
             return None  # nothing to move: no empty commit
-        restored = self._restore_side_files(sequence) + self.drop_approval()
+        side = self._restore_side_files(sequence) + self.drop_approval()
         self.meta.head = sequence
-        return self.commit_step(
-            "rewind", [], summary=f"head moved to #{sequence} ({target.role})",
-            extra_paths=restored,
-        )
+        summary = f"head moved to #{sequence} ({path[-1].role})"
+        if changed:
+            summary += f", {len(changed)} file(s) restored"
+        body = (f"Files restored as they were at #{sequence}:\n"
+                + "\n".join(f"  {p}" for p in changed)) if changed else ""
+        commit = self.commit_step("rewind", [], summary=summary, body=body,
+                                  extra_paths=[*side, *changed])
+        return Rewind(commit, changed)
+
+    def _plan_files(self, sequence: int) -> FileRewind:
+        step = step_of_message(self.repo, self.id, sequence)
+        if step is None:
+            raise AgentfsError(
+                f"trace {self.id!r}: no commit on main added message #{sequence}, so the "
+                "workspace files at that step are not known; nothing was changed",
+                hint=f"rewind without --files: `agentfs rewind {self.id} {sequence}`",
+            )
+        return plan_file_rewind(self.repo, self.id, self.rel(self.dir), step.commit.encode())
 
     def _restore_side_files(self, sequence: int) -> list[str]:
         """Put the files beside the messages (e.g. goals.json) back as they were when

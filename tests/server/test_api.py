@@ -52,7 +52,8 @@ def test_list_read_post_rewind_compress(served: Served):
         assert cli == shown
 
         rewound = client.post("/api/traces/t/rewind", json={"sequence": 5}).json()
-        assert rewound == {"trace": "t", "previous": sequence, "head": 5, "moved": True}
+        assert rewound == {"trace": "t", "previous": sequence, "head": 5, "moved": True,
+                           "files": []}
         everything = client.get("/api/traces/t/messages", params={"all": "true"}).json()
         assert [m["on_path"] for m in everything["messages"]][-1] is False
         again = client.post("/api/traces/t/messages", json={"text": "again", "run": True}).json()

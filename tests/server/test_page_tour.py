@@ -25,11 +25,11 @@ pytestmark = pytest.mark.timeout(300)
 STATIC = Path(__file__).resolve().parents[2] / "agentfs" / "server" / "static"
 
 #: Every button of the page, by id or (without one) by label: what this test clicks.
-CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "stop", "approve-yes",
-           "approve-no", "approve-always"}
+CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "Rewind with files",
+           "Fork here", "stop", "approve-yes", "approve-no", "approve-always"}
 
-#: The buttons scripts make, by label: one per `createElement("button")` in static/.
-MADE_BY_SCRIPT = {"Rewind here"}
+#: The buttons scripts make, by label: each `actionButton("label", ...)` in static/.
+MADE_BY_SCRIPT = {"Rewind here", "Rewind with files", "Fork here"}
 
 HELD_TRACE = "held"
 ASKS_TRACE = "asks"
@@ -55,8 +55,10 @@ def test_the_page_sources_have_no_button_this_tour_does_not_click():
     for attributes, label in re.findall(r"<button([^>]*)>([^<]*)</button>", html):
         named = re.search(r'\bid="([^"]+)"', attributes)
         in_html.add(named[1] if named else label.strip())
-    made = sum(path.read_text().count('createElement("button")') for path in STATIC.glob("*.js"))
-    assert made == len(MADE_BY_SCRIPT), "a script makes a new kind of button: click it here"
+    scripts = "".join(path.read_text() for path in STATIC.glob("*.js"))
+    assert scripts.count('createElement("button")') == 1, "buttons are made by actionButton"
+    made = set(re.findall(r'actionButton\("([^"]+)"', scripts))
+    assert made == MADE_BY_SCRIPT, "a script makes a new kind of button: click it here"
     assert in_html | MADE_BY_SCRIPT == CLICKED, "index.html's buttons changed: click them here"
 
 
@@ -170,6 +172,35 @@ def _answer_the_waiting_calls(page, served: Served, click) -> None:
     assert "asks: approval #" in git(root, "log", "--format=%s")
 
 
+def _diff_rewind_files_and_fork(page, root: Path, click, shots: Shots) -> None:
+    """On the demo at head #12: open #9's diff, rewind to #5 with the files, fork at #5."""
+    expect = sync_api.expect
+    files = page.locator("#m-9 details.files")
+    expect(files.locator("> summary")).to_have_text("Files changed: notes/action-items.md")
+    files.locator("> summary").click()  # the diff is fetched now
+    expect(files.locator("pre.diff .add").first).to_have_text(
+        "+# Action items from the 30 November sync")
+    expect(files.locator("pre.diff")).to_contain_text("new file mode 100644")
+    shots.take("diff")
+
+    assert (root / "notes/action-items.md").exists()
+    click("Rewind with files", page.locator("#m-5 > header .rewind-files"))
+    expect(page.locator("#notice")).to_have_text(
+        "head moved from #12 to #5; restored notes/action-items.md")
+    expect(page.locator("#m-5")).to_have_class("msg role-tool head")
+    assert not (root / "notes/action-items.md").exists()  # the agent wrote it after #5
+    assert _last_commit(root) == "demo: rewind #5 head moved to #5 (tool), 1 file(s) restored"
+    shots.take("rewind-files")
+
+    click("Fork here", page.locator("#m-5 > header .fork"))
+    expect(page.locator("#notice")).to_have_text("forked as demo-fork-1 from #5")
+    expect(page.locator("#trace-title")).to_have_text("demo-fork-1")
+    expect(page.locator("#m-5.head.role-tool")).to_be_attached()
+    expect(page.locator("#m-3")).to_contain_text("I'll plan this")
+    assert _last_commit(root) == "demo-fork-1: create #5 forked from demo at #5"
+    shots.take("fork")
+
+
 def test_every_button_of_the_page_does_what_it_says_on_the_demo(
         served: Served, page, fake_model, tmp_path):
     expect = sync_api.expect
@@ -232,6 +263,8 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     assert _last_commit(root).startswith("demo: rewind #12 ")
     shots.take("rewind")
 
+    _diff_rewind_files_and_fork(page, root, click, shots)
+
     _stop_a_run(page, served, fake_model, click)
     shots.take("stop")
     seen.update(_button_names(page))
@@ -242,5 +275,6 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     assert clicked == CLICKED
     assert [p.name for p in shots.taken][1:] == [
         f"{n:02d}-{name}.png" for n, name in enumerate(
-            ["send", "run", "send-run", "compress", "rewind", "stop", "approval"], 1)]
+            ["send", "run", "send-run", "compress", "rewind", "diff", "rewind-files", "fork",
+             "stop", "approval"], 1)]
     assert_git_clean(root)

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(180)
 
 #: Path parameters of the schema's routes, filled so a route answers without doing
 #: anything (no such trace), and bodies that are refused: the point is who is let in.
-FILL = {"trace_id": "nope"}
+FILL = {"trace_id": "nope", "sequence": 1}
 
 
 def routes(served: Served) -> list[tuple[str, str]]:

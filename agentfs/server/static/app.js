@@ -271,13 +271,18 @@
     label.textContent = text;
     header.append(label);
     if (!onBranch && m.sequence !== ctx.data.head) {
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "rewind";
-      button.textContent = "Rewind here";
-      button.title = "Make #" + m.sequence + " the head (later messages stay, off the path)";
-      button.addEventListener("click", () => rewindTo(m.sequence));
-      header.append(button);
+      header.append(actionButton("Rewind here", "rewind",
+        "Make #" + m.sequence + " the head (later messages stay, off the path)",
+        () => rewindTo(m.sequence, false)));
+      header.append(actionButton("Rewind with files", "rewind-files",
+        "Make #" + m.sequence + " the head and put back the workspace files the agent "
+        + "changed after it (refused if you changed them since)",
+        () => rewindTo(m.sequence, true)));
+    }
+    if (!onBranch) {
+      header.append(actionButton("Fork here", "fork",
+        "Start a new trace from the main path up to #" + m.sequence + " (this one stays)",
+        () => forkAt(m.sequence)));
     }
     article.append(header);
     if (m.role === "tool") {
@@ -292,6 +297,10 @@
       pre.textContent = m.text;
       details.append(summary, pre);
       article.append(details);
+      if (m.files_changed.length && !onBranch) {
+        article.append(folded("files", "Files changed: " + m.files_changed.join(", "),
+          (inner) => showDiff(m.sequence, inner)));
+      }
     } else if (m.role === "system") {
       article.append(folded("result", "system prompt", (inner) => {
         const body = document.createElement("div");
@@ -335,15 +344,52 @@
     return article;
   }
 
+  function actionButton(label, cls, title, action) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = cls;
+    button.textContent = label;
+    button.title = title;
+    button.addEventListener("click", action);
+    return button;
+  }
+
+  // The diff of the files a tool result changed, fetched when its fold is opened.
+  function showDiff(sequence, inner) {
+    const pre = document.createElement("pre");
+    pre.className = "diff";
+    pre.textContent = "Loading…";
+    inner.append(pre);
+    api("GET", tracePath("/messages/" + sequence + "/diff")).then((data) => {
+      pre.replaceChildren();
+      if (!data.diff) pre.textContent = "(no change to show)";
+      for (const line of data.diff.split("\n")) {
+        const span = document.createElement("span");
+        if (line.startsWith("+") && !line.startsWith("+++")) span.className = "add";
+        else if (line.startsWith("-") && !line.startsWith("---")) span.className = "del";
+        else if (line.startsWith("@@")) span.className = "hunk";
+        span.textContent = line + "\n";
+        pre.append(span);
+      }
+    }).catch((error) => { pre.textContent = error.message; });
+  }
+
   // --- actions --------------------------------------------------------------------------
 
   function tracePath(suffix) {
     return "/api/traces/" + encodeURIComponent(state.trace) + suffix;
   }
 
-  function rewindTo(sequence) {
-    return act(() => api("POST", tracePath("/rewind"), { sequence }),
-      (r) => r.moved ? "head moved from #" + r.previous + " to #" + r.head : "already there");
+  function rewindTo(sequence, files) {
+    return act(() => api("POST", tracePath("/rewind"), { sequence, files }),
+      (r) => (r.moved ? "head moved from #" + r.previous + " to #" + r.head : "already there")
+        + (r.files.length ? "; restored " + r.files.join(", ") : ""));
+  }
+
+  async function forkAt(sequence) {
+    const made = await act(() => api("POST", tracePath("/fork"), { at: sequence }),
+      (r) => "forked as " + r.trace + " from #" + r.head);
+    if (made) location.hash = "#trace=" + encodeURIComponent(made.trace);
   }
 
   async function send(run) {

@@ -1,0 +1,121 @@
+"""What a step did to the workspace's files: the paths its commit changed outside the
+trace's own folder, and their unified diff, as `git show` prints it.
+
+The diff is dulwich's (`dulwich.patch`), between the step's commit and its first
+parent; the tree walk skips every subtree the two commits share, so a step costs
+what it changed, not the size of the workspace.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Container, Iterable
+from dataclasses import dataclass
+
+from dulwich.diff_tree import tree_changes
+from dulwich.patch import write_object_diff
+
+from agentfs.store.git import ids
+from agentfs.store.git.repo import GitRepo
+from agentfs.store.messages import Message
+from agentfs.store.meta import ForkOrigin
+from agentfs.store.steplog import step_of_message
+
+__all__ = ["FileChange", "StepDiff", "changed_files", "message_diff", "render_diff", "step_diff"]
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One workspace file a commit changed: its path, and its (mode, blob id) before
+    and after (None where it did not exist)."""
+
+    path: str
+    old: tuple[int, bytes] | None
+    new: tuple[int, bytes] | None
+
+    @property
+    def status(self) -> str:
+        """`added`, `deleted` or `modified`, as `git diff --name-status` says it."""
+        if self.old is None:
+            return "added"
+        return "deleted" if self.new is None else "modified"
+
+    def record(self) -> dict[str, str]:
+        return {"path": self.path, "status": self.status}
+
+
+def changed_files(repo: GitRepo, commit: bytes, *, outside: str | None,
+                  only: Container[str] | None = None) -> list[FileChange]:
+    """The files `commit` changed against its first parent, in path order, except those
+    under folder `outside` (the trace's own files); with `only`, just those paths."""
+    sha = repo.commit(commit)
+    parent = repo.commit(sha.parents[0]).tree if sha.parents else None
+    prefix = outside.rstrip("/") + "/" if outside is not None else None
+    found = []
+    for change in tree_changes(repo.store, ids.object_id(parent) if parent else None,
+                               ids.object_id(sha.tree)):
+        old, new = change.old, change.new
+        path = ((new.path if new is not None and new.path else None)
+                or (old.path if old is not None else None))
+        if path is None:
+            continue
+        name = path.decode("utf-8", "surrogateescape")
+        if (prefix is not None and name.startswith(prefix)) or (
+                only is not None and name not in only):
+            continue
+        found.append(FileChange(
+            name,
+            (old.mode, old.sha) if old is not None and old.sha is not None else None,
+            (new.mode, new.sha) if new is not None and new.sha is not None else None,
+        ))
+    return sorted(found, key=lambda c: c.path)
+
+
+def render_diff(repo: GitRepo, changes: Iterable[FileChange]) -> str:
+    """The unified diff of `changes`, one `diff --git` section per file (binary files
+    as `Binary files ... differ`), as text."""
+    out = io.BytesIO()
+    for change in changes:
+        path = change.path.encode("utf-8", "surrogateescape")
+        write_object_diff(
+            out, repo.store,
+            (path if change.old else None, *(change.old or (None, None))),
+            (path if change.new else None, *(change.new or (None, None))),
+        )
+    return out.getvalue().decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class StepDiff:
+    """The workspace files one commit changed, and their diff."""
+
+    commit: str | None  # None: no commit holds the message (nothing to show)
+    changes: list[FileChange]
+    text: str
+
+    def record(self) -> dict[str, object]:
+        """As `agentfs log -p --json` and the API show it."""
+        return {"commit": self.commit, "files": [c.record() for c in self.changes],
+                "diff": self.text}
+
+
+def step_diff(repo: GitRepo, commit: str, *, outside: str | None,
+              only: Container[str] | None = None) -> StepDiff:
+    """What commit `commit` changed outside folder `outside` (see `changed_files`)."""
+    changes = changed_files(repo, commit.encode(), outside=outside, only=only)
+    return StepDiff(commit, changes, render_diff(repo, changes))
+
+
+def message_diff(repo: GitRepo, trace_id: str, message: Message,
+                 forked_from: ForkOrigin | None = None) -> StepDiff:
+    """The files tool result `message` changed (its `files_changed`, which may name a
+    file of the trace such as goals.json), as the step that committed it changed
+    them; empty for any other message. In a fork (`forked_from`), a message it
+    copied is looked up in the trace it was copied from."""
+    files = set(message.files_changed or [])
+    if forked_from is not None and message.sequence <= forked_from.sequence:
+        trace_id = forked_from.trace
+    step = step_of_message(repo, trace_id, message.sequence) if files else None
+    if step is None:
+        return StepDiff(None, [], "")
+    return step_diff(repo, step.commit, outside=None, only=files)
