@@ -37,6 +37,15 @@ def git(root: Path, *args: str) -> str:
     return done.stdout
 
 
+def side_branches(root: Path, trace: str, kind: str) -> list[str]:
+    """The trace's side branches of type `kind` (`agentfs/<trace>/<kind>-<base>`), in the
+    order they were made: by the sequence their last commit records."""
+    names = git(root, "for-each-ref", "--format=%(refname:short)",
+                f"refs/heads/agentfs/{trace}/{kind}-*").split()
+    return sorted(names, key=lambda name: int(git(
+        root, "log", "-1", "--format=%(trailers:key=Agentfs-Sequence,valueonly)", name)))
+
+
 def message_paths(messages: Path) -> list[Path]:
     """The files below a trace's `messages/` (in their folders), in name order."""
     return sorted((p for p in messages.rglob("*") if p.is_file()), key=lambda p: p.name)
