@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -35,6 +36,16 @@ def git(root: Path, *args: str) -> str:
     )
     assert done.returncode == 0, f"git {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+#: The base commit's digits in a side branch's name (`agentfs/<trace>/<kind>-<base>`).
+_BRANCH_BASE = re.compile(r"(agentfs/[^/\s]+/[a-z_]+-)[0-9a-f]{8}\b")
+
+
+def mask_branch_bases(text: str) -> str:
+    """`text` with the commit in each side branch name shown as `<base>`: commit ids
+    differ between runs made at different times."""
+    return _BRANCH_BASE.sub(r"\1<base>", text)
 
 
 def side_branches(root: Path, trace: str, kind: str) -> list[str]:

@@ -196,7 +196,7 @@ class Tour:
             chat.close()
         for shown in ['→ read_file(path="notes/meeting-2026-11-30.md")', "\n#2 user\n",
                       "[x] 1 Turn the meeting notes into action items",
-                      f"{trace}: summary #15 from agentfs/{trace}/compression-1",
+                      f"{trace}: summary #15 from agentfs/{trace}/compression-",
                       f"{trace}: head moved from #15 to #5"]:
             assert shown in chat.screen, f"chat did not show {shown!r}:\n{chat.screen}"
         assert "error" not in chat.screen, chat.screen
