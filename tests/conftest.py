@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -35,6 +36,25 @@ def git(root: Path, *args: str) -> str:
     )
     assert done.returncode == 0, f"git {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+#: The base commit's digits in a side branch's name (`agentfs/<trace>/<kind>-<base>`).
+_BRANCH_BASE = re.compile(r"(agentfs/[^/\s]+/[a-z_]+-)[0-9a-f]{8}\b")
+
+
+def mask_branch_bases(text: str) -> str:
+    """`text` with the commit in each side branch name shown as `<base>`: commit ids
+    differ between runs made at different times."""
+    return _BRANCH_BASE.sub(r"\1<base>", text)
+
+
+def side_branches(root: Path, trace: str, kind: str) -> list[str]:
+    """The trace's side branches of type `kind` (`agentfs/<trace>/<kind>-<base>`), in the
+    order they were made: by the sequence their last commit records."""
+    names = git(root, "for-each-ref", "--format=%(refname:short)",
+                f"refs/heads/agentfs/{trace}/{kind}-*").split()
+    return sorted(names, key=lambda name: int(git(
+        root, "log", "-1", "--format=%(trailers:key=Agentfs-Sequence,valueonly)", name)))
 
 
 def message_paths(messages: Path) -> list[Path]:

@@ -1,9 +1,10 @@
 """Side branches: a conversation on its own Git branch, ending in an outcome merged into `main`.
 
-A branch `agentfs/<trace>/<type>-<n>` starts at main's head. Its messages
-(the request, the model's turns, their tool results) are committed there
-only, never in main's work tree. When the model is done, the branch's last
-commit (kind `outcome`) writes what it produced: a summary message, knowledge
+A branch `agentfs/<trace>/<type>-<base>` (named by
+`agentfs/store/branches.py:branch_name`) starts at main's head. Its messages
+(the request, the model's turns, their tool results) are committed there only,
+never in main's work tree. When the model is done, the branch's last commit
+(kind `outcome`) writes what it produced: a summary message, knowledge
 item files. Merging copies exactly those files onto `main` in one commit whose
 second parent is the branch's head, so `git log --graph` shows where they came
 from. Everything is read back from the branch, so a branch cut short by a crash
@@ -29,7 +30,7 @@ from dataclasses import dataclass, replace
 from agentfs.core.goals import GoalTree
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
-from agentfs.store.branches import branch_prefix, queue_step_files
+from agentfs.store.branches import queue_step_files
 from agentfs.store.commits import StepKind, parse_trailers
 from agentfs.store.messages import Message, ToolCall, parse_message
 from agentfs.store.meta import QueueStep
@@ -78,21 +79,6 @@ def side_calls(trace: Trace, branch_type: str) -> int:
     return trace.meta.context.side_calls.get(branch_type, 0)
 
 
-def next_branch(trace: Trace, branch_type: str) -> str:
-    """A free name `agentfs/<trace>/<type>-<n>`, numbered after the last one the trace
-    named (`side_branches` in `trace.json`'s context, committed with the queue step
-    that names it): side branches are never pushed, so a clone that takes a trace
-    over has none of the branches another clone made, but knows their names."""
-    prefix = f"{branch_prefix(trace.id)}{branch_type}-"
-    taken = {name[len(prefix) :] for name in trace.repo.branches(prefix)}
-    named = trace.meta.context.side_branches
-    number = max(named.get(branch_type, 0), 0) + 1
-    while str(number) in taken:
-        number += 1
-    named[branch_type] = number
-    return f"{prefix}{number}"
-
-
 def branch_head(trace: Trace, step: QueueStep) -> bytes | None:
     assert step.branch is not None
     return trace.repo.head(b"refs/heads/" + step.branch.encode())
@@ -122,31 +108,6 @@ def branch_files(trace: Trace, step: QueueStep) -> list[Message]:
         assert data is not None
         found.append(parse_message(trace.workspace.root / path, data))
     return found  # in sequence order already
-
-
-def foreign_branch(trace: Trace, step: QueueStep) -> bool:
-    """Is the branch of the step's name another one? The step's branch starts on
-    main's first-parent line at or after the commit the step was started from
-    (`step.base`); an older branch of that name (names are picked from this clone's
-    refs, so a clone that took the queue over may hold one it made itself, merged
-    or not) starts elsewhere. A step recorded without `base` (by an older agentfs)
-    takes any branch not already on main."""
-    head = branch_head(trace, step)
-    main = trace.repo.head()
-    if head is None or main is None:
-        return False
-    if step.base is None:
-        return head != main and trace.repo.descends_from(main, head)
-    fork = head  # down the branch's own commits to the one it started at
-    while len((commit := trace.repo.commit(fork)).parents) == 1 and parse_trailers(
-            commit.message).get("Agentfs-Kind") in (StepKind.BRANCH, StepKind.OUTCOME):
-        fork = commit.parents[0]
-    started_here = False  # main's line from its head down to `base` must pass the fork
-    for sha, _commit in trace.repo.first_parent_log():
-        started_here = started_here or sha == fork
-        if sha.decode() == step.base:
-            return not started_here
-    return True  # `base` is not on main's line (edited, or main was replaced)
 
 
 def run_branch(

@@ -5,8 +5,9 @@ A queue is planned as a list of branch types (Level 2 compression plans
 `agentfs reflect` plans `reflection` alone) and kept in `trace.json`
 (`agentfs/store/meta.py:SideQueue`). Every transition is a commit on `main`:
 
-- planning it, with the first step `running`, its branch name and the main
-  commit it starts from (`base`): kind `queue`;
+- planning it, with the first step `running`, the main commit it starts from
+  (`base`) and its branch's name, made from the type and that commit
+  (`agentfs/store/branches.py:branch_name`): kind `queue`;
 - each step's merge (`agentfs/core/sidebranch.py:take_outcome`), which also marks
   the step `done` with its branch head and the next step `running` (or a
   `knowledge_eval` with nothing pending `skipped`): kind `outcome`, or `summary`
@@ -19,10 +20,10 @@ outcome the branch already holds, and never runs a finished step again. A
 merge cut short before its commit is rolled back by recovery
 (`agentfs/store/recovery.py`) and redone with the same bytes. If the main
 path's head moved meanwhile (a rewind, an edit), the queue is abandoned with a
-`queue` commit: its unfinished branch stays as a record, never merged. A branch
-of the running step's name that did not start on main at or after its `base`
-is not its branch (a clone that took the trace over kept an older one of that
-name): the step gets a free name, in a `queue` commit, and starts.
+`queue` commit: its unfinished branch stays as a record, never merged. A
+branch of the running step's name, in whichever clone takes the queue over,
+is a run of the step's type on the history the step started from, so it is
+continued or merged as the step's own.
 """
 
 from __future__ import annotations
@@ -44,14 +45,12 @@ from agentfs.core.sidebranch import (
     branch_files,
     branch_head,
     compression_branch,
-    foreign_branch,
     has_outcome,
-    next_branch,
     side_calls,
     take_outcome,
 )
 from agentfs.errors import AgentfsError
-from agentfs.store.branches import branch_prefix
+from agentfs.store.branches import branch_kind, branch_name, branch_prefix
 from agentfs.store.commits import StepKind
 from agentfs.store.messages import Message
 from agentfs.store.meta import QueueStep, SideQueue
@@ -126,9 +125,6 @@ def run_queue(work: SideWork) -> QueueReport:
             _abandon(work, queue)
             report.abandoned = True
             break
-        if foreign_branch(trace, step):
-            _rename(work, queue, step)
-            continue
         if not has_outcome(trace, step):
             BRANCHES[step.type](work, step)
         report.merged.append(_merge(work, queue, step))
@@ -176,15 +172,14 @@ def queue_problems(trace: Trace) -> list[AgentfsError]:
 
 def _check_step(trace: Trace, step: QueueStep) -> None:
     """A hand-edited queue must name a known branch type and one of this trace's branches."""
-    prefix = f"{branch_prefix(trace.id)}{step.type}-"
     problem = None
     if step.type not in BRANCHES:
         problem = f"unknown side-branch type {step.type!r} (known: {', '.join(BRANCHES)})"
     elif step.state == "running" and (step.branch is None or step.first is None):
         problem = "a running step without its branch and first sequence"
-    elif step.branch is not None and not (step.branch.startswith(prefix)
-                                          and step.branch[len(prefix):].isdigit()):
-        problem = f"branch {step.branch!r} is not named {prefix}<n>"
+    elif step.branch is not None and branch_kind(trace.id, step.branch) != step.type:
+        problem = (f"branch {step.branch!r} is not named "
+                   f"{branch_prefix(trace.id)}{step.type}-<base commit>")
     if problem:
         raise AgentfsError(
             f"{trace.meta_path}: side_queue: {problem}",
@@ -203,9 +198,9 @@ def _advance(trace: Trace, queue: SideQueue) -> None:
         if step.type == KNOWLEDGE_EVAL and not pending_items(trace, step.items):
             step.state = "skipped"
             continue
-        step.state, step.branch, step.first = "running", next_branch(trace, step.type), \
-            trace.next_sequence()
-        step.base = _main_commit(trace)
+        base = _main_commit(trace)
+        step.state, step.first, step.base = "running", trace.next_sequence(), base
+        step.branch = branch_name(trace.repo, trace.id, step.type, base)
         return
 
 
@@ -215,16 +210,6 @@ def _main_commit(trace: Trace) -> str:
     commit = trace.repo.head()
     assert commit is not None, "a queue runs on a committed trace"
     return commit.decode()
-
-
-def _rename(work: SideWork, queue: SideQueue, step: QueueStep) -> None:
-    """The step's branch name is taken by another branch (one this clone kept from
-    before the step was planned): give the step a free name, as not started."""
-    trace, taken = work.trace, step.branch
-    step.branch, step.base = next_branch(trace, step.type), _main_commit(trace)
-    trace.commit_step(StepKind.QUEUE, [], summary=f"{queue.reason}: {taken} is an older "
-                      f"branch, {step.type} runs on {step.branch}")
-    work.emit("queue_renamed", trace=trace.id, taken=taken, branch=step.branch)
 
 
 def _abandon(work: SideWork, queue: SideQueue) -> None:

@@ -1,4 +1,10 @@
-"""A trace's side branches read back from Git: `agentfs/<trace>/<type>-<n>`.
+"""A trace's side branches: their names, and what they hold read back from Git.
+
+A side branch is named `agentfs/<trace>/<type>-<base>`: `<base>` is the first
+8 hex digits of the `main` commit its queue step started from
+(`agentfs/store/meta.py:QueueStep`), so two clones never name different work
+alike (`branch_name`). Branches an older agentfs made are numbered,
+`<type>-<n>`; both are read, continued and merged alike.
 
 A side branch starts at main's head and holds, besides main's files, the
 messages written there only (a reflection, a knowledge evaluation, a
@@ -9,6 +15,7 @@ head has not.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from agentfs.errors import AgentfsError
@@ -17,12 +24,50 @@ from agentfs.store.message_dir import parse_message_relpath
 from agentfs.store.messages import Message, parse_file_name, parse_message
 from agentfs.store.workspace import MESSAGES_DIR, TRACES_DIR
 
-__all__ = ["SideBranch", "branch_prefix", "queue_step_files", "side_branches"]
+__all__ = [
+    "SideBranch", "branch_kind", "branch_name", "branch_prefix", "queue_step_files",
+    "side_branches",
+]
+
+#: Hex digits of the base commit in a branch's name: as `git log --oneline` shows.
+BASE_DIGITS = 8
+
+#: What follows `<type>-`: the base commit's digits, `-<n>` after them when this clone
+#: had a branch of that name already; or, from an older agentfs, a number.
+_SUFFIX = re.compile(rf"[0-9a-f]{{{BASE_DIGITS}}}(-[1-9][0-9]*)?|[0-9]+")
 
 
 def branch_prefix(trace_id: str) -> str:
     """Where a trace's side branches are, under `refs/heads/`."""
     return f"agentfs/{trace_id}/"
+
+
+def branch_name(repo: GitRepo, trace_id: str, kind: str, base: str) -> str:
+    """The name for a new side branch of type `kind` whose queue step started from
+    the main commit `base`: `agentfs/<trace>/<kind>-<first 8 hex digits of base>`.
+
+    Every commit that starts a step is followed by one on `main` (the step's
+    `queue` or merge commit), so one line of history starts a type once per base;
+    clones that start one from the same base start it on the same history. Only
+    a `main` moved back (a reset) can start it again here: `-2`, `-3`, ... then
+    keep the older branch, a record of real work, apart."""
+    name = f"{branch_prefix(trace_id)}{kind}-{base[:BASE_DIGITS]}"
+    taken = set(repo.branches(name))
+    again = 2
+    candidate = name
+    while candidate in taken:
+        candidate, again = f"{name}-{again}", again + 1
+    return candidate
+
+
+def branch_kind(trace_id: str, name: str) -> str | None:
+    """The branch type in a side branch's name, either style; None if `name` is not
+    one of the trace's side branches."""
+    prefix = branch_prefix(trace_id)
+    if not name.startswith(prefix):
+        return None
+    kind, dash, suffix = name[len(prefix):].partition("-")
+    return kind if kind and dash and "/" not in kind and _SUFFIX.fullmatch(suffix) else None
 
 
 def queue_step_files(repo: GitRepo, head: bytes, messages_dir: str, first: int) -> list[str]:
@@ -74,7 +119,7 @@ def side_branches(repo: GitRepo, trace_id: str) -> list[SideBranch]:
                 continue
         messages.sort(key=lambda m: m.sequence)
         kind = messages[0].branch_type if messages and messages[0].branch_type else (
-            name.rsplit("/", 1)[-1].rsplit("-", 1)[0])
+            branch_kind(trace_id, name) or name.rsplit("/", 1)[-1].partition("-")[0])
         found.append(SideBranch(name, kind, head.decode(), messages))
     found.sort(key=lambda b: (b.messages[0].sequence if b.messages else 0, b.name))
     return found

@@ -16,8 +16,7 @@ from agentfs.store.metafile import FORMAT_VERSION, read_meta_json
 
 __all__ = [
     "FORMAT_VERSION", "Collaborator", "ForkOrigin", "LastError", "QueueStep", "SideQueue",
-    "TraceContext",
-    "TraceMeta", "dump_meta", "load_meta", "save_meta",
+    "TraceContext", "TraceMeta", "dump_meta", "load_meta", "parse_meta", "save_meta",
 ]
 
 class QueueStep(BaseModel):
@@ -27,13 +26,16 @@ class QueueStep(BaseModel):
 
     type: str = Field(description="Branch type: reflection, knowledge_eval or compression")
     state: Literal["waiting", "running", "done", "skipped"] = "waiting"
-    branch: str | None = Field(default=None, description="agentfs/<trace>/<type>-<n>, once running")
+    branch: str | None = Field(
+        default=None, description="agentfs/<trace>/<type>-<base's first 8 hex digits>, once "
+        "running (`agentfs/store/branches.py:branch_name`); numbered, <type>-<n>, when an "
+        "older agentfs named it")
     first: int | None = Field(
         default=None, description="Sequence of the branch's first message: its messages are "
         "the files at or after it in the branch's tree")
     base: str | None = Field(
-        default=None, description="The main commit the step was started from: its branch "
-        "descends from it (a branch of the same name that does not is another one's)")
+        default=None, description="The main commit the step was started from, which its "
+        "branch's name abbreviates (None in a queue an older agentfs planned)")
     head: str | None = Field(default=None, description="The branch's head when it was merged")
     items: list[str] | None = Field(
         default=None, description="knowledge_eval: the items to judge (None: every pending one)")
@@ -95,8 +97,6 @@ class TraceContext(BaseModel):
         default_factory=list, description="Skills every run of the trace injects")
     side_calls: dict[str, int] = Field(
         default_factory=dict, description="Model calls made on merged side branches, by type")
-    side_branches: dict[str, int] = Field(
-        default_factory=dict, description="The number of the last side branch named, by type")
     collaborators: dict[str, Collaborator] = Field(
         default_factory=dict, description="Child traces started by `delegate`, by id")
     last_error: LastError | None = Field(
@@ -138,6 +138,31 @@ class TraceMeta(BaseModel):
 
 _EMPTY_CONTEXT = TraceContext().model_dump(mode="json")
 
+#: Keys of `context` an older agentfs wrote and this one no longer keeps: read and
+#: dropped (the upgrade commits their removal, `agentfs/store/upgrade.py`).
+#: `side_branches` numbered side branches (format 2); names come from commits now.
+RETIRED_CONTEXT = ("side_branches",)
+
+
+def _in_current_shape(data: Any) -> Any:
+    """`trace.json`'s JSON value with the keys agentfs itself retired left out; any
+    other key stays, for validation to refuse."""
+    context = data.get("context") if isinstance(data, dict) else None
+    if not isinstance(context, dict) or not any(k in context for k in RETIRED_CONTEXT):
+        return data
+    kept = {k: v for k, v in context.items() if k not in RETIRED_CONTEXT}
+    return {**data, "context": kept}
+
+
+def parse_meta(data: bytes) -> TraceMeta:
+    """`trace.json`'s bytes (as committed, say) read as `TraceMeta`, in any format
+    this agentfs reads.
+
+    Raises:
+      ValueError: not JSON, or not valid `trace.json` fields.
+    """
+    return TraceMeta.model_validate(_in_current_shape(json.loads(data)))
+
 
 def load_meta(path: Path, git_path: str) -> TraceMeta:
     """Read `trace.json`; every problem is one error naming the file (`git_path` is
@@ -147,13 +172,16 @@ def load_meta(path: Path, git_path: str) -> TraceMeta:
       TraceNotFound: the file does not exist.
       AgentfsError: it is not valid JSON, is from a newer agentfs, or has bad fields.
     """
-    data = read_meta_json(path, git_path)
+    data = _in_current_shape(read_meta_json(path, git_path))
     try:
         return TraceMeta.model_validate(data)
     except ValidationError as exc:
+        unknown = any(e["type"] == "extra_forbidden" for e in exc.errors())
+        fix = ("remove the fields agentfs does not know (docs/trace-format.md lists those it "
+               "does)" if unknown else "fix it")
         raise AgentfsError(
             f"{path}: invalid fields: {validation_problems(exc)}",
-            hint=f"fix it, or restore it with `git checkout -- {git_path}`",
+            hint=f"{fix}, or restore it with `git checkout -- {git_path}`",
         ) from None
 
 

@@ -15,9 +15,11 @@ from agentfs.errors import AgentfsError, TraceNotFound
 
 __all__ = ["FORMAT_VERSION", "read_meta_json"]
 
-#: Version of the on-disk trace format this agentfs writes (it reads 1 and 2; 1
-#: is upgraded in place by `agentfs/store/upgrade.py`). 2: message files in folders.
-FORMAT_VERSION = 2
+#: Version of the on-disk trace format this agentfs writes (it reads 1 to 3; older
+#: ones are upgraded in place by `agentfs/store/upgrade.py`). 2: message files in
+#: folders. 3: side branches named after their base commit, so `trace.json` no longer
+#: counts them (`context.side_branches` is gone).
+FORMAT_VERSION = 3
 
 
 def read_meta_json(path: Path, git_path: str) -> Any:

@@ -19,7 +19,6 @@ from collections.abc import Container
 from typing import TYPE_CHECKING
 
 from dulwich.objects import Blob
-from pydantic import ValidationError
 
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write, purge_stale_temps
@@ -36,7 +35,7 @@ from agentfs.store.message_dir import (
     settled,
 )
 from agentfs.store.messages import Message, parse_message
-from agentfs.store.meta import TraceMeta
+from agentfs.store.meta import parse_meta
 from agentfs.store.parsecache import Stamp
 from agentfs.store.upgrade import upgrade
 from agentfs.store.workspace import INBOX_DIR
@@ -126,9 +125,9 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
                                    and b'"side_queue"' not in committed_bytes):
         return  # the common case, with no queue: nothing to parse
     try:
-        committed = TraceMeta.model_validate_json(committed_bytes)
-        on_disk = TraceMeta.model_validate_json(disk_bytes)
-    except ValidationError:
+        committed = parse_meta(committed_bytes)
+        on_disk = parse_meta(disk_bytes)
+    except ValueError:
         return  # the edit check reports a broken trace.json
     if disk_bytes != committed_bytes and on_disk.side_queue != committed.side_queue:
         atomic_write(trace.meta_path, committed_bytes, tmp_dir=trace.tmp_dir,
@@ -235,8 +234,8 @@ def _committed_head(trace: Trace, head_commit: bytes | None) -> int | None:
     if data is None:
         return None  # the trace itself was never committed
     try:
-        return TraceMeta.model_validate_json(data).head
-    except ValidationError:
+        return parse_meta(data).head
+    except ValueError:
         return trace.meta.head
 
 def _committed_files(

@@ -1,17 +1,23 @@
 """Upgrading a trace written in an older format, in place, before a run goes on.
 
 Format 1 kept every message file directly in `messages/`; format 2 keeps them
-in folders of `SHARD_SIZE` sequences (`agentfs/store/message_dir.py`). The
-upgrade moves each message file found directly in `messages/` into its
-folder, then commits the moves of committed files, unchanged, as one
-`upgrade` commit (with `trace.json`'s `format_version`, when trace.json is
-as committed). It only renames: a moved file that differs from its commit
-(an edit) or was never committed (a file a person put there) is left to
-recovery, which commits it as an `edit` or adopts it, from its folder.
+in folders of `SHARD_SIZE` sequences (`agentfs/store/message_dir.py`). Format 2's
+`trace.json` counted the side branches the trace named (`context.side_branches`);
+format 3 names them after commits (`agentfs/store/branches.py:branch_name`) and
+keeps no count. The upgrade moves each message file found directly in
+`messages/` into its folder and, when `trace.json` is as committed, writes it
+in the current format (`agentfs/store/meta.py:parse_meta` reads every older
+one); then it commits the moves of committed files, unchanged, and trace.json
+as one `upgrade` commit. It only renames and reformats: a moved file that
+differs from its commit (an edit) or was never committed (a file a person put
+there) is left to recovery, which commits it as an `edit` or adopts it, from
+its folder; a trace.json that differs from its commit is committed by recovery
+as it is, and in the current format by the next step.
 
 Killed at any instant, the next run finishes it: renames already done are
 found as a committed file missing from `messages/` whose folder holds the
-same bytes, and nothing is committed until the ref moves once.
+same bytes, a trace.json already rewritten as the current form of the
+committed one, and nothing is committed until the ref moves once.
 """
 
 from __future__ import annotations
@@ -21,13 +27,12 @@ import stat
 from typing import TYPE_CHECKING
 
 from dulwich.objects import Blob
-from pydantic import ValidationError
 
 from agentfs.store.atomic import fsync_dir
 from agentfs.store.commits import Step
 from agentfs.store.message_dir import SHARD_SIZE, message_relpath
 from agentfs.store.messages import parse_file_name
-from agentfs.store.meta import FORMAT_VERSION, TraceMeta, dump_meta
+from agentfs.store.meta import FORMAT_VERSION, dump_meta, parse_meta
 
 if TYPE_CHECKING:
     from agentfs.store.trace import Trace
@@ -40,43 +45,47 @@ def upgrade(trace: Trace) -> bytes | None:
     None if there was nothing to commit. The caller holds the trace's lock."""
     moved = _move_loose_files(trace)
     head = trace.repo.head()
+    paths = _moved_paths(trace, head, moved)
+    done = [f"{len(paths) // 2} message files moved into folders of {SHARD_SIZE}"] if paths else []
+    if _meta_as_committed(trace, head):
+        trace.save_meta()  # the format changes: the upgrade's part
+        paths.append(trace.rel(trace.meta_path))
+        done.append(f"trace.json in format {FORMAT_VERSION}")
+    if not paths:
+        return None
+    step = Step(trace.id, "upgrade", trace.meta.head, summary=", ".join(done))
+    return trace.repo.commit_worktree(paths, step.message())
+
+
+def _moved_paths(trace: Trace, head: bytes | None, moved: int) -> list[str]:
+    """Old and new path of each committed message file now in its folder, unchanged."""
     messages = trace.rel(trace.messages_dir)
     flat = {
         name: sha for name, (mode, sha) in trace.repo.entries(head, messages).items()
         if not stat.S_ISDIR(mode) and parse_file_name(name) is not None
     }
-    if not flat and not moved:
-        return None
     paths: list[str] = []
     for name, sha in sorted(flat.items()):
         rel = message_relpath(name)
         if (trace.messages_dir / name).exists() or _blob_id(trace.messages_dir / rel) != sha:
             continue  # not moved (its place is taken), or edited: recovery's to commit
         paths += [f"{messages}/{name}", f"{messages}/{rel}"]
-    if not paths:
-        return None
-    if _meta_as_committed(trace, head):
-        trace.save_meta()  # the version changes: part of the upgrade
-        paths.append(trace.rel(trace.meta_path))
-    step = Step(
-        trace.id, "upgrade", trace.meta.head,
-        summary=f"{len(paths) // 2} message files moved into folders of {SHARD_SIZE}",
-    )
-    return trace.repo.commit_worktree(paths, step.message())
+    return paths
 
 
 def _meta_as_committed(trace: Trace, head: bytes | None) -> bool:
-    """True if trace.json on disk is as committed, or as committed but for the new
-    version (written by an upgrade killed before its commit)."""
+    """True if the committed trace.json is of an older format and the one on disk is
+    as committed, or its current form (written by an upgrade killed before its
+    commit)."""
     committed = trace.repo.read_file(head, trace.rel(trace.meta_path))
     if committed is None:
         return False
     try:
-        meta = TraceMeta.model_validate_json(committed)
+        meta = parse_meta(committed)
+        if meta.format_version >= FORMAT_VERSION:
+            return False
         on_disk = trace.meta_path.read_bytes()
-    except (ValidationError, OSError):
-        return False
-    if meta.format_version >= FORMAT_VERSION:
+    except (ValueError, OSError):
         return False
     meta.format_version = FORMAT_VERSION
     return on_disk in (committed, dump_meta(meta))

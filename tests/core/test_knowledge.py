@@ -8,7 +8,7 @@ import pytest
 
 from agentfs.core.knowledge import KnowledgeItem, load_items
 from agentfs.errors import AgentfsError
-from tests.conftest import assert_git_clean, git, run_cli
+from tests.conftest import assert_git_clean, git, run_cli, side_branches
 
 
 def configure(root, extra: str) -> None:
@@ -34,14 +34,14 @@ def test_completion_reflection_saves_pending_items(workspace, write_script):
     item = (workspace / "knowledge" / "use-tmp-path-fixtures.md").read_text()
     assert item.endswith("\nTests write into tmp_path.\n")
     assert not (workspace / "x.md").exists()  # only read-only tools run on a side branch
-    branch = "agentfs/t/reflection-1"
+    [branch] = side_branches(workspace, "t", "reflection")
     files = git(workspace, "ls-tree", "-r", "--name-only", branch, "traces/t/messages/").split()
     results = [git(workspace, "show", f"{branch}:{f}") for f in files if f.endswith("-tool.md")]
     assert ["is_error: true" in r for r in results] == [False, True]
     assert "write_file does not run on a reflection side branch" in results[1]
     outcome = git(workspace, "log", "-1", "--format=%P %s", "--grep", "t: outcome").split()
     assert len(outcome) >= 3 and outcome[2] == "t:"  # two parents, then the subject
-    assert "agentfs/t/reflection-1" in git(workspace, "branch", "--format=%(refname:short)")
+    assert branch in git(workspace, "branch", "--merged", "main", "--format=%(refname:short)")
     assert not any(p.name.startswith("0") for p in (workspace / "knowledge").iterdir())
     assert_git_clean(workspace)
 
@@ -68,8 +68,8 @@ def test_knowledge_eval_runs_in_the_queue_and_search_finds_accepted(workspace, w
     shown = json.loads(run_cli("show", "t", "--all", "--json", cwd=workspace).stdout)["messages"]
     found = [m for m in shown if m["role"] == "tool" and "Use tmp_path fixtures" in m["text"]]
     assert found, "knowledge_search should find the accepted item"
-    branches = git(workspace, "branch", "--format=%(refname:short)")
-    assert "agentfs/t/knowledge_eval-1" in branches and "agentfs/t/compression-1" in branches
+    assert side_branches(workspace, "t", "knowledge_eval")
+    assert side_branches(workspace, "t", "compression")
     assert_git_clean(workspace)
 
 
@@ -179,7 +179,8 @@ def test_the_queue_runs_reflection_then_knowledge_evaluation_then_compression(
     run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
     order = git(workspace, "log", "--first-parent", "--reverse", "--format=%s",
                 "main").splitlines()
-    first = {kind: next(i for i, s in enumerate(order) if f"agentfs/t/{kind}-1" in s)
+    first = {kind: next(i for i, s in enumerate(order)
+                        if side_branches(workspace, "t", kind)[0] in s)
              for kind in ("reflection", "knowledge_eval", "compression")}
     assert first["reflection"] < first["knowledge_eval"] < first["compression"]
     assert "accepted" in run_cli("knowledge", cwd=workspace).stdout

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from agentfs.core.project import Project
+from agentfs.core.sidebranch import SUMMARY_HEADER
 from agentfs.errors import AgentfsError
 from agentfs.models.replay import ReplayModel
-from tests.conftest import assert_git_clean, git, run_cli, user
+from tests.conftest import assert_git_clean, git, run_cli, side_branches, user
 
 LESSONS = "## Lesson A\nKeep notes short.\n\n## Lesson B\nWrite tests first.\n"
 VERDICTS = "accept lesson-a: concrete\nreject lesson-b: vague\naccept old: still true"
@@ -229,9 +230,13 @@ def test_a_run_cut_short_at_every_rename_ends_as_an_uninterrupted_one(tmp_path, 
     ({"type": "magic", "state": "running", "branch": "agentfs/t/magic-1", "first": 9},
      "unknown side-branch type 'magic'"),
     ({"type": "compression", "state": "running", "branch": "main", "first": 9},
-     "branch 'main' is not named agentfs/t/compression-<n>"),
+     "branch 'main' is not named agentfs/t/compression-<base commit>"),
     ({"type": "compression", "state": "running", "branch": "agentfs/other/compression-1",
-      "first": 9}, "is not named agentfs/t/compression-<n>"),
+      "first": 9}, "is not named agentfs/t/compression-<base commit>"),
+    ({"type": "compression", "state": "running", "branch": "agentfs/t/reflection-0a1b2c3d",
+      "first": 9}, "is not named agentfs/t/compression-<base commit>"),
+    ({"type": "compression", "state": "running", "branch": "agentfs/t/compression-main",
+      "first": 9}, "is not named agentfs/t/compression-<base commit>"),
     ({"type": "compression", "state": "running"}, "without its branch"),
 ])
 def test_a_hand_edited_queue_that_names_no_branch_of_the_trace_is_refused(
@@ -252,11 +257,40 @@ def test_a_hand_edited_queue_that_names_no_branch_of_the_trace_is_refused(
     assert_git_clean(workspace)
 
 
-# --- a branch of the running step's name that is not its branch ----------------------
+# --- side branch names: the type and the commit the step started from ----------------
+
+NAME = re.compile(r"agentfs/t/compression-[0-9a-f]{8}")
 
 
-def summarized_twice(workspace: Path, write_script) -> Path:
-    """Trace `t` compressed once (compression-1), then continued by two messages."""
+def queue_step_at(root: Path, subject_start: str) -> tuple[str, dict]:
+    """The running step of the queue that main's first commit whose subject starts with
+    `subject_start` recorded, and that commit's parent (the step's start)."""
+    log = git(root, "log", "--first-parent", "--format=%H %P%n%s", "main").splitlines()
+    for line, subject in zip(log[::2], log[1::2], strict=True):
+        if subject.startswith(subject_start):
+            sha, parent = line.split()[:2]
+            meta = json.loads(git(root, "show", f"{sha}:traces/t/trace.json"))
+            return parent, next(s for s in meta["side_queue"]["steps"]
+                                if s["state"] == "running")
+    raise AssertionError(f"no commit {subject_start!r}")
+
+
+def test_a_side_branch_is_named_after_the_main_commit_its_step_started_from(
+        workspace, write_script):
+    script = script_for(write_script, 2)
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
+    summary = Project.open(workspace).runner(ReplayModel(script)).compress("t").summary
+    base, step = queue_step_at(workspace, "t: queue")
+    assert step["base"] == base and step["branch"] == f"agentfs/t/compression-{base[:8]}"
+    assert summary is not None and summary.source_branch == step["branch"]
+    assert side_branches(workspace, "t", "compression") == [step["branch"]]
+    assert json.loads((workspace / "traces/t/trace.json").read_text())["context"] == {
+        "side_calls": {"compression": 1}}  # no count of the names given
+    assert_git_clean(workspace)
+
+
+def summarized_then_continued(workspace: Path, write_script) -> Path:
+    """Trace `t` compressed once, then continued by two messages."""
     script = write_script([{"text": "step", "tool_calls": [{"name": "list_files", "input": {}}]}]
                           * 3 + [{"text": "all done"}, {"text": "more done"}],
                           compression=[{"text": "Summary one."}, {"text": "Summary two."}])
@@ -264,46 +298,6 @@ def summarized_twice(workspace: Path, write_script) -> Path:
     Project.open(workspace).runner(ReplayModel(script)).compress("t")
     run_cli("run", "t", "-m", "more", "--model", f"replay:{script}", cwd=workspace)
     return script
-
-
-def queue_naming(root: Path, branch: str, *, base: str | None) -> None:
-    """Commit the queue another clone (with no branch of that name) would push."""
-    meta_path = root / "traces/t/trace.json"
-    meta = json.loads(meta_path.read_text())
-    step = {"type": "compression", "state": "running", "branch": branch,
-            "first": meta["next_sequence"]}
-    if base is not None:  # "main": main's head, as the clone planning it would record
-        step["base"] = git(root, "rev-parse", "main").strip() if base == "main" else base
-    meta["side_queue"] = {"reason": "compress", "head": meta["head"], "steps": [step]}
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-    git(root, "commit", "-qam", "t: queue planned by another clone")
-
-
-@pytest.mark.parametrize("base", ["main", None, "0" * 40, "not a commit"],
-                         ids=["with-base", "older-queue-without-base", "unknown-base", "bad-base"])
-def test_a_queue_step_never_merges_an_older_branch_of_its_name(workspace, write_script, base):
-    """Reviewer's reproduction: the running step names compression-1, which this clone
-    merged long ago; that outcome must not be merged again (the head would go back)."""
-    script = summarized_twice(workspace, write_script)
-    old = git(workspace, "rev-parse", "agentfs/t/compression-1").strip()
-    head_before = json.loads((workspace / "traces/t/trace.json").read_text())["head"]
-    queue_naming(workspace, "agentfs/t/compression-1", base=base)
-
-    report = Project.open(workspace).runner(ReplayModel(script)).compress("t")
-    summary = report.summary
-    assert summary is not None and summary.source_branch == "agentfs/t/compression-2"
-    assert "Summary two." in summary.text and summary.sequence > head_before
-    meta = json.loads((workspace / "traces/t/trace.json").read_text())
-    assert meta["head"] == summary.sequence and "side_queue" not in meta
-    assert git(workspace, "rev-parse", "agentfs/t/compression-1").strip() == old
-    merged = git(workspace, "log", "--format=%P", "-1").split()
-    assert merged[1] == git(workspace, "rev-parse", "agentfs/t/compression-2").strip()
-    # main's own line: a plain `git log` orders by commit date, and the branch's commits
-    # come before main's when they were made a second later (as under load)
-    subjects = git(workspace, "log", "--first-parent", "--format=%s", "-2").splitlines()
-    assert "agentfs/t/compression-1 is an older branch" in subjects[1]
-    assert_git_clean(workspace)
-    git(workspace, "fsck", "--strict")
 
 
 def plan_in_clone(root: Path) -> str:
@@ -318,38 +312,181 @@ def plan_in_clone(root: Path) -> str:
     return queue.steps[0].branch
 
 
-def test_a_clone_taking_a_queue_over_ignores_its_own_older_branch_of_that_name(
+def take_over(root: Path, other: Path) -> None:
+    """Make `root`'s main the other clone's, as a worker's mirror does (its own
+    `agentfs/` branches stay)."""
+    git(root, "fetch", "-q", str(other), "main")
+    git(root, "reset", "-q", "--hard", "FETCH_HEAD")
+
+
+def test_a_queue_step_taken_over_never_merges_an_older_branch_of_the_trace(
         workspace, write_script, tmp_path):
-    """Fleet: clone A compressed (compression-1) but its work never reached clone B,
-    which plans a compression naming compression-1 too, pushes and dies. A mirrors
-    the remote's main (its refs under agentfs/ stay) and takes the queue over."""
+    """The reviewer's case, from the numbered names' time: this clone merged a
+    compression long ago; a queue another clone planned later must not merge that
+    outcome again (the head would go back). Its name is another commit's now."""
+    script = summarized_then_continued(workspace, write_script)
+    [old] = side_branches(workspace, "t", "compression")
+    old_head = git(workspace, "rev-parse", old).strip()
+    other = tmp_path / "clone-b"
+    git(tmp_path, "clone", "-q", str(workspace), str(other))
+    planned = plan_in_clone(other)
+    assert NAME.fullmatch(planned) and planned != old
+    take_over(workspace, other)
+
+    summary = Project.open(workspace).runner(ReplayModel(script)).compress("t").summary
+    assert summary is not None and summary.source_branch == planned
+    assert "Summary two." in summary.text
+    assert git(workspace, "rev-parse", old).strip() == old_head
+    merged = git(workspace, "log", "--format=%P", "-1").split()
+    assert merged[1] == git(workspace, "rev-parse", planned).strip()
+    assert json.loads((workspace / "traces/t/trace.json").read_text())["head"] == summary.sequence
+    assert_git_clean(workspace)
+
+
+def test_a_clone_whose_unpushed_work_moved_main_names_its_branches_apart(
+        workspace, write_script, tmp_path):
+    """Clone A ran a step B never saw, then compressed: A's branch summarizes that step.
+    B compresses from the commit both had and dies; A takes B's queue over: a branch of
+    its own starting elsewhere is another name, so B's step runs anew in A."""
     script = write_script([{"text": "step", "tool_calls": [{"name": "list_files", "input": {}}]}]
-                          * 3 + [{"text": "all done"}],
+                          * 3 + [{"text": "all done"}, {"text": "local work"}],
                           compression=[{"text": "Summary one."}, {"text": "Summary two."}])
     run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
     other = tmp_path / "clone-b"
     git(tmp_path, "clone", "-q", str(workspace), str(other))
-    Project.open(workspace).runner(ReplayModel(script)).compress("t")  # never pushed
-    old = git(workspace, "rev-parse", "agentfs/t/compression-1").strip()
-    assert plan_in_clone(other) == "agentfs/t/compression-1"
-    git(workspace, "fetch", "-q", str(other), "main")
-    git(workspace, "reset", "-q", "--hard", "FETCH_HEAD")  # as a worker's mirror does
+    run_cli("run", "t", "-m", "unpushed", "--model", f"replay:{script}", cwd=workspace)
+    Project.open(workspace).runner(ReplayModel(script)).compress("t")
+    [own] = side_branches(workspace, "t", "compression")
+    planned = plan_in_clone(other)
+    assert planned != own
+    take_over(workspace, other)
 
     summary = Project.open(workspace).runner(ReplayModel(script)).compress("t").summary
-    assert summary is not None and summary.source_branch == "agentfs/t/compression-2"
-    merged = git(workspace, "log", "--format=%P", "-1").split()
-    assert merged[1] == git(workspace, "rev-parse", "agentfs/t/compression-2").strip()
-    assert git(workspace, "rev-parse", "agentfs/t/compression-1").strip() == old
-    assert json.loads((workspace / "traces/t/trace.json").read_text())["head"] == summary.sequence
+    assert summary is not None and summary.source_branch == planned
+    assert "unpushed" not in summary.text and "local work" not in summary.text
+    assert git(workspace, "branch", "--list", own, "--merged", "main") == ""
     assert_git_clean(workspace)
-    git(workspace, "fsck", "--strict")
 
 
-def test_a_clone_names_a_branch_after_those_another_clone_named(
+def test_a_clone_taking_over_a_step_it_ran_from_the_same_commit_merges_its_own_branch(
         workspace, write_script, tmp_path):
-    """Side branches are never pushed, but the names they took are, in trace.json."""
-    summarized_twice(workspace, write_script)
+    """Two clones that start a compression from one commit start it on one history: the
+    branch either made is the step's outcome. Clone A compressed from M and never
+    pushed; B planned a compression from M and died; A takes it over and merges its
+    own branch, with no model call."""
+    script = write_script([{"text": "step", "tool_calls": [{"name": "list_files", "input": {}}]}]
+                          * 3 + [{"text": "all done"}],
+                          compression=[{"text": "Summary one."}])
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
     other = tmp_path / "clone-b"
     git(tmp_path, "clone", "-q", str(workspace), str(other))
-    assert not git(other, "branch", "--list", "agentfs/*").strip()
-    assert plan_in_clone(other) == "agentfs/t/compression-2"
+    Project.open(workspace).runner(ReplayModel(script)).compress("t")
+    [own] = side_branches(workspace, "t", "compression")
+    own_head = git(workspace, "rev-parse", own).strip()
+    assert plan_in_clone(other) == own
+    take_over(workspace, other)
+
+    no_more = write_script([])  # a model call would fail: there is nothing to replay
+    summary = Project.open(workspace).runner(ReplayModel(no_more)).compress("t").summary
+    assert summary is not None and summary.source_branch == own
+    assert summary.text.startswith(SUMMARY_HEADER) and "Summary one." in summary.text
+    assert git(workspace, "log", "--format=%P", "-1").split()[1] == own_head
+    assert_git_clean(workspace)
+
+
+def test_main_moved_back_to_where_a_step_started_gives_the_next_one_a_new_name(
+        workspace, write_script):
+    """A person resets main to before a compression and compresses again: the same
+    start, so `-2` keeps the first branch, a record of work, apart from the new one."""
+    script = script_for(write_script, 2)
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
+    before = git(workspace, "rev-parse", "main").strip()
+    Project.open(workspace).runner(ReplayModel(script)).compress("t")
+    [first] = side_branches(workspace, "t", "compression")
+    first_head = git(workspace, "rev-parse", first).strip()
+    git(workspace, "reset", "-q", "--hard", before)
+
+    summary = Project.open(workspace).runner(ReplayModel(script)).compress("t").summary
+    assert summary is not None and summary.source_branch == f"{first}-2"
+    assert side_branches(workspace, "t", "compression") == [first, f"{first}-2"]
+    assert git(workspace, "rev-parse", first).strip() == first_head
+    assert git(workspace, "log", "--format=%P", "-1").split()[1] == git(
+        workspace, "rev-parse", f"{first}-2").strip()
+    assert_git_clean(workspace)
+
+
+# --- a queue an older agentfs left unfinished ----------------------------------------
+
+
+def old_queue(workspace: Path, write_script, state: str) -> Path:
+    """Trace `t` as agentfs 2 left it, killed in a compression: trace.json in format 2
+    (it counted the branches it named), the running step on a numbered branch, and
+    that branch `state`: `named` (not made yet), `asked` (the request committed on
+    it), `outcome` (the summary committed on it) or `merging` (the merge on main cut
+    short before its commit)."""
+    from agentfs.store.commits import StepKind
+    from agentfs.store.messages import render_message
+
+    script = write_script([{"text": "step", "tool_calls": [{"name": "list_files", "input": {}}]}]
+                          * 3 + [{"text": "all done"}, {"text": "and more"}],
+                          compression=[{"text": "Summary one."}, {"text": "Summary two."}])
+    run_cli("run", "t", "-m", "go", "--model", f"replay:{script}", cwd=workspace)
+    meta_path = workspace / "traces/t/trace.json"
+    meta = json.loads(meta_path.read_text())
+    branch = "agentfs/t/compression-1"
+    meta["format_version"] = 2
+    meta["context"]["side_branches"] = {"compression": 1}
+    meta["side_queue"] = {"reason": "compress", "head": meta["head"], "steps": [
+        {"type": "compression", "state": "running", "branch": branch,
+         "first": meta["next_sequence"], "base": git(workspace, "rev-parse", "main").strip()}]}
+    meta_path.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    git(workspace, "commit", "-qam", "t: queue #4 compress: compression")
+    if state == "named":
+        return script
+    git(workspace, "branch", branch, "main")
+    trace = Project.open(workspace).trace("t")
+    ask = trace.new_message("user", "Summarize.", branch_type="compression", branch_id=branch)
+    trace.commit_to_branch(branch, [ask])
+    if state == "asked":
+        return script
+    answer = trace.new_message("assistant", "Summary one.", branch_type="compression",
+                               branch_id=branch)
+    answer.parent_sequence = ask.sequence
+    trace.commit_to_branch(branch, [answer])
+    summary = trace.new_message("user", f"{SUMMARY_HEADER}\n\nSummary one.", synthetic="summary",
+                                source_branch=branch)
+    summary.parent_sequence = 2
+    trace.commit_to_branch(branch, [summary], StepKind.OUTCOME)
+    if state == "merging":  # the summary copied onto main and trace.json written, then killed
+        folder = next(p for p in (workspace / "traces/t/messages").iterdir())
+        (folder / summary.file_name()).write_bytes(render_message(summary))
+        meta["side_queue"]["steps"][0]["state"] = "done"
+        meta["head"], meta["next_sequence"] = summary.sequence, summary.sequence + 1
+        meta_path.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
+    return script
+
+
+@pytest.mark.parametrize("state", ["named", "asked", "outcome", "merging"])
+def test_a_queue_an_older_agentfs_left_on_a_numbered_branch_finishes_after_the_upgrade(
+        workspace, write_script, state):
+    script = old_queue(workspace, write_script, state)
+    before = git(workspace, "rev-parse", "main").strip()
+    head = json.loads(git(workspace, "show", "main:traces/t/trace.json"))["head"]
+
+    summary = Project.open(workspace).runner(ReplayModel(script)).compress("t").summary
+    assert summary is not None and summary.source_branch == "agentfs/t/compression-1"
+    assert "Summary one." in summary.text
+    subjects = git(workspace, "log", "--first-parent", "--format=%s", f"{before}..main")
+    assert subjects.splitlines() == [
+        f"t: summary #{summary.sequence} from agentfs/t/compression-1",
+        f"t: upgrade #{head} trace.json in format 3"]
+    merged = git(workspace, "log", "--format=%P", "-1").split()
+    assert merged[1] == git(workspace, "rev-parse", "agentfs/t/compression-1").strip()
+    meta = json.loads((workspace / "traces/t/trace.json").read_text())
+    assert meta["format_version"] == 3 and meta["head"] == summary.sequence
+    assert "side_queue" not in meta and "side_branches" not in meta["context"]
+    shown = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)["messages"]
+    assert [m["role"] for m in shown] == ["system", "user", "user"]
+    assert_git_clean(workspace)
+
+    assert NAME.fullmatch(plan_in_clone(workspace))  # the next one is named after its commit

@@ -12,7 +12,7 @@ from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, MessageFileError
 from agentfs.store.commits import parse_trailers
 from agentfs.store.messages import ToolCall
-from agentfs.store.trace import Trace, TraceMeta
+from agentfs.store.trace import FORMAT_VERSION, Trace, TraceMeta
 from tests.conftest import assert_git_clean, git, user
 
 
@@ -442,7 +442,9 @@ def test_trace_json_is_written_only_when_its_bytes_change(project: Project, trac
     ({"surprise": 1}, "surprise"),
     ({"context": {"inject_skills": ["a"], "colaborators": {}}}, "colaborators"),
     ({"context": {"collaborators": {"c": {"trace": "c", "mood": "x"}}}}, "mood"),
-    ({"context": {"side_branches": {"compression": "two"}}}, "side_branches"),
+    ({"context": {"side_calls": {"compression": "two"}}}, "side_calls"),
+    ({"side_queue": {"reason": "compress", "head": 1, "steps": [{"type": "compression",
+                                                                  "colour": "red"}]}}, "colour"),
 ])
 def test_an_undeclared_or_mistyped_trace_json_field_is_refused_naming_it(
         project: Project, trace: Trace, change: dict, named: str) -> None:
@@ -454,20 +456,40 @@ def test_an_undeclared_or_mistyped_trace_json_field_is_refused_naming_it(
         project.trace(trace.id).meta  # noqa: B018 — loading is the point
     assert str(trace.meta_path) in str(caught.value) and named in str(caught.value)
     assert "git checkout" in (caught.value.hint or "")
+    unknown = named != "side_calls"  # the others are keys agentfs does not know
+    assert ("remove the fields agentfs does not know" in (caught.value.hint or "")) == unknown
 
 
-def test_trace_json_as_agentfs_wrote_it_before_types_loads_and_saves_byte_identical(
+OLD_CONTEXT = {"inject_skills": ["x"], "side_calls": {"compression": 1},
+               "collaborators": {"c": {"trace": "c", "task": "t", "status": "running"}},
+               "last_error": {"at": "2026-01-01T00:00:00+00:00", "error": "boom"}}
+
+
+def meta_text(trace: Trace, version: int, context: dict) -> str:
+    """trace.json as agentfs wrote it in format `version`, with this `context`."""
+    data = {"format_version": version, "id": trace.id, "head": 1, "next_sequence": 2,
+            "created_at": "2026-01-01T00:00:00+00:00", "model": None, "preset": None,
+            "iterations": 0, "injected_skills": {}, "context": context}
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def test_trace_json_as_agentfs_wrote_it_loads_and_saves_byte_identical(
         project: Project, trace: Trace) -> None:
-    old = {"format_version": 2, "id": trace.id, "head": 1, "next_sequence": 2,
-           "created_at": "2026-01-01T00:00:00+00:00", "model": None, "preset": None,
-           "iterations": 0, "injected_skills": {},
-           "context": {"inject_skills": ["x"], "side_calls": {"compression": 1},
-                       "side_branches": {"compression": 2},
-                       "collaborators": {"c": {"trace": "c", "task": "t", "status": "running"}},
-                       "last_error": {"at": "2026-01-01T00:00:00+00:00", "error": "boom"}}}
-    for context in (old["context"], {}):
-        text = json.dumps({**old, "context": context}, indent=2, ensure_ascii=False) + "\n"
+    for context in (OLD_CONTEXT, {}):
+        text = meta_text(trace, FORMAT_VERSION, context)
         trace.meta_path.write_text(text)
         reread = project.trace(trace.id)
         reread.save_meta()
         assert trace.meta_path.read_text() == text
+
+
+def test_a_format_2_trace_json_loads_and_saves_without_its_side_branch_count(
+        project: Project, trace: Trace) -> None:
+    """Format 2 counted the side branches a trace named; format 3 names them after
+    commits. The count is read and dropped, every other key kept as it was."""
+    trace.meta_path.write_text(meta_text(
+        trace, 2, {**OLD_CONTEXT, "side_branches": {"compression": 2}}))
+    reread = project.trace(trace.id)
+    assert reread.meta.context.inject_skills == ["x"]
+    reread.save_meta()
+    assert trace.meta_path.read_text() == meta_text(trace, FORMAT_VERSION, OLD_CONTEXT)

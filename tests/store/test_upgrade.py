@@ -1,6 +1,7 @@
 """Message files live in folders of 1,000 (format 2); a format 1 trace (every file directly
 in messages/) is upgraded in place by the next run, in one `upgrade` commit, even if
-that run is killed halfway; files a person puts directly in messages/ still work."""
+that run is killed halfway; files a person puts directly in messages/ still work.
+A format 2 trace.json (which counted side branches) is rewritten the same way."""
 
 from __future__ import annotations
 
@@ -74,7 +75,7 @@ def test_new_traces_keep_their_messages_in_folders(trace: Trace) -> None:
     root = trace.workspace.root
     files = git(root, "ls-files", "traces/demo/messages").split()
     assert files and all(f.startswith(f"traces/demo/messages/{FOLDER}/") for f in files)
-    assert json.loads(trace.meta_path.read_text())["format_version"] == FORMAT_VERSION == 2
+    assert json.loads(trace.meta_path.read_text())["format_version"] == FORMAT_VERSION == 3
 
 
 def test_a_format_1_trace_is_upgraded_in_one_commit_of_renames(trace: Trace) -> None:
@@ -91,7 +92,7 @@ def test_a_format_1_trace_is_upgraded_in_one_commit_of_renames(trace: Trace) -> 
         [f"R100\ttraces/demo/messages/{n}\ttraces/demo/messages/{FOLDER}/{n}" for n in names]
         + ["M\ttraces/demo/trace.json"]
     )
-    assert json.loads(trace.meta_path.read_text())["format_version"] == 2
+    assert json.loads(trace.meta_path.read_text())["format_version"] == FORMAT_VERSION
     assert sorted(p.name for p in message_paths(trace.messages_dir)) == sorted(names)
     assert {s: m.text for s, m in reopened(trace).messages().items()} == before
     assert_git_clean(root)
@@ -241,7 +242,7 @@ def test_an_upgrade_killed_at_any_rename_is_finished_by_the_next_run(
     ]
     assert git(root, "log", "--format=%s").count(": upgrade #") == 1
     assert sorted(p.name for p in message_paths(trace.messages_dir)) == sorted(names)
-    assert json.loads(trace.meta_path.read_text())["format_version"] == 2
+    assert json.loads(trace.meta_path.read_text())["format_version"] == FORMAT_VERSION
     assert_git_clean(root)
     git(root, "fsck", "--strict")
 
@@ -286,3 +287,86 @@ def test_a_merge_cut_short_in_a_format_1_trace_is_undone_before_the_upgrade(
     assert on_disk["side_queue"]["steps"][0]["state"] == "running"
     assert on_disk["head"] == json.loads(committed_meta)["head"]
     assert_git_clean(root)
+
+
+# --- format 2: trace.json counted the side branches the trace named -----------------
+
+
+def as_format_2(trace: Trace) -> dict:
+    """Turn trace.json into what agentfs 2 wrote, committed with git; returns its data."""
+    meta = json.loads(trace.meta_path.read_text())
+    meta["format_version"] = 2
+    meta["context"] = {**meta["context"], "side_calls": {"compression": 1},
+                       "side_branches": {"compression": 2, "reflection": 1}}
+    trace.meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    git(trace.workspace.root, "commit", "-q", "-am", "as agentfs 2 left it")
+    return meta
+
+
+def upgraded(old: dict) -> dict:
+    """What the upgrade makes of a format 2 trace.json: the count gone, the rest kept."""
+    context = {k: v for k, v in old["context"].items() if k != "side_branches"}
+    return {**old, "format_version": FORMAT_VERSION, "context": context}
+
+
+def test_a_format_2_trace_json_is_upgraded_in_one_commit(trace: Trace) -> None:
+    root = trace.workspace.root
+    old = as_format_2(trace)
+    before = {s: m.text for s, m in reopened(trace).messages().items()}
+    fresh = reopened(trace)
+    assert fresh.meta.context.side_calls == {"compression": 1}  # readable as it is
+    with fresh.lock():
+        assert fresh.recover() == ["upgrade"]
+    assert git(root, "log", "-1", "--format=%s").strip() == (
+        f"demo: upgrade #8 trace.json in format {FORMAT_VERSION}")
+    assert git(root, "show", "--name-status", "--format=", "HEAD").splitlines() == [
+        "M\ttraces/demo/trace.json"]
+    assert json.loads(trace.meta_path.read_text()) == upgraded(old)
+    assert {s: m.text for s, m in reopened(trace).messages().items()} == before
+    assert_git_clean(root)
+    git(root, "fsck", "--strict")
+    again = reopened(trace)
+    with again.lock():
+        assert again.recover() == []  # idempotent
+
+
+def test_a_format_2_trace_json_a_person_edited_is_committed_as_their_edit(
+        trace: Trace) -> None:
+    """Only a trace.json as committed is rewritten: an edit is the person's, committed as
+    it is; the next step writes the current format."""
+    root = trace.workspace.root
+    old = as_format_2(trace)
+    trace.meta_path.write_text(json.dumps({**old, "model": "replay"}, indent=2) + "\n")
+    fresh = reopened(trace)
+    with fresh.lock():
+        assert fresh.recover() == ["edit"]
+    assert json.loads(git(root, "show", "HEAD:traces/demo/trace.json"))["model"] == "replay"
+    fresh.commit_step("user", [fresh.new_message("user", "and on it goes")])
+    meta = json.loads(trace.meta_path.read_text())
+    assert meta["format_version"] == FORMAT_VERSION and "side_branches" not in meta["context"]
+    assert_git_clean(root)
+
+
+@pytest.mark.parametrize("killed_at", range(1, 11))  # 9 renames, then none
+def test_a_format_2_upgrade_killed_at_any_rename_is_finished_by_the_next_run(
+        trace: Trace, killed_at: int) -> None:
+    """SIGKILL at the n-th rename of the upgrade (trace.json, the objects, the ref, the
+    index): the next run ends with one upgrade commit and no edit, nothing lost."""
+    import subprocess
+    import sys
+
+    root = trace.workspace.root
+    old = as_format_2(trace)
+    before = git(root, "rev-parse", "HEAD").strip()
+    done = subprocess.run([sys.executable, "-c", KILLED_UPGRADE, str(root), str(killed_at)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode in (0, -9), done.stderr
+    fresh = reopened(trace)
+    with fresh.lock():
+        fresh.recover()
+    subjects = git(root, "log", "--format=%s", f"{before}..HEAD").splitlines()
+    assert subjects == [f"demo: upgrade #8 trace.json in format {FORMAT_VERSION}"]
+    assert json.loads(trace.meta_path.read_text()) == upgraded(old)
+    assert json.loads(git(root, "show", "HEAD:traces/demo/trace.json")) == upgraded(old)
+    assert_git_clean(root)
+    git(root, "fsck", "--strict")
