@@ -24,7 +24,6 @@ before the new one appeared look again (`ObjectWriter.read_raw`).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 import zlib
@@ -34,20 +33,14 @@ from pathlib import Path
 
 from dulwich.errors import ChecksumMismatch
 from dulwich.object_format import DEFAULT_OBJECT_FORMAT
+from dulwich.objects import ShaFile
 from dulwich.pack import Pack, PackFileDisappeared, UnpackedObject, load_pack_index
 
 from agentfs.errors import GitStateError, RemoteError
 from agentfs.store.atomic import alive
 from agentfs.store.git.lineage import ReadRaw, predecessors, skip_delta_bases
 from agentfs.store.git.objects import ObjectWriter
-from agentfs.store.git.packfile import (
-    TEMP_PREFIXES,
-    TYPE_NUMBERS,
-    delta,
-    install_pack,
-    make_delta,
-    whole,
-)
+from agentfs.store.git.packfile import TEMP_PREFIXES, delta, install_pack, make_delta, whole
 from agentfs.store.git.remote import git
 from agentfs.store.locking import FileLock
 
@@ -188,20 +181,12 @@ def read_loose(path: str, sha: bytes) -> tuple[int, bytes] | None:
     """(type, content) of a loose object; None if it is gone, or damaged (then it is
     left where it is, for `git fsck` to report)."""
     try:
-        with open(path, "rb") as f:
-            raw = zlib.decompress(f.read())
+        obj = ShaFile.from_path(path)
     except FileNotFoundError:
         return None
-    except zlib.error:
+    except Exception:  # noqa: BLE001 — dulwich raises several types for a damaged object
         return None
-    nul = raw.find(b"\0")
-    type_name, _, size = raw[:nul].partition(b" ")
-    type_num = TYPE_NUMBERS.get(type_name)
-    if type_num is None or not size.isdigit() or int(size) != len(raw) - nul - 1:
-        return None
-    if hashlib.sha1(raw, usedforsecurity=False).hexdigest().encode() != sha:
-        return None
-    return type_num, raw[nul + 1 :]
+    return (obj.type_num, obj.as_raw_string()) if obj.id == sha else None
 
 
 def pack_loose_objects(
