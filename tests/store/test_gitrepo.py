@@ -439,3 +439,32 @@ def test_split_index_is_handled_or_refused_cleanly(project: Project, trace: Trac
         git(root, "commit", "-q", "-m", "mine")
         assert git(root, "show", "--name-status", "--format=", "HEAD") == "A\tmine.md\n"
         assert_git_clean(root)
+
+
+def test_an_index_of_version_4_is_kept_in_step_with_each_commit(
+    project: Project, trace: Trace
+) -> None:
+    # Git writes version 4 (path-compressed entries) under `feature.manyFiles`.
+    root = project.workspace.root
+    (root / "notes.md").write_text("mine\n")
+    git(root, "add", "notes.md")
+    git(root, "update-index", "--index-version", "4")
+    trace.commit_step("assistant", [trace.new_message("assistant", "hello")])
+    assert git(root, "diff", "--cached", "--name-status") == "A\tnotes.md\n"  # still staged
+    git(root, "commit", "-q", "-m", "mine")
+    trace.commit_step("assistant", [trace.new_message("assistant", "again")])
+    assert_git_clean(root)
+    assert trace.repo.staged_changes(f"traces/{trace.id}") == []
+
+
+def test_an_index_nobody_can_read_is_refused_before_main_moves(
+    project: Project, trace: Trace
+) -> None:
+    root = project.workspace.root
+    index = root / ".git" / "index"
+    index.write_bytes(index.read_bytes()[:-1] + b"\0")  # its checksum no longer matches
+    before = head(root, "main")
+    with pytest.raises(GitStateError, match="index") as caught:
+        trace.commit_step("assistant", [trace.new_message("assistant", "hello")])
+    assert caught.value.hint and "git" in caught.value.hint
+    assert head(root, "main") == before

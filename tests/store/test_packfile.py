@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from dulwich.objects import Blob, Commit, Tag, Tree
 from dulwich.pack import apply_delta
 from dulwich.repo import Repo
 from hypothesis import HealthCheck, given, settings
@@ -22,11 +23,6 @@ from hypothesis import strategies as st
 
 from agentfs.store.git import packfile, packing
 from agentfs.store.git.packfile import (
-    BLOB,
-    COMMIT,
-    TAG,
-    TREE,
-    TYPE_NAMES,
     _common_suffix,
     common_prefix,
     delta,
@@ -35,6 +31,9 @@ from agentfs.store.git.packfile import (
     whole,
 )
 from tests.conftest import git
+
+BLOB, COMMIT, TAG, TREE = (kind.type_num for kind in (Blob, Commit, Tag, Tree))
+TYPE_NAMES = {kind.type_num: kind.type_name for kind in (Blob, Commit, Tag, Tree)}
 
 #: Sizes where an encoding changes: the 4 bits of an entry header's first byte, a
 #: varint's 7 bits, a copy's 16 bits (0x10000 is its "size 0"), the prefix search's block.

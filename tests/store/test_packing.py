@@ -22,11 +22,12 @@ from pathlib import Path
 
 import pytest
 from dulwich.object_format import SHA1
+from dulwich.objects import Blob
 from dulwich.pack import Pack, apply_delta, write_pack_index
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentfs.store.git import packfile, packing
+from agentfs.store.git import packing
 from agentfs.store.git.lineage import changed_entries, predecessors, skip_delta_bases, tree_entries
 from agentfs.store.git.packfile import install_pack, make_delta, whole
 from agentfs.store.git.repo import GitRepo, init_repo
@@ -775,7 +776,7 @@ def test_a_damaged_entry_is_never_merged_over_a_good_copy(
     text = git(root, "cat-file", "blob", blob).encode()
     pack_dir = root / ".git/objects/pack"
     # a second copy, as `git gc` racing us may make
-    install_pack(pack_dir, [whole(bytes.fromhex(blob), packfile.BLOB, text)], 1)
+    install_pack(pack_dir, [whole(bytes.fromhex(blob), Blob.type_num, text)], 1)
     with Pack(str(pack_dir / first), object_format=SHA1) as pack:
         offset = pack.index.object_offset(bytes.fromhex(blob))
     damaged = bytearray((pack_dir / f"{first}.pack").read_bytes())

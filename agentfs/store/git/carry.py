@@ -16,10 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from dulwich.diff_tree import tree_changes
-from dulwich.objects import Blob, Commit, Tree
+from dulwich.objects import Blob, Tree
 
 from agentfs.errors import MergeConflict
-from agentfs.store.git import ids
 from agentfs.store.git.conflicts import conflict_copy
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.git.trees import change_tree
@@ -87,7 +86,8 @@ def carry(repo: GitRepo, commits: Sequence[bytes], onto: bytes) -> bytes:
             raise MergeConflict(
                 f"{len(conflicts)} path(s) changed on the remote too: {', '.join(conflicts[:5])}",
                 conflicts, hint="the trace was run elsewhere meanwhile; its claim was lost")
-        tip = _remake(repo, commit, _tree(repo, tip_tree, changes), [tip, *commit.parents[1:]])
+        tip = repo.make_commit(_tree(repo, tip_tree, changes), commit.message,
+                               [tip, *commit.parents[1:]], like=commit).id
     return tip
 
 
@@ -133,16 +133,9 @@ def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes, *,
         else:  # deleted here, changed there: theirs stays, and the deletion is history
             result.kept_aside[path] = ""
     tree = _tree(repo, repo.commit(theirs).tree, changes)
-    merged_commit = repo.commit(ours)
-    commit = Commit()
-    commit.tree = tree
-    commit.parents = ids.object_ids([ours, theirs])
-    commit.author = commit.committer = repo.identity()
-    commit.author_time = commit.commit_time = merged_commit.commit_time
-    commit.author_timezone = commit.commit_timezone = merged_commit.commit_timezone
-    commit.encoding = b"UTF-8"
-    commit.message = message
-    repo.objects.add_object(commit)
+    mine = repo.commit(ours)
+    commit = repo.make_commit(tree, message, [ours, theirs],
+                              when=(mine.commit_time, mine.commit_timezone))
     result.commit = commit.id
     return result
 
@@ -167,17 +160,3 @@ def _change(path: str, entry: Entry | None) -> tuple[bytes, int, bytes | None]:
 def _tree(repo: GitRepo, base: bytes, changes: list) -> bytes:
     tree = change_tree(repo.objects, base, changes) if changes else base
     return tree if tree is not None else repo.objects.add_raw(Tree.type_num, b"")
-
-
-def _remake(repo: GitRepo, original: Commit, tree: bytes, parents: list[bytes]) -> bytes:
-    commit = Commit()
-    commit.tree = tree
-    commit.parents = ids.object_ids(parents)
-    commit.author, commit.committer = original.author, original.committer
-    commit.author_time, commit.commit_time = original.author_time, original.commit_time
-    commit.author_timezone = original.author_timezone
-    commit.commit_timezone = original.commit_timezone
-    commit.encoding = original.encoding
-    commit.message = original.message
-    repo.objects.add_object(commit)
-    return commit.id

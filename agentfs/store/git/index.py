@@ -13,28 +13,18 @@ differ from a shared index, which is written again once they are more than
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Self
 
-from dulwich.index import (
-    IndexChecksumReader,
-    IndexChecksumWriter,
-    IndexEntry,
-    index_entry_from_stat,
-    read_index_dict_with_version,
-    write_index_dict,
-)
+from dulwich.index import IndexEntry, index_entry_from_stat
 
 from agentfs.errors import GitStateError
 from agentfs.store.git import rawindex
 from agentfs.store.git.lockfiles import GitLockFile
 from agentfs.store.git.splitindex import freshen, remove_expired, write_shared
-
-_DROP_EXTENSIONS = rawindex.DROPPED_EXTENSIONS
 
 #: An index of this many entries or more is written split.
 SPLIT_AT = 1000
@@ -65,8 +55,7 @@ class IndexUpdate:
         self.durable = durable
         self.split = split
         self._lock = GitLockFile(index_path, state_dir, durable=durable)
-        self._current: rawindex.RawIndex | None = None
-        self._parsed: tuple[dict, int | None, list] | None = None  # dulwich's read, if needed
+        self._current = rawindex.RawIndex(version=2)
         self._raw: rawindex.RawIndex | None = None
         self._data: bytes | None = None
 
@@ -80,8 +69,6 @@ class IndexUpdate:
         self._lock.acquire()
         try:
             self._current = _load_raw(self.index_path)
-            if self._current is None:
-                self._parsed = _read(self.index_path)  # refuses e.g. a split index
         except BaseException:
             self._lock.abort()
             raise
@@ -98,18 +85,9 @@ class IndexUpdate:
         assert self._data is None, "apply() is called once per lock"
         if not changes:
             return
-        if self._current is not None:
-            current = self._current
-            changes = _without_conflicts(changes, current.paths, current.has)
-            self._raw = self._form(current.apply(changes))
-            self._data = self._raw.encode()
-        else:
-            assert self._parsed is not None
-            entries = self._parsed[0]
-            changes = _without_conflicts(
-                changes, lambda prefix: [p for p in entries if p.startswith(prefix)],
-                entries.__contains__)
-            self._data = _rewrite_with_dulwich(self._parsed, changes)
+        changes = _without_conflicts(changes, self._current.paths, self._current.has)
+        self._raw = self._form(self._current.apply(changes))
+        self._data = self._raw.encode()
         try:
             self._lock.write(self._data)
         except OSError as exc:  # os.write names no file: say which one
@@ -121,8 +99,6 @@ class IndexUpdate:
         (`path → (stat taken before reading, blob hex id)`), as `git update-index
         --refresh` does; entries that changed meanwhile, or whose mode differs, are
         left alone. Written when the block ends, like `apply` (call one of them)."""
-        if self._current is None:
-            return  # an index only dulwich can rewrite: not worth rewriting for this
         changes: dict[bytes, IndexEntry | None] = {}
         for path, (st, blob_id) in found.items():
             known = self._current.entry_stat(path.encode())
@@ -177,8 +153,12 @@ def _without_conflicts(
     return {**changes, **removed} if removed else changes
 
 
-def _load_raw(index_path: Path) -> rawindex.RawIndex | None:
-    """The index for the fast path, or None when only dulwich can rewrite it."""
+def _load_raw(index_path: Path) -> rawindex.RawIndex:
+    """The index, parsed (or from this process's cache); an empty one if there is none.
+
+    Raises:
+        GitStateError: the index is of a kind agentfs cannot read, with the way out.
+    """
     try:
         index, _ = rawindex.load(index_path)
     except FileNotFoundError:
@@ -189,54 +169,15 @@ def _load_raw(index_path: Path) -> rawindex.RawIndex | None:
             hint="rebuild the index from HEAD with `git read-tree HEAD` "
             "(staged changes are lost), then try again",
         ) from None
-    except rawindex.Unsupported:
+    except rawindex.Unsupported as exc:
         if os.path.getsize(index_path) == 0:
             return rawindex.RawIndex(version=2)
-        return None
-    return index
-
-
-def _rewrite_with_dulwich(
-    parsed: tuple[dict, int | None, list], changes: Mapping[bytes, IndexEntry | None]
-) -> bytes:
-    entries, version, extensions = parsed
-    for path, entry in changes.items():
-        if entry is None:
-            entries.pop(path, None)
-        else:
-            entries[path] = entry
-    buffer = io.BytesIO()
-    writer = IndexChecksumWriter(buffer)
-    write_index_dict(
-        writer,
-        entries,
-        version=version,
-        extensions=[e for e in extensions if _signature(e) not in _DROP_EXTENSIONS],
-    )
-    writer.write_checksum()
-    return buffer.getvalue()
-
-
-def _read(index_path: Path) -> tuple[dict, int | None, list]:
-    """The index read by dulwich; GitStateError for one agentfs cannot update."""
-    if not index_path.exists() or os.path.getsize(index_path) == 0:
-        return {}, None, []
-    try:
-        with open(index_path, "rb") as f:
-            reader = IndexChecksumReader(f)
-            entries, version, extensions = read_index_dict_with_version(reader)
-            reader.check_checksum(allow_empty=True)
-    except Exception as exc:  # noqa: BLE001 — dulwich raises several types for formats it cannot read
         raise GitStateError(
-            f"{index_path}: agentfs cannot read this Git index ({type(exc).__name__})",
+            f"{index_path}: agentfs cannot read this Git index ({exc})",
             hint="run `git update-index --no-split-index` (or `git update-index "
             "--index-version 2`), then try again",
         ) from None
-    return entries, version, extensions
-
-
-def _signature(extension: object) -> bytes:
-    return getattr(extension, "signature", b"")
+    return index
 
 
 def staged_changes(

@@ -19,7 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
-from agentfs.store.git.packfile import COMMIT, TREE, common_prefix
+from dulwich.objects import Commit
+
+from agentfs.store.git.packfile import common_prefix
+from agentfs.store.git.trees import TREE
+
+COMMIT = Commit.type_num
 
 _DIR_MODE = b"40000"
 _GITLINK_MODE = b"160000"

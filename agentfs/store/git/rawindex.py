@@ -1,4 +1,4 @@
-"""A fast path for patching a few entries of a version 2/3 Git index, whole or split.
+"""A fast path for patching a few entries of a Git index, whole or split.
 
 Reading and re-encoding every entry through dulwich costs tens of
 microseconds per entry, which dominated each step in a large trace. Here
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dulwich.index import IndexEntry, Stage, write_cache_entry
+from dulwich.index import IndexEntry, Stage, read_index_dict_with_version, write_cache_entry
 
 from agentfs.store.git.splitindex import decode_ewah, encode_ewah, shared_path
 
@@ -44,7 +44,8 @@ DROPPED_EXTENSIONS = {b"TREE", b"UNTR"}
 
 
 class Unsupported(Exception):
-    """An index this fast path does not handle (version 4, unknown extensions, ...)."""
+    """An index agentfs cannot read (a bad checksum, a lowercase extension it does not
+    know, which Git says not to ignore, ...)."""
 
 
 class BrokenSplit(Unsupported):
@@ -267,21 +268,24 @@ def _shared(git_dir: Path, sha: bytes) -> RawIndex:
     return found
 
 
-def encode_entry(path: bytes, entry: IndexEntry, version: int) -> bytes:
+def encode_entry(path: bytes, entry: IndexEntry, version: int,
+                 stage: Stage = Stage.NORMAL) -> bytes:
     buffer = io.BytesIO()
-    write_cache_entry(buffer, entry.serialize(path, Stage.NORMAL), version=version)
+    write_cache_entry(buffer, entry.serialize(path, stage), version=version)
     return buffer.getvalue()
 
 
 def parse(data: bytes) -> RawIndex:
-    """Entry boundaries and extensions of a version 2/3 index."""
+    """Entry boundaries and extensions of an index (version 4 is read through dulwich)."""
     if len(data) < HEADER.size + 20:
         raise Unsupported("index too short")
     signature, version, count = HEADER.unpack_from(data, 0)
-    if signature != b"DIRC" or version not in (2, 3):
-        raise Unsupported(f"index version {version}")
     if hashlib.sha1(data[:-20], usedforsecurity=False).digest() != data[-20:]:
         raise Unsupported("index checksum mismatch")
+    if signature == b"DIRC" and version == 4:
+        return _parse_version_4(data)
+    if signature != b"DIRC" or version not in (2, 3):
+        raise Unsupported(f"index version {version}")
     index = RawIndex(version)
     offset = HEADER.size
     for _ in range(count):
@@ -305,6 +309,35 @@ def parse(data: bytes) -> RawIndex:
         elif signature not in DROPPED_EXTENSIONS:
             index.extensions.append((signature, data[offset + 8 : offset + 8 + size]))
         offset += 8 + size
+    return index
+
+
+_STAGES = (Stage.MERGE_CONFLICT_ANCESTOR, Stage.MERGE_CONFLICT_THIS, Stage.MERGE_CONFLICT_OTHER)
+
+
+def _parse_version_4(data: bytes) -> RawIndex:
+    """A version 4 index (its paths prefix-compressed, as Git writes it under
+    `feature.manyFiles`) read by dulwich, as the version 3 index it is written back as
+    (Git reads both), so that its entries are raw bytes like any other index's."""
+    f = io.BytesIO(data)
+    try:
+        entries, _, extensions = read_index_dict_with_version(f)
+    except Exception as exc:  # noqa: BLE001 — dulwich raises several types for what it cannot read
+        raise Unsupported(f"index version 4 ({type(exc).__name__})") from None
+    if f.tell() < len(data) - 20:
+        raise Unsupported("index extension dulwich cannot read")  # e.g. `link`, `sdir`
+    index = RawIndex(3)
+    for path, entry in sorted(entries.items()):
+        if isinstance(entry, IndexEntry):
+            index.keys.append((path, 0))
+            index.raws.append(encode_entry(path, entry, 3))
+            continue
+        for stage, side in zip(_STAGES, (entry.ancestor, entry.this, entry.other), strict=True):
+            if side is not None:
+                index.keys.append((path, stage.value))
+                index.raws.append(encode_entry(path, side, 3, stage))
+    index.extensions = [(e.signature, e.to_bytes()) for e in extensions
+                        if e.signature not in DROPPED_EXTENSIONS]
     return index
 
 

@@ -24,6 +24,7 @@ from typing import Literal, NamedTuple, Self
 
 from dulwich.index import IndexEntry, index_entry_from_stat
 from dulwich.objects import Blob, Commit, Tree
+from dulwich.reflog import format_reflog_line
 from dulwich.repo import Repo
 
 from agentfs.errors import GitStateError
@@ -473,7 +474,7 @@ class GitRepo:
             if tree is None:
                 tree = self.objects.add_raw(Tree.type_num, b"")
             parents = ([parent] if parent is not None else []) + list(extra_parents)
-            commit = self._make_commit(tree, message, parents)
+            commit = self.make_commit(tree, message, parents)
             if before_swap is not None:
                 before_swap(commit.id)
                 before_swap = None
@@ -515,18 +516,12 @@ class GitRepo:
         return value or None
 
     def _append_reflog(self, ref: bytes, old: bytes | None, new: bytes, message: bytes) -> None:
-        log = self.git_dir / "logs" / ref.decode()
         now = int(time.time())
-        offset = _utc_offset(now) // 60
-        tz = f"{'+' if offset >= 0 else '-'}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
-        subject_line = message.split(b"\n", 1)[0]
-        line = (
-            (old or b"0" * 40) + b" " + new + b" " + self.identity()
-            + f" {now} {tz}\t".encode() + b"agentfs: " + subject_line + b"\n"
-        )
-        fd = open_creating(log, os.O_WRONLY | os.O_APPEND)
+        line = format_reflog_line(old, new, self.identity(), now, _utc_offset(now),
+                                  b"agentfs: " + message.split(b"\n", 1)[0])
+        fd = open_creating(self.git_dir / "logs" / ref.decode(), os.O_WRONLY | os.O_APPEND)
         try:
-            os.write(fd, line)
+            os.write(fd, line + b"\n")
         finally:
             os.close(fd)
 
@@ -538,17 +533,28 @@ class GitRepo:
         if not self._swap(ref, None, start, b"branch: created " + name.encode()):
             raise GitStateError(f"branch {name} already exists")
 
-    def _make_commit(self, tree: bytes, message: bytes, parents: list[bytes]) -> Commit:
+    def make_commit(self, tree: bytes, message: bytes, parents: Sequence[bytes], *,
+                    when: tuple[int, int] | None = None, like: Commit | None = None) -> Commit:
+        """Write a commit of `tree` by this repository's identity, now or at `when`
+        (seconds, UTC offset); or by the author and committer of `like`, at its times
+        (a commit re-made on another tip)."""
         commit = Commit()
         commit.tree = tree
         commit.parents = ids.object_ids(parents)
-        commit.author = commit.committer = self.identity()
-        now = int(time.time())
-        offset = _utc_offset(now)
-        commit.author_time = commit.commit_time = now
-        commit.author_timezone = commit.commit_timezone = offset
-        commit.encoding = b"UTF-8"
         commit.message = message
+        if like is not None:
+            commit.author, commit.committer = like.author, like.committer
+            commit.author_time, commit.commit_time = like.author_time, like.commit_time
+            commit.author_timezone = like.author_timezone
+            commit.commit_timezone = like.commit_timezone
+            commit.encoding = like.encoding
+        else:
+            now = int(time.time())
+            seconds, offset = when or (now, _utc_offset(now))
+            commit.author = commit.committer = self.identity()
+            commit.author_time = commit.commit_time = seconds
+            commit.author_timezone = commit.commit_timezone = offset
+            commit.encoding = b"UTF-8"
         self.objects.add_object(commit)
         return commit
 

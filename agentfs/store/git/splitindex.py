@@ -22,6 +22,8 @@ import struct
 import time
 from pathlib import Path
 
+from dulwich.bitmap import EWAHBitmap
+
 from agentfs.store.atomic import fsync_dir, open_creating
 
 __all__ = ["SHARED_EXPIRE_S", "decode_ewah", "encode_ewah", "remove_expired", "write_shared"]
@@ -29,80 +31,28 @@ __all__ = ["SHARED_EXPIRE_S", "decode_ewah", "encode_ewah", "remove_expired", "w
 #: Shared index files not named by the index are deleted once this old (seconds).
 SHARED_EXPIRE_S = 600
 
-_RUNNING_BITS = 32
-_LITERAL_MAX = (1 << 31) - 1
-_RUN_MAX = (1 << _RUNNING_BITS) - 1
-
 
 def encode_ewah(bits: list[int]) -> bytes:
-    """The EWAH serialization Git reads (ewah/ewah_io.c) of the set `bits` (sorted)."""
-    words: dict[int, int] = {}
-    for bit in bits:
-        words[bit // 64] = words.get(bit // 64, 0) | (1 << (bit % 64))
-    buffer: list[int] = []
-    rlw = 0
-    position = 0  # words encoded so far
-    order = sorted(words)
-    at = 0
-    while at < len(order):
-        end = at
-        while end + 1 < len(order) and order[end + 1] == order[end] + 1:
-            end += 1
-        run = order[at] - position
-        while run > _RUN_MAX:  # a run longer than one marker word holds
-            buffer.append(_RUN_MAX << 1)
-            run -= _RUN_MAX
-        literals = [words[i] for i in order[at : end + 1]]
-        for start in range(0, len(literals), _LITERAL_MAX):
-            chunk = literals[start : start + _LITERAL_MAX]
-            rlw = len(buffer)
-            buffer.append((run << 1) | (len(chunk) << (1 + _RUNNING_BITS)))
-            buffer.extend(chunk)
-            run = 0
-        position = order[end] + 1
-        at = end + 1
-    if not buffer:
-        buffer.append(0)
-    bit_size = bits[-1] + 1 if bits else 0
-    return (
-        struct.pack(">LL", bit_size, len(buffer))
-        + struct.pack(f">{len(buffer)}Q", *buffer)
-        + struct.pack(">L", rlw)
-    )
+    """The EWAH serialization Git reads (ewah/ewah_io.c) of the set `bits`, as
+    dulwich writes it for pack bitmaps (the same format)."""
+    bitmap = EWAHBitmap()
+    bitmap.bits = set(bits)
+    return bitmap.encode()
 
 
 def decode_ewah(data: bytes, offset: int) -> tuple[list[int], int]:
     """The set bits of the EWAH bitmap at `offset`, and the offset after it.
 
     Raises:
-        ValueError: the bitmap is cut short.
+        ValueError: the bitmap is cut short or does not fit its own size.
     """
     if len(data) < offset + 8:
         raise ValueError("EWAH bitmap cut short")
-    _bit_size, count = struct.unpack_from(">LL", data, offset)
+    (count,) = struct.unpack_from(">L", data, offset + 4)
     end = offset + 8 + 8 * count + 4
     if len(data) < end:
         raise ValueError("EWAH bitmap cut short")
-    words = struct.unpack_from(f">{count}Q", data, offset + 8)
-    bits: list[int] = []
-    position = 0  # in words
-    at = 0
-    while at < count:
-        marker = words[at]
-        run = (marker >> 1) & _RUN_MAX
-        literals = marker >> (1 + _RUNNING_BITS)
-        if marker & 1:
-            bits.extend(range(position * 64, (position + run) * 64))
-        position += run
-        for word in words[at + 1 : at + 1 + literals]:
-            left = word  # its set bits, lowest first
-            while left:
-                low = left & -left
-                bits.append(position * 64 + low.bit_length() - 1)
-                left ^= low
-            position += 1
-        at += 1 + literals
-    return bits, end
+    return sorted(EWAHBitmap(data[offset:end]).bits), end
 
 
 def shared_path(git_dir: Path, sha: bytes) -> Path:
