@@ -45,6 +45,8 @@ class Outcome:
     refused: int  # pushes refused because a ref had moved (compare and swap lost)
     main_pushes: int  # pushes that moved (or tried to move) main
     main_refused: int
+    trace_pushes: int  # pushes that moved a trace ref (per-trace refs only)
+    trace_refused: int
     answered: int  # assistant steps on main
     problems: list[str]
 
@@ -75,11 +77,14 @@ class _Pushes:
         def push(remote, updates):
             ok = original(remote, updates)
             main = any(u.ref == "refs/heads/main" for u in updates)
+            trace = any(u.ref.startswith("refs/agentfs/traces/") and u.new for u in updates)
             with lock:
                 counts["pushes"] += 1
                 counts["refused"] += not ok
                 counts["main_pushes"] += main
                 counts["main_refused"] += main and not ok
+                counts["trace_pushes"] += trace
+                counts["trace_refused"] += trace and not ok
             return ok
 
         GitRemote.push = push  # type: ignore[method-assign]
@@ -139,7 +144,8 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
         problems = _check(bare, jobs)
         answered = _answered(bare)
     return Outcome(workers, jobs, seconds, pushes.counts["pushes"], pushes.counts["refused"],
-                   pushes.counts["main_pushes"], pushes.counts["main_refused"], answered,
+                   pushes.counts["main_pushes"], pushes.counts["main_refused"],
+                   pushes.counts["trace_pushes"], pushes.counts["trace_refused"], answered,
                    problems)
 
 

@@ -29,7 +29,7 @@ FETCH = (f"+{MAIN_REF}:{SEEN_MAIN}", f"+{TRACES}*:{SEEN_TRACES}*", f"+{CLAIMS}*:
 #: Pushes lost in a row before giving up for now (a trace ref races only with folds).
 RACES = 50
 #: Tries to fold a job's steps into main at its end before leaving them on the trace ref.
-FOLDS = 4
+FOLDS = 2
 
 
 def fetch(remote: GitRemote) -> str | None:

@@ -100,6 +100,8 @@ class Worker:
         if self.mirror() is None:
             return False
         seen = self.claims.seen()
+        if self.fold_idle(seen):  # a backlog of unclaimed steps, folded first
+            self.mirror()
         jobs = self.jobs()
         reaped = self.claims.reap(seen, {name for name, _ in jobs})
         if reaped:
@@ -114,7 +116,6 @@ class Worker:
             self.log("claimed", {"claim": name, "took_over": expect is not None})
             self._job(held, target)
             return True
-        self.fold_idle(seen)
         return False
 
     def mirror(self, scope: str = EVERY) -> str | None:
@@ -155,12 +156,13 @@ class Worker:
         self._mirrored, self._view = key, view
         return view
 
-    def fold_idle(self, seen: dict) -> None:
+    def fold_idle(self, seen: dict) -> bool:
         """Fold into main the trace refs of traces nobody claims (a job whose release
-        gave up on main, a killed worker's steps): one try, a lost race is no loss."""
+        gave up on main, a killed worker's steps): one try, a lost race is no loss.
+        True if this worker's fold moved main."""
         refs = {t: sha for t, sha in self.trace_refs.items() if t not in seen}
         if not refs or self.main is None:
-            return
+            return False
         repo = GitRepo(self.root)
         try:
             folded = fold(repo, self.main, refs)
@@ -168,6 +170,8 @@ class Worker:
             repo.close()
         if folded.taken and self.git.push(folded.updates()):
             self.log("folded", {"traces": sorted(folded.taken)})
+            return True
+        return False
 
     def jobs(self) -> list[tuple[str, str | None]]:
         """(claim name, trace id or None for a new trace's file) of the work in the
