@@ -38,6 +38,8 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
         first = first or out["rate"]
         results.add("fleet", f"{workers} worker(s), {jobs} jobs, model 1-2 s", out["rate"],
                     "jobs/s", f"{out['rate'] / first:.2f}x one worker")
+        results.add("fleet", f"{workers} worker(s): CPU per job", out["cpu"] / jobs, "s",
+                    "agentfs and git, all workers")
     workers, jobs = (20, 40) if quick else (50, 100)
     old = _export_old(scratch / "old")
     runs = [("per-trace refs", None)] + ([("every step on main", old)] if old else [])

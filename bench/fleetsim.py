@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import resource
 import subprocess
 import sys
 import threading
@@ -48,6 +49,7 @@ class Outcome:
     trace_pushes: int  # pushes that moved a trace ref (per-trace refs only)
     trace_refused: int
     answered: int  # assistant steps on main
+    cpu: float  # CPU seconds of this process and its git subprocesses during the run
     problems: list[str]
 
     @property
@@ -128,13 +130,13 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
                                 lambda e, d: None, lease=lease, poll=poll, name=f"sim-{i}"))
         bare = server.base / "ws.git"
         threads = [threading.Thread(target=w.run_forever, daemon=True) for w in fleet]
-        started = time.monotonic()
+        started, cpu_before = time.monotonic(), _cpu()
         for thread in threads:
             thread.start()
         deadline = started + timeout
         while _answered(bare) < jobs and time.monotonic() < deadline:
             time.sleep(0.2)
-        seconds = time.monotonic() - started
+        seconds, cpu = time.monotonic() - started, _cpu() - cpu_before
         for w in fleet:
             w.stopping.set()
         for thread in threads:
@@ -146,7 +148,14 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
     return Outcome(workers, jobs, seconds, pushes.counts["pushes"], pushes.counts["refused"],
                    pushes.counts["main_pushes"], pushes.counts["main_refused"],
                    pushes.counts["trace_pushes"], pushes.counts["trace_refused"], answered,
-                   problems)
+                   cpu, problems)
+
+
+def _cpu() -> float:
+    """CPU seconds used so far by this process and its waited-for children (git)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def _answered(bare: Path) -> int:
