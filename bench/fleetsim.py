@@ -48,6 +48,8 @@ class Outcome:
     main_refused: int
     trace_pushes: int  # pushes that moved a trace ref (per-trace refs only)
     trace_refused: int
+    take_pushes: int  # pushes of one claim alone: takes (and renewals between steps)
+    take_refused: int
     answered: int  # assistant steps on main
     cpu: float  # CPU seconds of this process and its git subprocesses during the run
     problems: list[str]
@@ -80,6 +82,8 @@ class _Pushes:
             ok = original(remote, updates)
             main = any(u.ref == "refs/heads/main" for u in updates)
             trace = any(u.ref.startswith("refs/agentfs/traces/") and u.new for u in updates)
+            take = len(updates) == 1 and updates[0].ref.startswith("refs/agentfs/claims/") \
+                and updates[0].new is not None
             with lock:
                 counts["pushes"] += 1
                 counts["refused"] += not ok
@@ -87,6 +91,8 @@ class _Pushes:
                 counts["main_refused"] += main and not ok
                 counts["trace_pushes"] += trace
                 counts["trace_refused"] += trace and not ok
+                counts["take_pushes"] += take
+                counts["take_refused"] += take and not ok
             return ok
 
         GitRemote.push = push  # type: ignore[method-assign]
@@ -147,7 +153,8 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
         answered = _answered(bare)
     return Outcome(workers, jobs, seconds, pushes.counts["pushes"], pushes.counts["refused"],
                    pushes.counts["main_pushes"], pushes.counts["main_refused"],
-                   pushes.counts["trace_pushes"], pushes.counts["trace_refused"], answered,
+                   pushes.counts["trace_pushes"], pushes.counts["trace_refused"],
+                   pushes.counts["take_pushes"], pushes.counts["take_refused"], answered,
                    cpu, problems)
 
 
