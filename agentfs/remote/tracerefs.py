@@ -35,11 +35,26 @@ def seen_traces(remote: GitRemote, prefix: str = SEEN_TRACES) -> dict[str, str]:
     return {ref[len(prefix):]: sha for ref, (sha, _) in remote.local_refs(prefix).items()}
 
 
-def unfolded(repo: GitRepo, main: str, tip: str) -> list[bytes]:
-    """The steps of a trace ref at `tip` that `main` does not hold: its first-parent
-    line down to the commit of `main` it started from, oldest first."""
-    listed = git(repo.root, "rev-list", "--first-parent", "--reverse", tip, f"^{main}").stdout
-    return [line.encode() for line in listed.decode().split()]
+def unfolded(repo: GitRepo, main: str, tips: dict[str, str]) -> dict[str, list[bytes]]:
+    """The steps of each trace ref (trace id → its tip) that `main` does not hold: its
+    first-parent line down to the commit of `main` it started from, oldest first. One
+    `git rev-list` for all of them."""
+    if not tips:
+        return {}
+    listed = git(repo.root, "rev-list", "--first-parent", "--parents",
+                 *sorted(set(tips.values())), f"^{main}").stdout
+    first_parent: dict[str, str] = {}
+    for entry in listed.decode().splitlines():
+        sha, *parents = entry.split()
+        first_parent[sha] = parents[0] if parents else ""
+    found: dict[str, list[bytes]] = {}
+    for trace_id, tip in tips.items():
+        steps, commit = [], tip
+        while commit in first_parent:
+            steps.append(commit.encode())
+            commit = first_parent[commit]
+        found[trace_id] = steps[::-1]
+    return found
 
 
 @dataclass
@@ -62,9 +77,10 @@ def fold(repo: GitRepo, main: str, refs: dict[str, str]) -> Folded:
     after another; a step `main` already holds is dropped. A trace whose steps meet a
     path changed on `main` too is left out (`Folded.left`), never half-folded."""
     result = Folded(main, main)
+    steps = unfolded(repo, main, refs)
     for trace_id, value in sorted(refs.items()):
         try:
-            tip = carry(repo, unfolded(repo, main, value), result.tip.encode(), skip_empty=True)
+            tip = carry(repo, steps[trace_id], result.tip.encode(), skip_empty=True)
         except MergeConflict as exc:
             result.left[trace_id] = exc.message
             continue
