@@ -44,8 +44,11 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
     old = _export_old(scratch / "old")
     runs = [("per-trace refs", None)] + ([("every step on main", old)] if old else [])
     for label, code in runs:
-        out = _simulate(scratch / f"c-{workers}-{bool(code)}", workers, jobs, code)
+        out = _simulate(scratch / f"c-{workers}-{bool(code)}", workers, jobs, code,
+                        complete=False)
         name = f"{workers} workers, {jobs} jobs, {label}"
+        results.add("fleet", f"{name}: jobs answered", out["answered"], "jobs",
+                    "; ".join(out["problems"])[:120])
         results.add("fleet", f"{name}: pushes refused", out["refused"], "pushes",
                     f"of {out['pushes']}")
         results.add("fleet", f"{name}: pushes to main refused", out["main_refused"], "pushes",
@@ -66,15 +69,18 @@ def _export_old(folder: Path) -> Path | None:
     return folder
 
 
-def _simulate(folder: Path, workers: int, jobs: int, code: Path | None = None) -> dict:
-    """One `python -m bench.fleetsim` run; with `code`, its agentfs shadows this one."""
+def _simulate(folder: Path, workers: int, jobs: int, code: Path | None = None, *,
+              complete: bool = True) -> dict:
+    """One `python -m bench.fleetsim` run; with `code`, its agentfs shadows this one.
+    With `complete`, a run that left a problem (see `bench/fleetsim.py:_check`) is an
+    error; else the problems are reported (an old protocol may not finish in time)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-m", "bench.fleetsim", "--workers", str(workers), "--jobs", str(jobs),
          "--delay", "1-2", "--scratch", str(folder)],
         cwd=code or ROOT, env=env, capture_output=True, text=True, check=True, timeout=3600)
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    if out["problems"]:
+    if complete and out["problems"]:
         raise RuntimeError(f"{workers} workers: {out['problems']}")
     return out
 
