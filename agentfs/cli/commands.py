@@ -476,10 +476,12 @@ def skills(as_json: bool) -> None:
 @click.option("--lease", type=click.FloatRange(min=1), default=30.0, show_default=True,
               help="With --remote: seconds a claim lives unless renewed.")
 @approve_option("watcher's runs")
+@click.option("--poll", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="With --remote: seconds between looks at the remote while idle.")
 def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         workspace: Path | None, once: bool, max_parallel: int, settle: float | None,
         model: str | None, thinking: int | None, no_thinking: bool, as_json: bool,
-        remote: str | None, lease: float, approve: bool | None,
+        remote: str | None, lease: float, approve: bool | None, poll: float,
 ) -> None:
     """Run traces when files are dropped into inboxes.
 
@@ -516,7 +518,7 @@ def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         from agentfs.cli.remote import run_worker
 
         run_worker(project.workspace.root, remote, model_for, _watch_logger(as_json),
-                   lease=lease, once=once, runner_options=runner_options)
+                   lease=lease, poll=poll, once=once, runner_options=runner_options)
         return
     watcher = Watcher(project, model_for, _watch_logger(as_json), settle=settle,
                       max_parallel=max_parallel, runner_options=runner_options)

@@ -35,12 +35,14 @@ def sync(remote: str, workspace: Path | None) -> None:
     click.echo("; ".join(p for p in parts if p) or "up to date")
 
 
-def run_worker(root: Path, remote: str, model_for: Callable, log: Callable[[str, dict], None],
-               *, lease: float, once: bool, runner_options: dict[str, Any]) -> None:
+def run_worker(  # noqa: PLR0913 -- the options of `agentfs watch --remote`, passed on
+        root: Path, remote: str, model_for: Callable, log: Callable[[str, dict], None],
+        *, lease: float, poll: float, once: bool, runner_options: dict[str, Any]) -> None:
     """`agentfs watch --remote`: a worker on the clone at `root` until a signal."""
     from agentfs.watch.worker import Worker
 
-    worker = Worker(root, remote, model_for, log, lease=lease, runner_options=runner_options)
+    worker = Worker(root, remote, model_for, log, lease=lease, poll=poll,
+                    runner_options=runner_options)
 
     def stop(signum: int, frame: Any) -> None:
         worker.stopping.set()

@@ -2,15 +2,19 @@
 
 1. What waits here is committed: files dropped into inboxes and changes to
    files Git already tracks (a person's edits), one `sync` commit.
-2. The remote's `main` is fetched and merged (`agentfs/store/git/carry.py:merge`):
+2. The remote's `main` and its trace refs are fetched, the refs' steps folded
+   onto `main` (`agentfs/remote/tracerefs.py:fold`: sync sees every trace's
+   newest step, running ones included), and the result merged
+   (`agentfs/store/git/carry.py:merge`):
    traces are disjoint directories, so work on different traces merges path
    by path. agentfs' own JSON files (`trace.json`, `goals.json`) changed on
    both sides are merged key by key (`merge_json`). The same file changed two
    ways (a message edited on two machines) is a real conflict: the remote's
    version stays at the path, this clone's is kept beside it, and sync stops
    before pushing, saying which files to look at.
-3. The result is pushed with a compare and swap on `main` (a push lost to a
-   worker's is merged and tried again), then the work tree and the index follow
+3. The result is pushed with a compare and swap on `main` and on each trace ref
+   folded, which it deletes (a push lost to a worker's is merged and tried
+   again), then the work tree and the index follow
    with `git merge --ff-only` (Git keeps the index).
 """
 
@@ -25,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
-from agentfs.remote.publish import MAIN_REF
+from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
 from agentfs.store.git.carry import merge
 from agentfs.store.git.conflicts import CONFLICT_COPY
 from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity
@@ -37,6 +41,7 @@ from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, Workspace
 __all__ = ["SyncReport", "merge_json", "sync"]
 
 FETCHED = "refs/agentfs/sync/main"
+FETCHED_TRACES = "refs/agentfs/sync/traces/"
 #: Pushes lost to workers' pushes in a row before sync gives up.
 ATTEMPTS = 100
 
@@ -84,30 +89,45 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
         # Each attempt is a fetch, a merge in the object store and a push: short, so
         # that workers pushing steps all the time leave a window; the work tree
         # follows once, at the end.
-        theirs = None
+        main = theirs = None
+        folds: list[RefUpdate] = []
         if has_main:
-            client.fetch([f"+{MAIN_REF}:{FETCHED}"], prune=False)
-            theirs = client.local_ref(FETCHED)
-        tip = ours
+            client.fetch([f"+{MAIN_REF}:{FETCHED}", f"+{TRACES}*:{FETCHED_TRACES}*"])
+            main = theirs = client.local_ref(FETCHED)
+        if main is not None:
+            folded = _fold(root, main, seen_traces(client, FETCHED_TRACES))
+            theirs = folded.tip
+            folds = [u for u in folded.updates() if u.ref != MAIN_REF]  # the refs deleted
+        tip, ahead = ours, True  # ahead: ours holds commits the remote lacks
         if theirs is not None and theirs != ours:
             base = _merge_base(root, ours, theirs)
-            if base == ours:
-                _check_out(root, theirs)
-                report.pulled = True
-                return report
-            if base != theirs:
+            ahead = base != ours
+            if not ahead:
+                tip = theirs
+            elif base != theirs:
                 tip = _merge(root, base, ours, theirs, report)
-                report.pulled = True
-        if theirs == tip:
-            return report
-        if client.push([RefUpdate(MAIN_REF, tip, theirs)]):
-            _check_out(root, tip)
-            report.pushed = True
+            report.pulled = base != theirs
+        elif theirs == ours:
+            ahead = False
+        if tip == main or client.push([RefUpdate(MAIN_REF, tip, main), *folds]):
+            if tip != ours:
+                _check_out(root, tip)
+            report.pushed = ahead and tip != main
             return report
         has_main = True
         time.sleep(random.uniform(0, 0.01 * min(attempt + 1, 20)))
     raise AgentfsError(f"main on {remote} kept moving during {ATTEMPTS} attempts",
                        hint="workers are pushing fast; run `agentfs sync` again")
+
+
+def _fold(root: Path, main: str, refs: dict[str, str]) -> Folded:
+    """The remote's main with every trace ref's steps on top (a ref whose steps meet a
+    path changed on main too is left for a fold after its job)."""
+    repo = GitRepo(root)
+    try:
+        return fold(repo, main, refs)
+    finally:
+        repo.close()
 
 
 def _lock_traces(workspace: Workspace, held: ExitStack) -> None:

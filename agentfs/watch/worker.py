@@ -3,11 +3,11 @@
 The worker's clone is a mirror of the remote's `main` between jobs. A job is
 one trace (or one file of the workspace `inbox/`, which becomes a trace): the
 worker claims it on the remote (`agentfs/remote/claims.py:Claims.take`),
-fetches again (with the claim held, the remote's `main` is the whole truth
-about the trace), runs it like the local watcher would, and pushes its steps
-as they are committed, each push renewing the claim
-(`agentfs/remote/publish.py:Publisher`). Then it releases the claim and
-mirrors the remote again. One job at a time per worker: run more workers for
+fetches again (with the claim held, the remote's `main` and the trace's ref
+are the whole truth about the trace), runs it like the local watcher would,
+and pushes its steps to the trace's ref as they are committed, each push
+renewing the claim (`agentfs/remote/publish.py:Publisher`). Then it folds the
+steps into `main` and releases the claim, and mirrors the remote again. One job at a time per worker: run more workers for
 more at once. See docs/remote.md.
 """
 
@@ -30,14 +30,19 @@ from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceNotFou
 from agentfs.models.base import Model
 from agentfs.remote.claims import Claims, Held, new_trace_claim
 from agentfs.remote.publish import Publisher, fetch
+from agentfs.remote.tracerefs import fold, seen_traces
 from agentfs.store.git.lockfiles import clear_stale
 from agentfs.store.git.remote import GitRemote, git, identity
+from agentfs.store.git.repo import GitRepo
 from agentfs.store.history import unanswered_calls
 from agentfs.store.inbox import SettleClock, waiting
 from agentfs.store.ingest import Rejected, finish_staged
 from agentfs.store.workspace import INBOX_DIR, TRACE_ID, TRACES_DIR
 
 Log = Callable[[str, dict], None]
+
+#: `Worker.mirror`'s scope: every trace ref (the view), or none (main alone).
+EVERY, NO_TRACE = "*", ""
 
 __all__ = ["Worker"]
 
@@ -61,7 +66,10 @@ class Worker:
         self.claims = Claims(self.git, self.name, self.lease)
         self.stopping = threading.Event()
         self._failed: dict[str, str] = {}  # trace → its tree when its run failed
-        self._mirrored: str | None = None  # the remote's main the clone is, untouched since
+        self._mirrored: tuple | None = None  # (main, trace refs) the clone is, untouched since
+        self._view: str | None = None  # the commit the clone was made
+        self.main: str | None = None  # the remote's main, as last fetched
+        self.trace_refs: dict[str, str] = {}  # trace id → its ref on the remote, as last fetched
         self._looked: dict[str, tuple[str, bool]] = {}  # trace → (tree, had work) last look
 
     # --- the loop ---------------------------------------------------------------
@@ -92,6 +100,8 @@ class Worker:
         if self.mirror() is None:
             return False
         seen = self.claims.seen()
+        if self.fold_idle(seen):  # a backlog of unclaimed steps, folded first
+            self.mirror()
         jobs = self.jobs()
         reaped = self.claims.reap(seen, {name for name, _ in jobs})
         if reaped:
@@ -108,21 +118,60 @@ class Worker:
             return True
         return False
 
-    def mirror(self) -> str | None:
-        """Fetch, and make the clone exactly the remote's main: work this clone did not
-        push is not done (a killed worker's, or one whose claim was lost)."""
-        main = fetch(self.git)
-        if main is None or main == self._mirrored:
-            return main  # nothing ran here since the last mirror, and the remote is the same
+    def mirror(self, scope: str = EVERY) -> str | None:
+        """Fetch, and make the clone exactly the remote's main with the steps of the
+        trace refs in `scope` (EVERY: all, the view jobs are chosen from; a trace id:
+        that one, a job's start; NO_TRACE: none) carried on top. Work this clone did
+        not push is not done (a killed worker's, or one whose claim was lost).
+        Returns the commit the clone now is; None if the remote has no main.
+
+        Raises:
+          MergeConflict: the trace in `scope` changed on main too (a person's edit).
+        """
+        main = self.main = fetch(self.git)
+        if main is None:
+            return None
+        self.trace_refs = seen_traces(self.git)
+        refs = {t: sha for t, sha in self.trace_refs.items() if scope in (EVERY, t)}
+        key = (main, sorted(refs.items()))
+        if key == self._mirrored:
+            return self._view  # nothing ran here since, and the remote is the same
+        view = main
+        if refs:
+            repo = GitRepo(self.root)
+            try:
+                folded = fold(repo, main, refs)
+            finally:
+                repo.close()
+            if folded.left and scope != EVERY:
+                raise MergeConflict(folded.left[scope], [scope])
+            view = folded.tip
         state = self.root / ".git" / "agentfs"
         for leftover in ("ingest", "in-flight", "intents"):  # records of unpushed work
             shutil.rmtree(state / leftover, ignore_errors=True)
         for target in ("index", "refs/heads/main"):  # a killed worker's locks
             clear_stale(self.root / ".git" / target, state)
-        git(self.root, "reset", "--quiet", "--hard", main)
+        git(self.root, "reset", "--quiet", "--hard", view)
         git(self.root, "clean", "-fdq", "--", "traces", INBOX_DIR)
-        self._mirrored = main
-        return main
+        self._mirrored, self._view = key, view
+        return view
+
+    def fold_idle(self, seen: dict) -> bool:
+        """Fold into main the trace refs of traces nobody claims (a job whose release
+        gave up on main, a killed worker's steps): one try, a lost race is no loss.
+        True if this worker's fold moved main."""
+        refs = {t: sha for t, sha in self.trace_refs.items() if t not in seen}
+        if not refs or self.main is None:
+            return False
+        repo = GitRepo(self.root)
+        try:
+            folded = fold(repo, self.main, refs)
+        finally:
+            repo.close()
+        if folded.taken and self.git.push(folded.updates()):
+            self.log("folded", {"traces": sorted(folded.taken)})
+            return True
+        return False
 
     def jobs(self) -> list[tuple[str, str | None]]:
         """(claim name, trace id or None for a new trace's file) of the work in the
@@ -168,10 +217,20 @@ class Worker:
     def _job(self, held: Held, trace_id: str | None) -> None:
         publisher: Publisher | None = None
         try:
-            base = self.mirror()  # with the claim held: the whole truth about the job
+            # With the claim held, main and the trace's ref are the whole truth about
+            # the job. A new trace's file must still wait in the view (no trace ref
+            # took it meanwhile); its trace starts from main alone.
+            if trace_id is None and self._claimed_file(held.name, self.mirror()) is None:
+                base = None
+            else:
+                base = self.mirror(trace_id or NO_TRACE)
             self._mirrored = None  # the job changes the clone
-            assert base is not None
-            publisher = Publisher(self.root, self.git, self.claims, [held], base)
+            assert self.main is not None
+            publisher = Publisher(self.git, self.claims, [held], base or self.main,
+                                  main=self.main, ref=self.trace_refs.get(trace_id or ""),
+                                  trace_id=trace_id)
+            if base is None:
+                return  # taken meanwhile: released below
             project = Project.open(self.root)
             if trace_id is None:
                 trace_id = self._create(project, held, publisher)
@@ -192,8 +251,7 @@ class Worker:
     def _create(self, project: Project, held: Held, publisher: Publisher) -> str | None:
         """A new trace from the claimed file of the workspace `inbox/`, its first message
         ingested at once: the file leaves the inbox in the same push as the trace appears."""
-        path = next((p for p in waiting(project.workspace.inbox_dir)
-                     if new_trace_claim(project.workspace.relpath(p)) == held.name), None)
+        path = self._claimed_file(held.name, "")
         if path is None:
             return None  # taken meanwhile
         outcome = project.start_trace(path)
@@ -208,8 +266,19 @@ class Worker:
         if trace_claim is None:
             raise MergeConflict(f"trace id {outcome} is claimed by another worker", [outcome])
         publisher.held.append(trace_claim)
+        publisher.trace_id = outcome
+        publisher.ref = self.trace_refs.get(outcome)
         self.log("new_trace", {"trace": outcome, "file": path.name})
         return outcome
+
+    def _claimed_file(self, name: str, view: str | None) -> Path | None:
+        """The file of the workspace `inbox/` that claim `name` is for, if it waits in
+        the clone (None if `view` is None: the remote has no main)."""
+        if view is None:
+            return None
+        inbox = self.root / INBOX_DIR
+        return next((p for p in waiting(inbox)
+                     if new_trace_claim(f"{INBOX_DIR}/{p.name}") == name), None)
 
     def _works(self, project: Project, trace_id: str) -> bool:
         """Anything a run would take up: inbox files, an unanswered user message,

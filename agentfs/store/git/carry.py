@@ -59,11 +59,14 @@ def changed_paths(repo: GitRepo, old_tree: bytes | None,
     return found
 
 
-def carry(repo: GitRepo, commits: Sequence[bytes], onto: bytes) -> bytes:
+def carry(repo: GitRepo, commits: Sequence[bytes], onto: bytes, *,
+          skip_empty: bool = False) -> bytes:
     """Re-make `commits` (oldest first, each on the previous) on top of `onto`.
 
     Each keeps its message, author and extra parents (a side branch's head); its
-    tree is `onto`'s with the paths the commit changed applied. Returns the new tip.
+    tree is `onto`'s with the paths the commit changed applied. With `skip_empty`,
+    a commit whose paths `onto` already holds as it left them is dropped (it was
+    carried before). Returns the new tip.
 
     Raises:
       MergeConflict: a path the commit changes was changed differently since.
@@ -86,6 +89,8 @@ def carry(repo: GitRepo, commits: Sequence[bytes], onto: bytes) -> bytes:
             raise MergeConflict(
                 f"{len(conflicts)} path(s) changed on the remote too: {', '.join(conflicts[:5])}",
                 conflicts, hint="the trace was run elsewhere meanwhile; its claim was lost")
+        if skip_empty and not changes:
+            continue
         tip = repo.make_commit(_tree(repo, tip_tree, changes), commit.message,
                                [tip, *commit.parents[1:]], like=commit).id
     return tip

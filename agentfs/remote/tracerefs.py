@@ -1,0 +1,89 @@
+"""Trace refs: each trace's steps not yet on `main`, and the folds that move them there.
+
+A worker pushes a trace's steps to `refs/agentfs/traces/<trace-id>`, a line of
+commits on top of a commit of `main`, so steps of different traces never race
+for one ref. A fold carries the steps of some trace refs onto `main`, path by
+path (`agentfs/store/git/carry.py:carry`), and deletes those refs in the same
+atomic push: a step is on `main` or on its trace ref, never on both. See
+docs/remote.md, "Folds".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentfs.errors import MergeConflict
+from agentfs.store.git.carry import carry
+from agentfs.store.git.remote import GitRemote, RefUpdate, git
+from agentfs.store.git.repo import GitRepo
+
+__all__ = ["MAIN_REF", "SEEN_TRACES", "TRACES", "Folded", "fold", "seen_traces", "trace_ref",
+           "unfolded"]
+
+MAIN_REF = "refs/heads/main"
+TRACES = "refs/agentfs/traces/"
+#: What a worker's last fetch saw of the trace refs, kept in its clone.
+SEEN_TRACES = "refs/agentfs/seen/traces/"
+
+
+def trace_ref(trace_id: str) -> str:
+    return TRACES + trace_id
+
+
+def seen_traces(remote: GitRemote, prefix: str = SEEN_TRACES) -> dict[str, str]:
+    """Trace id → the value of its trace ref as the last fetch saw it under `prefix`."""
+    return {ref[len(prefix):]: sha for ref, (sha, _) in remote.local_refs(prefix).items()}
+
+
+def unfolded(repo: GitRepo, main: str, tips: dict[str, str]) -> dict[str, list[bytes]]:
+    """The steps of each trace ref (trace id → its tip) that `main` does not hold: its
+    first-parent line down to the commit of `main` it started from, oldest first. One
+    `git rev-list` for all of them."""
+    if not tips:
+        return {}
+    listed = git(repo.root, "rev-list", "--first-parent", "--parents",
+                 *sorted(set(tips.values())), f"^{main}").stdout
+    first_parent: dict[str, str] = {}
+    for entry in listed.decode().splitlines():
+        sha, *parents = entry.split()
+        first_parent[sha] = parents[0] if parents else ""
+    found: dict[str, list[bytes]] = {}
+    for trace_id, tip in tips.items():
+        steps, commit = [], tip
+        while commit in first_parent:
+            steps.append(commit.encode())
+            commit = first_parent[commit]
+        found[trace_id] = steps[::-1]
+    return found
+
+
+@dataclass
+class Folded:
+    """`main` with some trace refs' steps carried on top (in the clone only)."""
+
+    main: str  # the remote's main the fold started from
+    tip: str  # the result
+    taken: dict[str, str] = field(default_factory=dict)  # trace id → ref value folded
+    left: dict[str, str] = field(default_factory=dict)  # trace id → why it was left out
+
+    def updates(self) -> list[RefUpdate]:
+        """The push that makes this fold the remote's: main moved, the refs deleted."""
+        moves = [RefUpdate(MAIN_REF, self.tip, self.main)] if self.tip != self.main else []
+        return moves + [RefUpdate(trace_ref(t), None, sha) for t, sha in sorted(self.taken.items())]
+
+
+def fold(repo: GitRepo, main: str, refs: dict[str, str]) -> Folded:
+    """Carry the unfolded steps of `refs` (trace id → ref value) onto `main`, one trace
+    after another; a step `main` already holds is dropped. A trace whose steps meet a
+    path changed on `main` too is left out (`Folded.left`), never half-folded."""
+    result = Folded(main, main)
+    steps = unfolded(repo, main, refs)
+    for trace_id, value in sorted(refs.items()):
+        try:
+            tip = carry(repo, steps[trace_id], result.tip.encode(), skip_empty=True)
+        except MergeConflict as exc:
+            result.left[trace_id] = exc.message
+            continue
+        result.tip = tip.decode()
+        result.taken[trace_id] = value
+    return result
