@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -40,6 +41,19 @@ def git(root: Path, *args: str) -> str:
 def message_paths(messages: Path) -> list[Path]:
     """The files below a trace's `messages/` (in their folders), in name order."""
     return sorted((p for p in messages.rglob("*") if p.is_file()), key=lambda p: p.name)
+
+
+#: What depends on the clock in a message file: the time a context injection ran, and
+#: how long a model turn took (`timing`, in Markdown frontmatter or JSON).
+_CLOCKED = (re.compile(rb"## Current time\n[^\n]*"), re.compile(rb"(?m)^timing:\n(?:  .*\n)+"),
+            re.compile(rb'\n\s*"timing": \{[^}]*\},?'))
+
+
+def without_clock(data: bytes) -> bytes:
+    """A message file's bytes without what two runs of the same script may differ in."""
+    for pattern in _CLOCKED:
+        data = pattern.sub(b"", data)
+    return data
 
 
 def assert_git_clean(root: Path) -> None:

@@ -131,6 +131,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     Model: --model, else the trace's, else the preset's, else `model` in
     agentfs.toml.
     """
+    from agentfs.cli.render import run_text
     from agentfs.core.runner import StopReason
     from agentfs.tools.subprocesses import safe_environment
 
@@ -164,11 +165,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
             f"stopped after {result.iterations} model calls (--max-iterations); "
             f"`agentfs run {trace_id}` continues", err=True,
         )
-    click.echo(
-        f"{trace_id}: {chosen.name}, {result.iterations} model call(s), "
-        f"{result.input_tokens:,} input tokens ({result.cached_tokens:,} from the cache), "
-        f"{result.output_tokens:,} output tokens", err=True,
-    )
+    click.echo(f"{trace_id}: {chosen.name}, {run_text(result, project.prices)}", err=True)
 
 
 def _text_or_stdin(text: str) -> str:
@@ -202,6 +199,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     from agentfs.cli.render import show_text
     from agentfs.core.request import preview_request
     from agentfs.core.tracetree import message_record
+    from agentfs.core.usage import trace_totals
 
     if as_sent and show_all:
         raise click.UsageError("--as-sent and --all do not go together")
@@ -217,15 +215,18 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     else:
         chosen = [(m, m.sequence in on_path) for m in messages.values()
                   if show_all or m.sequence in on_path]
+    prices = project.prices
     if as_json:
         body = {
             "trace": trace.id,
             "head": trace.meta.head,
-            "messages": [message_record(m, p) for m, p in chosen],
+            "usage": trace_totals(trace.meta, prices).record(),
+            "messages": [message_record(m, p, prices) for m, p in chosen],
         }
         click.echo(json.dumps(body, indent=2, ensure_ascii=False))
     else:
-        click.echo(show_text(chosen, full=full))
+        click.echo(show_text(chosen, prices, full=full))
+        click.echo(f"\n{trace.id}: {trace_totals(trace.meta, prices).text()}")
 
 
 @cli.command()
@@ -233,18 +234,22 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
 @click.option("-n", "--max-count", type=int, help="Show at most this many commits.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def log(trace_ref: str, max_count: int | None, as_json: bool) -> None:
-    """List TRACE's commits on main, newest first: commit, kind, sequence, summary."""
+    """List TRACE's commits on main, newest first: commit, kind, sequence, summary;
+    a model's turn adds what its call used (tokens, time, cost)."""
+    from agentfs.cli.render import log_text
+    from agentfs.core.tracetree import step_record
     from agentfs.store.steplog import trace_log
 
     project = open_project(trace_ref)
     trace = project.trace(trace_ref)
+    steps = trace_log(project.repo, trace.id, max_count)
     if as_json:
-        steps = [vars(step) for step in trace_log(project.repo, trace.id, max_count)]
-        click.echo(json.dumps({"trace": trace.id, "steps": steps}, indent=2, ensure_ascii=False))
+        records = [step_record(step, project.prices) for step in steps]
+        click.echo(json.dumps({"trace": trace.id, "steps": records}, indent=2,
+                              ensure_ascii=False))
         return
-    for step in trace_log(project.repo, trace.id, max_count):
-        seq_text = f"#{step.sequence}" if step.sequence is not None else ""
-        click.echo(f"{step.commit[:10]} {step.kind:<9} {seq_text:<6} {step.summary}".rstrip())
+    for step in steps:
+        click.echo(log_text(step, project.prices))
 
 
 @cli.command()
@@ -278,13 +283,14 @@ def status(as_json: bool, check: bool) -> None:
     """
     from agentfs.core.doctor import check_config
     from agentfs.core.status import workspace_status
+    from agentfs.prices import PriceTable
     from agentfs.store.workspace import find_workspace
 
     workspace = find_workspace(None)
     if check:
         _doctor(workspace)
     check_config(workspace)
-    report = workspace_status(workspace)
+    report = workspace_status(workspace, PriceTable.in_config(workspace.config_path))
     broken = any(row.error for row in report.traces)
     if as_json:
         click.echo(json.dumps({"workspace": str(workspace.root),
@@ -337,7 +343,11 @@ def _status_text(report: WorkspaceStatus) -> None:
         error = ""
         if row.last_error and not row.running:
             error += f"  last run: {row.last_error.splitlines()[0][:120]}"
-        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{error}")
+        used = ""
+        if row.usage is not None and row.usage.calls:
+            tokens = row.usage.input_tokens + row.usage.output_tokens
+            used = f"  {row.usage.calls} calls, {tokens:,} tokens, {row.usage.cost.text()}"
+        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{used}{error}")
     if report.inbox:
         click.echo(f"inbox/: {len(report.inbox)} file(s) waiting")
     if report.inbox_rejected:

@@ -73,7 +73,9 @@
       const note = document.createElement("span");
       note.className = "state";
       note.textContent = "#" + row.head + (row.running ? " running" : "")
-        + (row.pending_inbox.length ? " · " + row.pending_inbox.length + " waiting" : "");
+        + (row.pending_inbox.length ? " · " + row.pending_inbox.length + " waiting" : "")
+        + (row.usage && row.usage.calls ? " · " + row.usage.cost.text : "");
+      if (row.usage) note.title = row.usage.text + (row.updated ? " · last step " + row.updated : "");
       a.append(note);
       nav.append(a);
     }
@@ -105,6 +107,7 @@
     const badge = $("trace-state");
     badge.textContent = (data.running ? "running" : "idle") + " · head #" + data.head;
     badge.className = data.running ? "badge running" : "badge";
+    $("trace-usage").textContent = data.usage && data.usage.calls ? data.usage.text : "";
     renderGoals(data.goals);
     $("tree").replaceChildren(buildTree(data));
   }
@@ -260,6 +263,12 @@
     if (!m.on_path && !onBranch) text += " · off the path";
     label.textContent = text;
     header.append(label);
+    if (m.usage) {
+      const used = document.createElement("span");
+      used.className = "usage muted";
+      used.textContent = m.usage.text;
+      header.append(used);
+    }
     if (!onBranch && m.sequence !== ctx.data.head) {
       const button = document.createElement("button");
       button.type = "button";
