@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from agentfs.errors import ConfigError, validation_problems
+from agentfs.prices import Price
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 #: Default number of iterations between `get_current_context` injections.
@@ -244,6 +245,10 @@ class WorkspaceConfig(BaseModel):
         default=0.5, gt=0, le=1, description="Compress when a request exceeds window × this"
     )
     presets: dict[str, Preset] = Field(default_factory=dict)
+    prices: dict[str, Price] = Field(
+        default_factory=dict, description="Prices by model name, over the built-in "
+        "estimates (`agentfs/core/usage.py:DEFAULT_PRICES`)",
+    )
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     context_hooks: list[HookConfig] = Field(default_factory=list)
     knowledge: KnowledgeConfig = Field(default_factory=KnowledgeConfig)

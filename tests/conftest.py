@@ -62,6 +62,19 @@ def message_paths(messages: Path) -> list[Path]:
     return sorted((p for p in messages.rglob("*") if p.is_file()), key=lambda p: p.name)
 
 
+#: What depends on the clock in a message file: the time a context injection ran, and
+#: how long a model turn took (`timing`, in Markdown frontmatter or JSON).
+_CLOCKED = (re.compile(rb"## Current time\n[^\n]*"), re.compile(rb"(?m)^timing:\n(?:  .*\n)+"),
+            re.compile(rb'\n\s*"timing": \{[^}]*\},?'))
+
+
+def without_clock(data: bytes) -> bytes:
+    """A message file's bytes without what two runs of the same script may differ in."""
+    for pattern in _CLOCKED:
+        data = pattern.sub(b"", data)
+    return data
+
+
 def assert_git_clean(root: Path) -> None:
     """`git status --porcelain` and `git diff --cached` empty, `git fsck --strict` clean."""
     assert git(root, "status", "--porcelain", "--untracked-files=all") == ""

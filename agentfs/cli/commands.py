@@ -136,6 +136,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     """
     from agentfs.cli.options import approve_policy
     from agentfs.cli.terminal import stdin_asker
+    from agentfs.cli.render import run_text
     from agentfs.core.runner import StopReason
     from agentfs.tools.subprocesses import safe_environment
 
@@ -171,11 +172,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
             f"stopped after {result.iterations} model calls (--max-iterations); "
             f"`agentfs run {trace_id}` continues", err=True,
         )
-    click.echo(
-        f"{trace_id}: {chosen.name}, {result.iterations} model call(s), "
-        f"{result.input_tokens:,} input tokens ({result.cached_tokens:,} from the cache), "
-        f"{result.output_tokens:,} output tokens", err=True,
-    )
+    click.echo(f"{trace_id}: {chosen.name}, {run_text(result, project.prices)}", err=True)
 
 
 def _text_or_stdin(text: str) -> str:
@@ -217,6 +214,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     from agentfs.cli.render import show_text
     from agentfs.core.request import preview_request
     from agentfs.core.tracetree import message_record
+    from agentfs.core.usage import trace_totals
 
     if as_sent and show_all:
         raise click.UsageError("--as-sent and --all do not go together")
@@ -232,15 +230,18 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     else:
         chosen = [(m, m.sequence in on_path) for m in messages.values()
                   if show_all or m.sequence in on_path]
+    prices = project.prices
     if as_json:
         body = {
             "trace": trace.id,
             "head": trace.meta.head,
-            "messages": [message_record(m, p) for m, p in chosen],
+            "usage": trace_totals(trace.meta, prices).record(),
+            "messages": [message_record(m, p, prices) for m, p in chosen],
         }
         click.echo(json.dumps(body, indent=2, ensure_ascii=False))
     else:
-        click.echo(show_text(chosen, full=full))
+        click.echo(show_text(chosen, prices, full=full))
+        click.echo(f"\n{trace.id}: {trace_totals(trace.meta, prices).text()}")
 
 
 @cli.command()
@@ -250,11 +251,14 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
               help="Also show the workspace files each step changed, as a diff.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def log(trace_ref: str, max_count: int | None, patch: bool, as_json: bool) -> None:
-    """List TRACE's commits on main, newest first: commit, kind, sequence, summary.
+    """List TRACE's commits on main, newest first: commit, kind, sequence, summary;
+    a model's turn adds what its call used (tokens, time, cost).
 
     With -p, each step is followed by the diff of the workspace files it changed
     (message files and the rest of the trace's folder left out).
     """
+    from agentfs.cli.render import log_text
+    from agentfs.core.tracetree import step_record
     from agentfs.store.stepdiff import step_diff
     from agentfs.store.steplog import trace_log
 
@@ -263,18 +267,16 @@ def log(trace_ref: str, max_count: int | None, patch: bool, as_json: bool) -> No
     repo, own = project.repo, trace.rel(trace.dir)
     steps = []
     for step in trace_log(repo, trace.id, max_count):
-        record: dict[str, Any] = vars(step)
+        record = step_record(step, project.prices)
         if patch:
             record = {**record, **step_diff(repo, step.commit, outside=own).record()}
-        steps.append(record)
+        steps.append((step, record))
     if as_json:
-        click.echo(json.dumps({"trace": trace.id, "steps": steps}, indent=2, ensure_ascii=False))
+        click.echo(json.dumps({"trace": trace.id, "steps": [r for _, r in steps]}, indent=2,
+                              ensure_ascii=False))
         return
-    for record in steps:
-        sequence = record["sequence"]
-        seq_text = f"#{sequence}" if sequence is not None else ""
-        click.echo(f"{record['commit'][:10]} {record['kind']:<9} {seq_text:<6} "
-                   f"{record['summary']}".rstrip())
+    for step, record in steps:
+        click.echo(log_text(step, project.prices))
         if record.get("diff"):
             click.echo(record["diff"], nl=False)
 
@@ -343,13 +345,14 @@ def status(as_json: bool, check: bool) -> None:
     """
     from agentfs.core.doctor import check_config
     from agentfs.core.status import workspace_status
+    from agentfs.prices import PriceTable
     from agentfs.store.workspace import find_workspace
 
     workspace = find_workspace(None)
     if check:
         _doctor(workspace)
     check_config(workspace)
-    report = workspace_status(workspace)
+    report = workspace_status(workspace, PriceTable.in_config(workspace.config_path))
     broken = any(row.error for row in report.traces)
     if as_json:
         click.echo(json.dumps({"workspace": str(workspace.root),
@@ -404,7 +407,11 @@ def _status_text(report: WorkspaceStatus) -> None:
         error = ""
         if row.last_error and not row.running:
             error += f"  last run: {row.last_error.splitlines()[0][:120]}"
-        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{error}")
+        used = ""
+        if row.usage is not None and row.usage.calls:
+            tokens = row.usage.input_tokens + row.usage.output_tokens
+            used = f"  {row.usage.calls} calls, {tokens:,} tokens, {row.usage.cost.text()}"
+        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{used}{error}")
     if report.inbox:
         click.echo(f"inbox/: {len(report.inbox)} file(s) waiting")
     if report.inbox_rejected:

@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentfs.core.tracetree import message_record
+from agentfs.core.usage import Totals
+from agentfs.prices import PriceTable
 from agentfs.store.messages import Message
+from agentfs.store.steplog import LoggedStep
 
-__all__ = ["message_record", "show_text"]  # message_record: `show --json` uses it
+if TYPE_CHECKING:
+    from agentfs.core.runner import RunResult
+
+__all__ = ["log_text", "run_text", "show_text"]
 
 PREVIEW_LINES = 12
 
 
-def show_text(messages: list[tuple[Message, bool]], *, full: bool = False) -> str:
-    """Readable listing; each message is a header line and an indented body."""
+def show_text(messages: list[tuple[Message, bool]], prices: PriceTable, *,
+              full: bool = False) -> str:
+    """Readable listing; each message is a header line and an indented body. A
+    model's turn adds what its call used to its header."""
     blocks = []
     for message, on_path in messages:
         header = f"#{message.sequence} {message.role}"
+        totals = Totals.of_message(message, prices)
+        if totals is not None:
+            header += f"  · {totals.text()}"
         if message.synthetic:
             header += f" ({message.synthetic})"
         if message.role == "tool":
@@ -46,3 +56,21 @@ def _args(arguments: dict[str, Any]) -> str:
             text = text[:57] + "…\""
         parts.append(f"{key}={text}")
     return ", ".join(parts)
+
+
+def log_text(step: LoggedStep, prices: PriceTable) -> str:
+    """One line of `agentfs log`."""
+    seq_text = f"#{step.sequence}" if step.sequence is not None else ""
+    line = f"{step.commit[:10]} {step.kind:<9} {seq_text:<6} {step.summary}".rstrip()
+    totals = Totals.of_step(step, prices)
+    return f"{line}  · {totals.text()}" if totals is not None else line
+
+
+def run_text(result: RunResult, prices: PriceTable) -> str:
+    """What a run did and used: `3 model call(s), 1,234 input tokens (1,000 from the
+    cache), 56 output tokens, model 4.2 s, wall 5.0 s, ~$0.0123`."""
+    cost = prices.cost(result.spent)
+    return (f"{result.iterations} model call(s), {result.input_tokens:,} input tokens "
+            f"({result.cached_tokens:,} from the cache), {result.output_tokens:,} output "
+            f"tokens, model {result.model_ms / 1000:.1f} s, wall {result.wall_ms / 1000:.1f} s, "
+            f"{cost.text()}")

@@ -15,6 +15,7 @@ from agentfs.core.options import RunnerOptions
 from agentfs.core.system_prompt import build_system_prompt
 from agentfs.errors import AgentfsError, MessageFileError, TraceExists, TraceLocked
 from agentfs.models.base import Model
+from agentfs.prices import PriceTable
 from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
@@ -82,6 +83,11 @@ class Project:
         presets = self.config.presets
         preset_model = presets[preset].model if preset in presets else None
         return chosen or trace_model or preset_model or self.config.model or DEFAULT_MODEL
+
+    @property
+    def prices(self) -> PriceTable:
+        """The price table costs are worked out with: `[prices]` over the estimates."""
+        return PriceTable(self.config.prices)
 
     def trace(self, ref: str) -> Trace:
         """An existing trace, by id or by a path to its directory."""

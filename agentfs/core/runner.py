@@ -48,6 +48,7 @@ from agentfs.core.toolstep import (
     run_tools,
     sync_skill_records,
 )
+from agentfs.core.usage import turn_timing
 from agentfs.errors import AgentfsError
 from agentfs.models.base import (
     FinishReason,
@@ -70,7 +71,8 @@ from agentfs.store.ingest import (
     parse_dropped_text,
     take_waiting,
 )
-from agentfs.store.messages import Message, ToolCall, Usage
+from agentfs.store.messages import Message, ToolCall
+from agentfs.store.spent import Spent
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import Workspace
 from agentfs.tools import ToolRegistry
@@ -109,12 +111,22 @@ class RunResult:
     output_tokens: int = 0
     cached_tokens: int = 0  #: of the input tokens, those read from the prompt cache
 
-    def count(self, usage: Usage | None) -> None:
+    #: Milliseconds in model calls, and from the start of the run to its end.
+    model_ms: int = 0
+    wall_ms: int = 0
+    #: The same, by model, as a trace's `usage` keeps them (for the run's cost).
+    spent: dict[str, Spent] = field(default_factory=dict)
+
+    def count(self, response: ModelResponse, model: str) -> None:
+        """Add one model call."""
+        usage = response.usage
         if usage is not None:
             self.input_tokens += (usage.input_tokens + usage.cache_read_input_tokens
                                   + usage.cache_creation_input_tokens)
             self.cached_tokens += usage.cache_read_input_tokens
             self.output_tokens += usage.output_tokens
+        self.model_ms += response.elapsed_ms or 0
+        self.spent.setdefault(response.model or model, Spent()).add(usage)
 
 
 @dataclass
@@ -132,9 +144,11 @@ class _Metered:
 
     def complete(self, request: ModelRequest, on_text: TextSink | None = None,
                  ) -> ModelResponse:
+        started = time.monotonic()
         response = self.model.complete(request, _CallSink(on_text, self.emit,
                                                           self.result.trace_id))
-        self.result.count(response.usage)
+        response.elapsed_ms = round((time.monotonic() - started) * 1000)
+        self.result.count(response, self.name)
         return response
 
 
@@ -254,6 +268,7 @@ class Runner:
             )
         result = RunResult(trace.id)
         model, self.model = self.model, _Metered(self.model, result, self._emit)  # counts calls
+        started = time.monotonic()
         try:
             with trace.lock():
                 trace.reload()
@@ -272,6 +287,7 @@ class Runner:
                 self._loop(session, max_iterations or self.config.max_iterations, result)
         finally:
             self.model = model
+            result.wall_ms = round((time.monotonic() - started) * 1000)
         return result
 
     def compress(self, trace_id: str) -> QueueReport:
@@ -375,6 +391,7 @@ class Runner:
         """Repeat the loop's steps (docs/architecture.md) until the run is over."""
         compressed_for_length = False  # Level 2 ran because the model said "too long"
         while True:
+            started = time.monotonic()  # the turn's wall time counts from here
             path = self._main_path(session)  # 1. read the main path; is the run over?
             if self._ingest_late_messages(session, path, result):
                 continue
@@ -391,7 +408,8 @@ class Runner:
                 self._inject_skills_now(session, stale, result)
                 continue
             try:
-                assistant = self._call_model(session, request, stale, result)  # 4. call, commit
+                assistant = self._call_model(session, request, stale, result,  # 4. call, commit
+                                             started)
             except PromptTooLong as exc:
                 self._compress_too_long(session, request, result, exc, compressed_for_length)
                 compressed_for_length = True
@@ -526,19 +544,21 @@ class Runner:
         result.steps += ["assistant", "tool"]
 
     def _call_model(self, session: Session, request: ModelRequest, stale_skills: list[str],
-                    result: RunResult) -> Message:
-        """Call the model, streaming its text, and commit its turn."""
+                    result: RunResult, started: float) -> Message:
+        """Call the model, streaming its text, and commit its turn (`started`: when the
+        turn began, on the monotonic clock)."""
         response = self.model.complete(request, self.on_text)
         self.requests.note_estimate(response, request)
         result.iterations += 1
         result.final_text = response.text
         assistant = self._persist_response(session, response, stale_skills,
-                                           request.call_index + 1)
+                                           request.call_index + 1, started)
         result.steps.append("assistant")
         return assistant
 
     def _persist_response(
-        self, session: Session, response: ModelResponse, stale_skills: list[str], iteration: int
+        self, session: Session, response: ModelResponse, stale_skills: list[str], iteration: int,
+        started: float,
     ) -> Message:
         """Commit the model's turn, with the synthetic calls this iteration adds.
 
@@ -564,6 +584,7 @@ class Runner:
             model=response.model or self.model.name,
             stop_reason=response.stop_reason,
             usage=response.usage,
+            timing=turn_timing(response, started),
             thinking=response.thinking,
             **({"blocks": response.blocks} if response.blocks else {}),
         )

@@ -24,10 +24,12 @@ main path after the first user message.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from agentfs.core.goals import GoalTree
+from agentfs.core.usage import turn_timing
 from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
 from agentfs.store.branches import queue_step_files
@@ -155,6 +157,7 @@ def run_branch(
             continue
         if last.role == "assistant" or len(turns) >= max_turns:
             return turns[-1].text if turns else ""
+        started = time.monotonic()
         response = work.model.complete(replace(
             work.request, messages=[*history, *sent], branch_type=step.type,
             call_index=side_calls(trace, step.type) + len(turns),
@@ -164,7 +167,7 @@ def run_branch(
         answer = trace.new_message(
             "assistant", response.text, tool_calls=wanted or None,
             model=response.model or work.model.name, usage=response.usage,
-            stop_reason=response.stop_reason, thinking=response.thinking,
+            timing=turn_timing(response, started), stop_reason=response.stop_reason, thinking=response.thinking,
             **({"blocks": kept_blocks} if kept_blocks else {}), **fields,
         )
         answer.parent_sequence = sent[-1].sequence

@@ -141,6 +141,7 @@ def _merge(work: SideWork, queue: SideQueue, step: QueueStep) -> Merged:
     trace.meta.context.side_calls[step.type] = side_calls(trace, step.type) + calls
     if conversation:
         trace.meta.next_sequence = max(trace.meta.next_sequence, conversation[-1].sequence + 1)
+    trace.count_usage(conversation)
     head = branch_head(trace, step)
     assert head is not None
     step.state, step.head = "done", head.decode()

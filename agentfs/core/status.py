@@ -1,6 +1,6 @@
 """What `agentfs status` reports: each trace's head, whether it runs, waits (for a
-message, or for the person's approval of a tool call) or failed, and the files
-waiting in (or put aside from) the inboxes.
+message, or for the person's approval of a tool call) or failed, what its model calls
+used, and the files waiting in (or put aside from) the inboxes.
 
 It stays cheap however long the traces are: per trace it reads `trace.json`,
 tries the lock and lists the inbox, never a message file, and it imports
@@ -11,13 +11,17 @@ handed to `agentfs/store/meta.py:load_meta` for its error).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agentfs.core.usage import Totals
 from agentfs.errors import AgentfsError
 from agentfs.store.approval import APPROVAL_FILE, read_pending
+from agentfs.prices import PriceTable
 from agentfs.store.inbox import rejected_names, waiting
 from agentfs.store.metafile import read_meta_json
+from agentfs.store.spent import Spent
 from agentfs.store.tracelock import is_locked
 from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, Workspace
 
@@ -37,13 +41,16 @@ class TraceStatus:
     last_error: str | None = None  # the last run failed (context.last_error in trace.json)
     #: The tool whose call waits for the person's approval (approval.json), if any.
     approval: str | None = None
+    updated: str | None = None  # when trace.json was last written: the last step
+    usage: Totals | None = None  # what its model calls used (trace.json's `usage`)
 
     def record(self) -> dict[str, Any]:
-        """The JSON form (`error` only when there is one)."""
+        """The JSON form (`error`, `last_error` only when there is one)."""
         data = asdict(self)
         for key in ("error", "last_error", "approval"):
             if data[key] is None:
                 del data[key]
+        data["usage"] = self.usage.record() if self.usage is not None else None
         return data
 
 
@@ -54,14 +61,16 @@ class WorkspaceStatus:
     inbox_rejected: list[str] = field(default_factory=list)
 
 
-def workspace_status(workspace: Workspace) -> WorkspaceStatus:
+def workspace_status(workspace: Workspace, prices: PriceTable) -> WorkspaceStatus:
     """Every trace and both kinds of inbox; a broken trace.json is reported, not raised."""
     rows = []
     for trace_id in workspace.trace_ids():
         folder = workspace.trace_dir(trace_id)
-        head = failed = problem = None
+        head = failed = problem = updated = totals = None
         try:
-            head, failed = _head_and_failure(workspace, folder / TRACE_FILE)
+            head, failed, spent = _read_meta(workspace, folder / TRACE_FILE)
+            updated = _modified(folder / TRACE_FILE)
+            totals = Totals.of(spent, prices) if spent is not None else None
         except AgentfsError as exc:
             problem = str(exc)
         inbox = folder / INBOX_DIR
@@ -69,14 +78,41 @@ def workspace_status(workspace: Workspace) -> WorkspaceStatus:
             trace_id, head, is_locked(workspace.lock_dir, trace_id),
             [p.name for p in waiting(inbox)], rejected_names(inbox), problem, failed,
             _waiting_tool(workspace, folder / APPROVAL_FILE),
+            updated, totals,
         ))
     inbox = workspace.inbox_dir
     return WorkspaceStatus(rows, [p.name for p in waiting(inbox)], rejected_names(inbox))
 
 
-def _head_and_failure(workspace: Workspace, path: Path) -> tuple[int | None, str | None]:
-    """`head` and the last run's error (`context.last_error`) from `trace.json`."""
+def _modified(path: Path) -> str | None:
+    try:
+        stamp = path.stat().st_mtime
+    except OSError:
+        return None
+    return datetime.fromtimestamp(stamp, UTC).isoformat(timespec="seconds")
+
+
+def _read_meta(workspace: Workspace, path: Path,
+               ) -> tuple[int | None, str | None, dict[str, Spent] | None]:
+    """`head`, the last run's error (`context.last_error`) and the sums of `usage` by
+    model from `trace.json` (None when it has none or they are not well formed:
+    `agentfs doctor` says what is wrong)."""
     data = read_meta_json(path, workspace.relpath(path))
+    head, failed = _head_and_failure(workspace, path, data)
+    usage = data.get("usage") if isinstance(data, dict) else None
+    models = usage.get("models") if isinstance(usage, dict) else None
+    if not isinstance(models, dict):
+        return head, failed, None
+    spent = {name: Spent.from_json(entry) for name, entry in models.items()}
+    if any(entry is None for entry in spent.values()):
+        return head, failed, None
+    return head, failed, {name: entry for name, entry in spent.items() if entry is not None}
+
+
+def _head_and_failure(workspace: Workspace, path: Path, data: Any,
+                      ) -> tuple[int | None, str | None]:
+    """`head` and the last run's error (`context.last_error`) from `trace.json`'s
+    JSON `data`."""
     head = data.get("head") if isinstance(data, dict) else "?"
     context = data.get("context", {}) if isinstance(data, dict) else None
     if not (head is None or type(head) is int) or not isinstance(context, dict):

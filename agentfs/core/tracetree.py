@@ -13,18 +13,24 @@ from __future__ import annotations
 from typing import Any
 
 from agentfs.core.goals import GoalTree
+from agentfs.core.usage import Totals, trace_totals
 from agentfs.errors import AgentfsError
+from agentfs.prices import NO_PRICES, PriceTable
 from agentfs.store.branches import SideBranch, side_branches
 from agentfs.store.history import parent_of
 from agentfs.store.messages import Message, Synthetic
+from agentfs.store.steplog import LoggedStep
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 
-__all__ = ["message_record", "trace_tree"]
+__all__ = ["message_record", "step_record", "trace_tree"]
 
 
-def message_record(message: Message, on_path: bool) -> dict[str, Any]:
-    """The JSON shape of one message (`agentfs show --json`, the HTTP API)."""
+def message_record(message: Message, on_path: bool,
+                   prices: PriceTable = NO_PRICES) -> dict[str, Any]:
+    """The JSON shape of one message (`agentfs show --json`, the HTTP API); `usage`
+    is a model turn's tokens, time and cost (`agentfs/core/usage.py:Totals`), or None."""
+    totals = Totals.of_message(message, prices)
     return {
         "id": message.id,
         "sequence": message.sequence,
@@ -40,10 +46,18 @@ def message_record(message: Message, on_path: bool) -> dict[str, Any]:
         "model": message.model,
         "file": message.file_name(),
         "on_path": on_path,
+        "usage": totals.record() if totals is not None else None,
     }
 
 
-def trace_tree(trace: Trace) -> dict[str, Any]:
+def step_record(step: LoggedStep, prices: PriceTable = NO_PRICES) -> dict[str, Any]:
+    """The JSON shape of one logged step (`agentfs log --json`, the HTTP API)."""
+    totals = Totals.of_step(step, prices)
+    return {"commit": step.commit, "kind": step.kind, "sequence": step.sequence,
+            "summary": step.summary, "usage": totals.record() if totals is not None else None}
+
+
+def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES) -> dict[str, Any]:
     """Every message of the trace with its place in the tree, the side branches, and
     the goal tree.
 
@@ -51,7 +65,7 @@ def trace_tree(trace: Trace) -> dict[str, Any]:
     also for a hand-written file without `parent_sequence`), `source_branch` (for a
     summary) and `replaced_by` (for a message off the path because a compression
     summary replaced it: that summary's sequence). `path` lists the main path's
-    sequences in order.
+    sequences in order. `usage` is the whole trace's (`agentfs/core/usage.py:Totals`).
     """
     messages = trace.messages()
     path = trace.main_path(messages)
@@ -61,7 +75,7 @@ def trace_tree(trace: Trace) -> dict[str, Any]:
     ordered = list(messages)
     records = []
     for message in messages.values():
-        record = message_record(message, message.sequence in on_path)
+        record = message_record(message, message.sequence in on_path, prices)
         record["parent"] = parent_of(message, ordered)
         record["source_branch"] = message.source_branch
         record["replaced_by"] = replaced.get(message.sequence)
@@ -75,8 +89,9 @@ def trace_tree(trace: Trace) -> dict[str, Any]:
         "forked_from": (trace.meta.forked_from.model_dump() if trace.meta.forked_from
                         else None),
         "path": [m.sequence for m in path],
+        "usage": trace_totals(trace.meta, prices).record(),
         "messages": records,
-        "branches": [_branch_record(b, messages) for b in branches],
+        "branches": [_branch_record(b, messages, prices) for b in branches],
         "goals": {**goals.model_dump(mode="json"), "text": goals.to_prompt(include_summary=True)},
     }
 
@@ -102,7 +117,8 @@ def _replaced(trace: Trace, messages: dict[int, Message], on_path: set[int],
     return replaced
 
 
-def _branch_record(branch: SideBranch, messages: dict[int, Message]) -> dict[str, Any]:
+def _branch_record(branch: SideBranch, messages: dict[int, Message],
+                   prices: PriceTable) -> dict[str, Any]:
     outcome = next((m.sequence for m in messages.values() if m.source_branch == branch.name),
                    None)
     return {
@@ -111,5 +127,5 @@ def _branch_record(branch: SideBranch, messages: dict[int, Message]) -> dict[str
         "head": branch.head,
         "from_sequence": branch.from_sequence,
         "summary": outcome,
-        "messages": [message_record(m, False) for m in branch.messages],
+        "messages": [message_record(m, False, prices) for m in branch.messages],
     }

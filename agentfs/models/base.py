@@ -83,6 +83,8 @@ class ModelResponse:
     #: text, the tool calls); stored as the message's `blocks` field (see
     #: `agentfs/models/anthropic_messages.py:block_layout`).
     blocks: list[dict[str, Any]] | None = None
+    #: Milliseconds the call took, its retries included; set by the run that made it.
+    elapsed_ms: int | None = None
 
     def cut_call(self) -> ToolCall | None:
         """The tool call the model was still writing when it ran out of output tokens

@@ -24,7 +24,8 @@ from agentfs.core.runner import Runner
 from agentfs.core.sidequeue import QueueReport
 from agentfs.core.sidework import item_record, pending_by_trace, report_record
 from agentfs.core.status import workspace_status
-from agentfs.core.tracetree import message_record, trace_tree
+from agentfs.core.tracetree import message_record, step_record, trace_tree
+from agentfs.core.usage import trace_totals
 from agentfs.errors import AgentfsError, ConfigError, ModelError, TraceLocked, TraceNotFound
 from agentfs.models.base import Model
 from agentfs.server.events import EventHub, sse
@@ -204,7 +205,7 @@ def _trace_routes(api: APIRouter, server: Server) -> None:
 
     @api.get("/traces", summary="Traces with their status (`agentfs status --json`)")
     def list_traces() -> dict[str, Any]:
-        report = workspace_status(project.workspace)
+        report = workspace_status(project.workspace, project.prices)
         return {"workspace": str(project.workspace.root),
                 "traces": [{**row.record(), "server_run": server.runs.running(row.trace)}
                            for row in report.traces],
@@ -237,7 +238,8 @@ def _trace_routes(api: APIRouter, server: Server) -> None:
                 "running": trace.is_running(), "server_run": server.runs.running(trace.id),
                 "pending_inbox": [trace.rel(p) for p in trace.pending_inbox()],
                 "last_error": meta.context.last_error.model_dump() if meta.context.last_error
-                else None, "approval": _approval_record(trace)}
+                else None, "approval": _approval_record(trace),
+                "usage": trace_totals(meta, project.prices).record()}
 
 
 def _message_routes(api: APIRouter, server: Server) -> None:
@@ -249,8 +251,10 @@ def _message_routes(api: APIRouter, server: Server) -> None:
         trace = server.trace(trace_id)
         messages = trace.messages()
         on_path = {m.sequence for m in trace.main_path(messages)}
+        prices = server.project.prices
         return {"trace": trace.id, "head": trace.meta.head,
-                "messages": [message_record(m, m.sequence in on_path)
+                "usage": trace_totals(trace.meta, prices).record(),
+                "messages": [message_record(m, m.sequence in on_path, prices)
                              for m in messages.values() if all or m.sequence in on_path]}
 
     @api.post("/traces/{trace_id}/messages", status_code=201,
@@ -329,15 +333,15 @@ def _view_routes(api: APIRouter, server: Server) -> None:
              summary="Every message with its place, side branches, goals (the viewer's data)")
     def get_tree(trace_id: str) -> dict[str, Any]:
         trace = server.trace(trace_id)
-        return {**trace_tree(trace), "running": trace.is_running(),
+        return {**trace_tree(trace, project.prices), "running": trace.is_running(),
                 "server_run": server.runs.running(trace.id),
                 "approval": _approval_record(trace)}
 
     @api.get("/traces/{trace_id}/log", summary="The trace's commits, newest first (`agentfs log`)")
     def get_log(trace_id: str, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
         trace = server.trace(trace_id)
-        return {"trace": trace.id, "steps": [vars(s) for s in trace_log(project.repo, trace.id,
-                                                                          limit)]}
+        return {"trace": trace.id, "steps": [step_record(s, project.prices)
+                                             for s in trace_log(project.repo, trace.id, limit)]}
 
     @api.get("/traces/{trace_id}/goals", summary="The goal tree (`agentfs goals --json`)")
     def goals(trace_id: str) -> dict[str, Any]:

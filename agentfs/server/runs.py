@@ -13,6 +13,7 @@ from agentfs.core.project import Project
 from agentfs.core.runner import RunResult
 from agentfs.errors import AgentfsError, TraceLocked
 from agentfs.models.base import Model
+from agentfs.prices import PriceTable
 from agentfs.server.events import EventHub
 
 __all__ = ["BackgroundRuns", "RunRequest"]
@@ -120,7 +121,7 @@ class BackgroundRuns:
                 if s not in request.inject_skills)]
             result = runner.run(trace_id, request.messages, max_iterations=request.max_iterations,
                                 inject_skills=declared)
-            run.outcome = _finished(result)
+            run.outcome = _finished(result, self.project.prices)
             publish("run_finished", run.outcome)
         except AgentfsError as exc:
             run.locked = isinstance(exc, TraceLocked)
@@ -135,7 +136,9 @@ class BackgroundRuns:
             run.done.set()
 
 
-def _finished(result: RunResult) -> dict[str, Any]:
+def _finished(result: RunResult, prices: PriceTable) -> dict[str, Any]:
     return {"status": "finished", "trace": result.trace_id, "stop": str(result.stop),
             "iterations": result.iterations, "input_tokens": result.input_tokens,
-            "output_tokens": result.output_tokens, "cached_tokens": result.cached_tokens}
+            "output_tokens": result.output_tokens, "cached_tokens": result.cached_tokens,
+            "model_ms": result.model_ms, "wall_ms": result.wall_ms,
+            "cost": prices.cost(result.spent).record()}

@@ -5,6 +5,7 @@
     Agentfs-Trace: demo
     Agentfs-Sequence: 5
     Agentfs-Kind: assistant
+    Agentfs-Usage: claude-sonnet-4-5 in=1200 cache_read=9800 cache_write=0 out=310 model_ms=4210 wall_ms=4388
 
 `git log --grep 'Agentfs-Trace: demo'` and `git interpret-trailers --parse`
 both work on these messages.
@@ -15,6 +16,9 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+
+from agentfs.store.messages import Message
+from agentfs.store.spent import Spent
 
 SUMMARY_WIDTH = 72
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -49,6 +53,7 @@ class Step:
     summary: str = ""
     goal_id: str | None = None
     body: str = ""
+    usage: str = ""  # an assistant step's `Agentfs-Usage` (`usage_trailer`)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", StepKind(self.kind))  # ValueError on an unknown kind
@@ -67,11 +72,43 @@ class Step:
         trailers.append(f"Agentfs-Kind: {self.kind}")
         if self.goal_id:
             trailers.append(f"Agentfs-Goal: {self.goal_id}")
+        if self.usage:
+            trailers.append(f"Agentfs-Usage: {self.usage}")
         parts = [head]
         if self.body.strip():
             parts.append(self.body.strip())
         parts.append("\n".join(trailers))
         return ("\n\n".join(parts) + "\n").encode("utf-8")
+
+
+#: The fields of an `Agentfs-Usage` trailer after the model, as `Spent` names them.
+_USAGE_FIELDS = {"in": "input_tokens", "cache_read": "cache_read_input_tokens",
+                 "cache_write": "cache_creation_input_tokens", "out": "output_tokens",
+                 "model_ms": "model_ms", "wall_ms": "wall_ms"}
+
+
+def usage_trailer(message: Message) -> str:
+    """What an assistant message's call used, as one trailer value (empty when
+    nothing was recorded): the model, then `key=number` pairs."""
+    if message.usage is None and message.timing is None:
+        return ""
+    spent = Spent()
+    spent.add(message.usage, message.timing)
+    model = "".join((message.model or "unknown").split())
+    return " ".join([model, *(f"{key}={getattr(spent, name)}"
+                              for key, name in _USAGE_FIELDS.items())])
+
+
+def parse_usage(value: str) -> tuple[str, Spent] | None:
+    """The model and sums of an `Agentfs-Usage` trailer; None if it is not one."""
+    model, *pairs = value.split()
+    fields = {}
+    for pair in pairs:
+        key, _, number = pair.partition("=")
+        if key not in _USAGE_FIELDS or not number.isdigit():
+            return None
+        fields[_USAGE_FIELDS[key]] = int(number)
+    return model, Spent(calls=1, **fields)
 
 
 def one_line(text: str, width: int) -> str:

@@ -63,7 +63,7 @@ FIRST_USER_SEQUENCE = 2
 #: Fields agentfs itself owns on a message: a dropped file cannot set them.
 _OWNED_FIELDS = (
     "tool_calls", "tool_call_id", "is_error", "synthetic", "branch_type", "branch_id",
-    "stop_reason", "usage", "thinking", "files_changed", "blocks", "source_branch",
+    "stop_reason", "usage", "timing", "thinking", "files_changed", "blocks", "source_branch",
     "provider_data",
 )
 

@@ -90,6 +90,16 @@ class Usage(BaseModel):
     )
 
 
+class Timing(BaseModel):
+    """How long an assistant turn took, in milliseconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model_ms: int = Field(ge=0, description="In the model call, its retries included")
+    wall_ms: int = Field(ge=0, description="From the start of the turn (reading the trace, "
+                         "building the request) until the turn was written")
+
+
 class Message(BaseModel):
     """One message of a trace, as stored in `traces/<id>/messages/`."""
 
@@ -116,6 +126,7 @@ class Message(BaseModel):
     model: str | None = Field(default=None, description="Model that wrote an assistant message")
     stop_reason: str | None = None
     usage: Usage | None = None
+    timing: Timing | None = None
     thinking: list[dict[str, Any]] | None = Field(
         default=None, description="Thinking blocks, kept verbatim with their signatures"
     )

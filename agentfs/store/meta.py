@@ -4,6 +4,7 @@ only (the bytes are read as JSON by `agentfs/store/metafile.py:read_meta_json`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -12,11 +13,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentfs.errors import AgentfsError, validation_problems
 from agentfs.store.atomic import atomic_write
+from agentfs.store.messages import Message
 from agentfs.store.metafile import FORMAT_VERSION, read_meta_json
+from agentfs.store.spent import Spent
 
 __all__ = [
     "FORMAT_VERSION", "Collaborator", "ForkOrigin", "LastError", "QueueStep", "SideQueue",
-    "TraceContext", "TraceMeta", "dump_meta", "load_meta", "parse_meta", "save_meta",
+    "Spending", "TraceContext", "TraceMeta", "dump_meta", "load_meta", "parse_meta", "save_meta",
 ]
 
 class QueueStep(BaseModel):
@@ -107,6 +110,29 @@ class TraceContext(BaseModel):
         "request to request (their shape is the agent's: `agentfs/core/mcp.py:ToolRecord`)")
 
 
+class Spending(BaseModel):
+    """What a trace's model calls used, by model: every assistant message committed on
+    `main` (on the path or off it after a rewind) and those of side branches, counted
+    when their step is merged. Kept up to date at each commit, so that `status` and the
+    trace list read it without reading a message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    through: int = Field(default=0, description="Messages up to this sequence are counted "
+                         "(sequences only grow, so a message committed again is not)")
+    models: dict[str, Spent] = Field(default_factory=dict)
+
+    def count(self, messages: Iterable[Message]) -> None:
+        """Add the assistant messages after `through`, then move it past them."""
+        for message in sorted(messages, key=lambda m: m.sequence):
+            if message.sequence <= self.through:
+                continue
+            self.through = message.sequence
+            if message.role == "assistant" and not message.synthetic:
+                spent = self.models.setdefault(message.model or "unknown", Spent())
+                spent.add(message.usage, message.timing)
+
+
 class TraceMeta(BaseModel):
     """Contents of `trace.json`: the trace's metadata and runtime context. Every field
     is declared; an unknown one is refused with the file named."""
@@ -133,6 +159,10 @@ class TraceMeta(BaseModel):
     forked_from: ForkOrigin | None = Field(
         default=None, description="For a trace made by `agentfs fork`: the trace and message "
         "it was copied from; absent otherwise",
+    )
+    usage: Spending | None = Field(
+        default=None, description="What the trace's model calls used; absent in a trace "
+        "no agentfs that counts has committed to yet",
     )
 
 
@@ -191,10 +221,9 @@ def dump_meta(meta: TraceMeta) -> bytes:
     # Keys of `context` at their defaults are left out, as agentfs always wrote them.
     empty = _EMPTY_CONTEXT
     data["context"] = {k: v for k, v in data["context"].items() if v != empty[k]}
-    if data.get("side_queue") is None:
-        data.pop("side_queue", None)  # trace.json without a queue reads as before
-    if data.get("forked_from") is None:
-        data.pop("forked_from", None)
+    for optional in ("side_queue", "forked_from", "usage"):  # absent reads as before
+        if data.get(optional) is None:
+            data.pop(optional, None)
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
 
 

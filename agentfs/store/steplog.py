@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from agentfs.store.commits import StepKind, parse_trailers, subject
+from agentfs.store.commits import StepKind, parse_trailers, parse_usage, subject
 from agentfs.store.git.repo import GitRepo
+from agentfs.store.spent import Spent
 
 __all__ = ["ADDS_MESSAGES", "LoggedStep", "step_of_message", "trace_log"]
 
@@ -18,12 +19,14 @@ ADDS_MESSAGES = frozenset({StepKind.CREATE, StepKind.USER, StepKind.ASSISTANT, S
 
 @dataclass(frozen=True)
 class LoggedStep:
-    """One committed step: its commit, kind, message sequence and summary line."""
+    """One committed step: its commit, kind, message sequence and summary line, and
+    for a model's turn, the model and what its call used (`Agentfs-Usage`)."""
 
     commit: str
     kind: str
     sequence: int | None
     summary: str
+    usage: tuple[str, Spent] | None = None
 
 
 def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None) -> Iterator[LoggedStep]:
@@ -37,8 +40,10 @@ def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None) -> Iterato
             continue
         sequence = trailers.get("Agentfs-Sequence", "")
         summary = subject(commit.message).split(f"#{sequence}", 1)[-1].strip() if sequence else ""
+        usage = trailers.get("Agentfs-Usage")
         yield LoggedStep(sha.decode(), trailers.get("Agentfs-Kind", "?"),
-                         int(sequence) if sequence.isdigit() else None, summary)
+                         int(sequence) if sequence.isdigit() else None, summary,
+                         parse_usage(usage) if usage else None)
         shown += 1
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from agentfs.errors import AgentfsError, TraceExists
 from agentfs.store.approval import APPROVAL_FILE, PendingApproval, read_pending, write_pending
 from agentfs.store.atomic import atomic_write
-from agentfs.store.commits import Step
+from agentfs.store.commits import Step, usage_trailer
 from agentfs.store.filerewind import FileRewind, plan_file_rewind
 from agentfs.store.git.repo import Change, GitRepo
 from agentfs.store.history import (
@@ -35,7 +35,14 @@ from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
 from agentfs.store.message_dir import MessageDir
 from agentfs.store.messages import Message, render_message
-from agentfs.store.meta import FORMAT_VERSION, LastError, TraceMeta, load_meta, save_meta
+from agentfs.store.meta import (
+    FORMAT_VERSION,
+    LastError,
+    Spending,
+    TraceMeta,
+    load_meta,
+    save_meta,
+)
 from agentfs.store.recovery import recover
 from agentfs.store.steplog import step_of_message, trace_log
 from agentfs.store.tracelock import TraceLock, is_locked
@@ -286,6 +293,7 @@ class Trace:
             self.meta.head = messages[-1].sequence
         if messages:
             self.meta.next_sequence = max(self.meta.next_sequence, messages[-1].sequence + 1)
+        self.count_usage(messages)
         self.save_meta()
         paths.append(self.rel(self.meta_path))
         last = messages[-1] if messages else None
@@ -296,10 +304,19 @@ class Trace:
             summary=summary if summary is not None else (_summary_of(messages) if messages else ""),
             goal_id=last.goal_id if last else None,
             body=body,
+            usage=_usage_of(messages),
         )
         return self.repo.commit_worktree(
             [*paths, *extra_paths], step.message(), extra_parents=extra_parents
         )
+
+    def count_usage(self, messages: Iterable[Message]) -> None:
+        """Add what `messages` used to `meta.usage` (saved by the next commit). A trace
+        an older agentfs wrote is counted first from its message files, once."""
+        if self.meta.usage is None:
+            self.meta.usage = Spending()
+            messages = [*self.message_dir.current().values(), *messages]
+        self.meta.usage.count(messages)
 
     def record_error(self, error: str) -> bytes:
         """Leave a visible record of a failed run: `context.last_error` in trace.json,
@@ -318,7 +335,8 @@ class Trace:
             Change(self.rel(self.message_path(m)), render_message(m)) for m in messages
         ] + [Change(path, data) for path, data in (files or {}).items()]
         step = Step(self.id, kind, messages[-1].sequence if messages else self.meta.head,
-                    summary=summary if summary is not None else _summary_of(messages))
+                    summary=summary if summary is not None else _summary_of(messages),
+                    usage=_usage_of(messages))
         return self.repo.commit_changes(b"refs/heads/" + branch.encode(), changes, step.message())
 
     def write_file(self, path: str, data: bytes) -> None:
@@ -486,6 +504,12 @@ class Trace:
         """A file of the trace other than trace.json, messages/ and inbox/."""
         name = path[len(self.rel(self.dir)) + 1:]
         return "/" not in name and name != TRACE_FILE
+
+
+def _usage_of(messages: Sequence[Message]) -> str:
+    """The `Agentfs-Usage` trailer of a step whose last message is a model's turn."""
+    last = messages[-1] if messages else None
+    return usage_trailer(last) if last is not None and last.role == "assistant" else ""
 
 
 def _summary_of(messages: Sequence[Message]) -> str:

@@ -294,6 +294,9 @@ class Watcher:
         self.log("run_finished", {"trace": trace_id, "iterations": result.iterations,
                                   "stop": result.stop, "input_tokens": result.input_tokens,
                                   "output_tokens": result.output_tokens,
+                                  "cached_tokens": result.cached_tokens,
+                                  "model_ms": result.model_ms,
+                                  "cost": self.project.prices.cost(result.spent).record(),
                                   "seconds": round(time.monotonic() - started, 3)})
 
     def _run_event(self, kind: str, data: dict[str, Any]) -> None:

@@ -166,7 +166,8 @@ def test_a_chat_session_commits_every_turn_as_agentfs_run_does(tmp_path, termina
 
     chat.line("/show")
     shown = chat.expect("t1> ")
-    assert "#6 user\n    second" in shown and "#7 assistant\n    And this is the second" in shown
+    assert "#6 user\n    second" in shown
+    assert re.search(r"#7 assistant  · [^\n]*model [^\n]*\n    And this is the second", shown)
     chat.line("/goals")
     assert "[ ] 1 Greet the user ← focus" in chat.expect("t1> ")
     chat.line("/compress")

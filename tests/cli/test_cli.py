@@ -56,8 +56,10 @@ def test_new_run_show_log_status(ws):
         "assistant", "tool", "assistant", "tool", "assistant", "user", "create"]
 
     status = json.loads(run_cli("status", "--json", cwd=ws).stdout)
-    assert status["traces"] == [{"trace": "t", "head": 7, "running": False, "pending_inbox": [],
-                                 "rejected": []}]
+    (row,) = status["traces"]
+    assert {k: row[k] for k in ("trace", "head", "running", "pending_inbox", "rejected")} == {
+        "trace": "t", "head": 7, "running": False, "pending_inbox": [], "rejected": []}
+    assert row["usage"]["calls"] == 3 and row["updated"]
 
 
 def test_run_by_path_from_a_subdirectory(ws):

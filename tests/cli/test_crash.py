@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 from agentfs.core.runner import INTERRUPTED
@@ -16,6 +15,7 @@ from tests.conftest import (
     message_paths,
     replay_workspace,
     run_cli,
+    without_clock,
 )
 
 TURNS = 200  # long enough that the kills land inside runs on a fast machine
@@ -34,14 +34,11 @@ def make_workspace(root: Path) -> None:
     run_cli("new", "t", "-m", "write the files", cwd=root)
 
 
-CLOCK = re.compile(rb"## Current time\n[^\n]*")
-
-
 def message_files(root: Path) -> dict[str, bytes]:
-    """Message files by name; the clock in context injections is the one thing that
-    may differ between two runs of the same script."""
+    """Message files by name; the clock (of context injections, of model turns' timing)
+    is the one thing that may differ between two runs of the same script."""
     folder = root / "traces" / "t" / "messages"
-    return {p.name: CLOCK.sub(b"## Current time", p.read_bytes()) for p in message_paths(folder)}
+    return {p.name: without_clock(p.read_bytes()) for p in message_paths(folder)}
 
 
 def test_killed_runs_resume_without_loss_or_duplicates(tmp_path):

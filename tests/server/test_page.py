@@ -79,6 +79,9 @@ def test_the_page_shows_the_tree_opens_a_summary_and_posts(served: Served, page)
     expect(original).to_contain_text("Looking at notes.md")
     expect(original.locator("strong")).to_have_text("notes.md")  # Markdown, rendered
     expect(original.locator("details.call > summary")).to_contain_text("read_file")
+    expect(original.locator(":scope > header .usage")).to_contain_text("model ")  # its call
+    expect(page.locator("#trace-usage")).to_contain_text("calls")  # the trace's total
+    expect(page.locator("nav a[data-trace=t] .state")).to_contain_text("$")
     expect(page.locator("#m-9")).to_contain_text("Answer 3")
     branch = summary.locator("details.branch")
     expect(branch).to_contain_text("compression side branch agentfs/t/compression-")

@@ -74,7 +74,9 @@
       note.className = "state";
       note.textContent = "#" + row.head + (row.running ? " running" : "")
         + (row.pending_inbox.length ? " · " + row.pending_inbox.length + " waiting" : "")
-        + (row.approval ? " · " + row.approval + " waits for approval" : "");
+        + (row.approval ? " · " + row.approval + " waits for approval" : "")
+        + (row.usage && row.usage.calls ? " · " + row.usage.cost.text : "");
+      if (row.usage) note.title = row.usage.text + (row.updated ? " · last step " + row.updated : "");
       a.append(note);
       nav.append(a);
     }
@@ -106,6 +108,7 @@
     const badge = $("trace-state");
     badge.textContent = (data.running ? "running" : "idle") + " · head #" + data.head;
     badge.className = data.running ? "badge running" : "badge";
+    $("trace-usage").textContent = data.usage && data.usage.calls ? data.usage.text : "";
     renderGoals(data.goals);
     $("tree").replaceChildren(buildTree(data));
     renderApproval(data.approval);
@@ -270,6 +273,12 @@
     if (!m.on_path && !onBranch) text += " · off the path";
     label.textContent = text;
     header.append(label);
+    if (m.usage) {
+      const used = document.createElement("span");
+      used.className = "usage muted";
+      used.textContent = m.usage.text;
+      header.append(used);
+    }
     if (!onBranch && m.sequence !== ctx.data.head) {
       header.append(actionButton("Rewind here", "rewind",
         "Make #" + m.sequence + " the head (later messages stay, off the path)",

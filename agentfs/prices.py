@@ -1,0 +1,125 @@
+"""What model tokens cost: the price table and sums of money.
+
+The defaults below, for current Anthropic models, are estimates from the published
+list prices (the provider's bill is the authority); `[prices]` in agentfs.toml
+replaces or adds entries, and those are taken as given (docs/configuration.md).
+Plain data with no import cost: `agentfs status` prices traces without loading
+the rest of agentfs.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from agentfs.store.spent import Spent
+
+__all__ = ["DEFAULT_PRICES", "NO_PRICES", "Cost", "Price", "PriceTable"]
+
+
+@dataclass(frozen=True)
+class Price:
+    """What a model's tokens cost, in USD per million tokens (`[prices."MODEL"]`):
+    input not read from the cache, output, input read from the cache, input written
+    to it."""
+
+    __pydantic_config__: ClassVar[dict[str, Any]] = {"extra": "forbid"}
+
+    input: float
+    output: float
+    cache_read: float = 0.0
+    cache_write: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("input", "output", "cache_read", "cache_write"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be at least 0")
+
+
+#: USD per million tokens: input, output, cache reads, cache writes (5-minute).
+DEFAULT_PRICES: Mapping[str, Price] = {
+    "claude-opus-4-5": Price(input=5, output=25, cache_read=0.5, cache_write=6.25),
+    "claude-opus-4-1": Price(input=15, output=75, cache_read=1.5, cache_write=18.75),
+    "claude-opus-4": Price(input=15, output=75, cache_read=1.5, cache_write=18.75),
+    "claude-sonnet-4-5": Price(input=3, output=15, cache_read=0.3, cache_write=3.75),
+    "claude-sonnet-4": Price(input=3, output=15, cache_read=0.3, cache_write=3.75),
+    "claude-3-7-sonnet": Price(input=3, output=15, cache_read=0.3, cache_write=3.75),
+    "claude-haiku-4-5": Price(input=1, output=5, cache_read=0.1, cache_write=1.25),
+    "claude-3-5-haiku": Price(input=0.8, output=4, cache_read=0.08, cache_write=1),
+}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A sum of money in USD. `estimated`: a default price was used; `unpriced`: the
+    models no price was found for (their calls are not in `amount`)."""
+
+    amount: float = 0.0
+    estimated: bool = False
+    unpriced: tuple[str, ...] = ()
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.amount + other.amount, self.estimated or other.estimated,
+                    tuple(sorted({*self.unpriced, *other.unpriced})))
+
+    def text(self) -> str:
+        """`$0.0123`, `~$0.0123` for an estimate, `no price for replay:x` when nothing
+        was priced."""
+        if self.unpriced and not self.amount:
+            return "no price for " + ", ".join(self.unpriced)
+        return f"{'~' if self.estimated else ''}${self.amount:.4f}"
+
+    def record(self) -> dict[str, object]:
+        return {"usd": round(self.amount, 6), "estimated": self.estimated,
+                "unpriced": list(self.unpriced), "text": self.text()}
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """The defaults with the workspace's `[prices]` over them."""
+
+    given: Mapping[str, Price] = field(default_factory=dict)
+
+    def find(self, model: str) -> tuple[Price, bool] | None:
+        """The price of `model` and whether it is an estimate. A provider prefix
+        (`anthropic:`) is ignored, and an entry matches the names it starts (so
+        `claude-sonnet-4-5` prices `claude-sonnet-4-5-20250929`); the longest wins."""
+        name = model.split(":", 1)[1] if ":" in model else model
+        for table, estimated in ((self.given, False), (DEFAULT_PRICES, True)):
+            matches = [key for key in table if name == key or name.startswith(key + "-")]
+            if matches:
+                return table[max(matches, key=len)], estimated
+        return None
+
+    @classmethod
+    def in_config(cls, path: Path) -> PriceTable:
+        """The table of an `agentfs.toml` already found valid
+        (`agentfs/core/doctor.py:check_config`), read without loading the rest of
+        it; the estimates alone when it cannot be read."""
+        try:
+            entries = tomllib.loads(path.read_text(encoding="utf-8")).get("prices", {})
+            return cls({name: Price(**entry) for name, entry in entries.items()})
+        except (OSError, ValueError, TypeError, AttributeError):
+            return cls()
+
+    def cost(self, spent: Mapping[str, Spent]) -> Cost:
+        """The cost of calls summed by model."""
+        total = Cost()
+        for model, sums in spent.items():
+            found = self.find(model)
+            if found is None:
+                if sums.input_tokens or sums.output_tokens or sums.cache_read_input_tokens:
+                    total += Cost(unpriced=(model,))
+                continue
+            price, estimated = found
+            amount = (sums.input_tokens * price.input + sums.output_tokens * price.output
+                      + sums.cache_read_input_tokens * price.cache_read
+                      + sums.cache_creation_input_tokens * price.cache_write) / 1_000_000
+            total += Cost(amount, estimated)
+        return total
+
+#: The built-in estimates only.
+NO_PRICES = PriceTable()
