@@ -135,8 +135,8 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     and the run stops (`agentfs approve TRACE` answers it).
     """
     from agentfs.cli.options import approve_policy
-    from agentfs.cli.terminal import stdin_asker
     from agentfs.cli.render import run_text
+    from agentfs.cli.terminal import stdin_asker
     from agentfs.core.runner import StopReason
     from agentfs.tools.subprocesses import safe_environment
 

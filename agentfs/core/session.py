@@ -15,8 +15,8 @@ from agentfs.store.workspace import GOALS_FILE
 from agentfs.tools import ToolRegistry
 
 if TYPE_CHECKING:
-    from agentfs.core.mcp import McpTools
     from agentfs.core.approval import Asker
+    from agentfs.core.mcp import McpTools
 
 __all__ = ["Emit", "Session"]
 

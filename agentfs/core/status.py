@@ -17,8 +17,8 @@ from typing import Any
 
 from agentfs.core.usage import Totals
 from agentfs.errors import AgentfsError
-from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.prices import PriceTable
+from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.store.inbox import rejected_names, waiting
 from agentfs.store.metafile import read_meta_json
 from agentfs.store.spent import Spent
