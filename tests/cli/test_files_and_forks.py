@@ -82,7 +82,7 @@ def test_log_p_shows_each_tool_steps_workspace_diff_as_git_show_prints_it(ws):
     assistant = next(s for s in steps if s["kind"] == "assistant")
     assert assistant["files"] == [] and assistant["diff"] == ""
     plain = json.loads(run_cli("log", "t", "--json", cwd=ws).stdout)["steps"]
-    assert set(plain[0]) == {"commit", "kind", "sequence", "summary"}  # unchanged without -p
+    assert set(plain[0]) == {"commit", "kind", "sequence", "summary", "usage"}  # unchanged without -p
 
 
 # --- agentfs rewind --files ------------------------------------------------------------
