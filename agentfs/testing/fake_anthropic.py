@@ -50,27 +50,24 @@ import base64
 import copy
 import hashlib
 import hmac
-import itertools
 import json
 import math
-import re
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from agentfs.testing.api_rules import THINKING_TYPES, check_request, content_blocks
 from agentfs.testing.fake_http import (
     FakeHandler,
-    FakeHTTPServer,
+    FakeServer,
     RecordedRequest,
     drop,
     read_request,
     request_id,
     send_bytes,
     send_json,
+    split_words,
     start_stream,
     write_chunk,
 )
@@ -125,7 +122,7 @@ class _Fault:
     abort: bool = False
 
 
-class FakeAnthropicServer:
+class FakeAnthropicServer(FakeServer[_Fault]):
     """A scripted Messages API server on a free port of 127.0.0.1; it starts at once.
 
     Args:
@@ -137,49 +134,14 @@ class FakeAnthropicServer:
 
     def __init__(self, *, validate: bool = True, api_key: str | None = None,
                  strict_thinking: bool = False) -> None:
+        super().__init__("fake-anthropic")
         self.validate = validate
         self.api_key = api_key
         self.strict_thinking = strict_thinking
         #: canonical thinking block -> (where, canonical block) of the prefix it came after
         self._issued: dict[bytes, list[tuple[str, bytes]]] = {}
         self._thinking_violations: list[str] = []
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._faults: deque[_Fault] = deque()
-        self._script: deque[ScriptedResponse] = deque()
-        self._requests: list[RecordedRequest] = []
         self._cache = PromptCache()
-        self._ids = itertools.count(1)
-        self._closing = threading.Event()
-        self._closed = False
-        self._httpd = FakeHTTPServer(("127.0.0.1", 0), FakeHandler)
-        self._httpd.fake = self
-        host, port = self._httpd.socket.getsockname()[:2]
-        self.base_url = f"http://{host}:{port}"
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=f"fake-anthropic-{port}",
-            daemon=True,
-        )
-        self._thread.start()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop serving, cut open connections and wait for the handler threads."""
-        if self._closed:
-            return
-        self._closed = True
-        self._closing.set()
-        self._httpd.shutdown()
-        self._httpd.cut_connections()
-        self._httpd.server_close()  # joins the handler threads
-        self._thread.join()
 
     # --- scripting -------------------------------------------------------------------
 
@@ -261,31 +223,12 @@ class FakeAnthropicServer:
         """Answer the next `count` requests with the API's 400 "prompt is too long"."""
         self._add_faults(count, _Fault("too_long"))
 
-    def _add_faults(self, count: int, fault: _Fault) -> None:
-        with self._lock:
-            self._faults.extend([fault] * count)
-
-    # --- inspection ------------------------------------------------------------------
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """A snapshot of every request received so far, in arrival order."""
-        with self._lock:
-            return list(self._requests)
-
     @property
     def thinking_violations(self) -> list[str]:
         """Every thinking check a request broke so far (see the module docstring), as
         `request N: where: what`; empty when thinking blocks came back as issued."""
         with self._lock:
             return list(self._thinking_violations)
-
-    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
-        """Block until at least `count` requests arrived; AssertionError after `timeout`."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: len(self._requests) >= count, timeout):
-                raise AssertionError(f"{len(self._requests)} requests arrived, expected {count}")
-            return list(self._requests)
 
     # --- serving (handler threads) ---------------------------------------------------
 
@@ -642,10 +585,6 @@ def _tokens(size: int) -> int:
     return (size + 3) // 4
 
 
-def _split_words(text: str) -> list[str]:
-    return re.findall(r"\s*\S+\s*", text) or [text]
-
-
 def _sse_events(message: dict[str, Any], chunks: dict[int, list[str]]) -> list[tuple[str, Any]]:
     """The SSE events that stream `message`, as the real API sends them."""
     usage = message["usage"]
@@ -691,11 +630,11 @@ def _block_stream(
     """(content_block_start's block, its deltas) for one complete block."""
     kind = block.get("type")
     if kind == "text":
-        parts = chunks or _split_words(block["text"])
+        parts = chunks or split_words(block["text"])
         return {"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in parts]
     if kind == "thinking":
         deltas = [
-            {"type": "thinking_delta", "thinking": p} for p in _split_words(block["thinking"])
+            {"type": "thinking_delta", "thinking": p} for p in split_words(block["thinking"])
         ]
         deltas.append({"type": "signature_delta", "signature": block.get("signature", "")})
         return {"type": "thinking", "thinking": "", "signature": ""}, deltas

@@ -1,20 +1,28 @@
 """The HTTP plumbing agentfs' fake API servers share (`fake_anthropic`, `fake_openai`):
-a threaded server on 127.0.0.1 whose open connections `close()` can cut, the
-recorded request, and writers for whole bodies, chunked streams and hang-ups."""
+a threaded server on 127.0.0.1 whose open connections `close()` can cut, what every
+fake keeps (its queue of faults and answers, the requests it received:
+`FakeServer`), the recorded request, and writers for whole bodies, chunked streams
+and hang-ups."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
+import re
 import socket
 import threading
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, Self, TypeVar
 
-__all__ = ["FakeHTTPServer", "FakeHandler", "RecordedRequest", "drop", "read_request",
-           "request_id", "send_bytes", "send_json", "start_stream", "write_chunk"]
+__all__ = ["FakeHTTPServer", "FakeHandler", "FakeServer", "RecordedRequest", "drop",
+           "read_request", "request_id", "send_bytes", "send_json", "split_words",
+           "start_stream", "write_chunk"]
+
+Fault = TypeVar("Fault")
 
 
 class ServesRequests(Protocol):
@@ -98,6 +106,78 @@ class FakeHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: tests read `server.requests` instead."""
+
+
+class FakeServer(Generic[Fault]):
+    """A fake API server on a free port of 127.0.0.1, serving at once: its queues of
+    faults and scripted answers, the requests it received, and a clean `close()`.
+    A subclass answers each request in `serve_request` (handler threads).
+
+    Args:
+        name: the serving thread's name, before its port.
+        path: what `base_url` ends with after the port (e.g. `/v1`).
+        port: 0 for a free one.
+    """
+
+    def __init__(self, name: str, *, path: str = "", port: int = 0) -> None:
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._faults: deque[Fault] = deque()
+        self._script: deque[Any] = deque()
+        self._requests: list[RecordedRequest] = []
+        self._ids = itertools.count(1)
+        self._closing = threading.Event()  # set by close(): delays end early
+        self._closed = False
+        self._httpd = FakeHTTPServer(("127.0.0.1", port), FakeHandler)
+        self._httpd.fake = self
+        host, bound = self._httpd.socket.getsockname()[:2]
+        self.base_url = f"http://{host}:{bound}{path}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
+                                        name=f"{name}-{bound}", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop serving, cut open connections and wait for the handler threads."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closing.set()
+        self._httpd.shutdown()
+        self._httpd.cut_connections()
+        self._httpd.server_close()  # joins the handler threads
+        self._thread.join()
+
+    def serve_request(self, h: FakeHandler) -> None:
+        raise NotImplementedError
+
+    def _add_faults(self, count: int, fault: Fault) -> None:
+        with self._lock:
+            self._faults.extend([fault] * count)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of every request received so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        """Block until at least `count` requests arrived; AssertionError after `timeout`."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: len(self._requests) >= count, timeout):
+                raise AssertionError(f"{len(self._requests)} requests arrived, expected {count}")
+            return list(self._requests)
+
+
+def split_words(text: str) -> list[str]:
+    """`text` in the pieces a streamed answer sends: each word with its spaces."""
+    return re.findall(r"\s*\S+\s*", text) or [text]
 
 
 def request_id() -> str:

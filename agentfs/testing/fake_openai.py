@@ -37,26 +37,23 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import itertools
 import json
 import os
-import re
 import subprocess
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
 from agentfs.testing.fake_http import (
     FakeHandler,
-    FakeHTTPServer,
-    RecordedRequest,
+    FakeServer,
     drop,
     read_request,
     send_bytes,
     send_json,
+    split_words,
     start_stream,
     write_chunk,
 )
@@ -87,7 +84,7 @@ class _Fault:
     abort: bool = False
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(FakeServer[_Fault]):
     """A scripted Chat Completions server on a free port of 127.0.0.1; it starts at once.
 
     Args:
@@ -98,42 +95,12 @@ class FakeOpenAIServer:
 
     def __init__(self, *, validate: bool = True, api_key: str | None = None,
                  default_text: str = NO_SCRIPT_TEXT, port: int = 0) -> None:
+        super().__init__("fake-openai", path="/v1", port=port)
         self.validate = validate
         self.api_key = api_key
         self.default_text = default_text
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
-        self._faults: deque[_Fault] = deque()
-        self._script: deque[ScriptedResponse] = deque()
-        self._requests: list[RecordedRequest] = []
         self._violations: list[str] = []
         self._prefixes: set[bytes] = set()
-        self._ids = itertools.count(1)
-        self._closed = False
-        self._httpd = FakeHTTPServer(("127.0.0.1", port), FakeHandler)
-        self._httpd.fake = self
-        host, bound = self._httpd.socket.getsockname()[:2]
-        self.base_url = f"http://{host}:{bound}/v1"
-        self._thread = threading.Thread(target=self._httpd.serve_forever,
-                                        kwargs={"poll_interval": 0.05},
-                                        name=f"fake-openai-{bound}", daemon=True)
-        self._thread.start()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Stop serving, cut open connections and wait for the handler threads."""
-        if self._closed:
-            return
-        self._closed = True
-        self._httpd.shutdown()
-        self._httpd.cut_connections()
-        self._httpd.server_close()
-        self._thread.join()
 
     # --- scripting -------------------------------------------------------------------
 
@@ -162,20 +129,20 @@ class FakeOpenAIServer:
         if retry_after is _DEFAULT:
             retry_after = DEFAULT_RETRY_AFTER if status == 429 or status >= 500 else None
         assert retry_after is None or isinstance(retry_after, (int, float))
-        self._add(count, _Fault("status", status=status, body=body, retry_after=retry_after))
+        self._add_faults(count, _Fault("status", status=status, body=body, retry_after=retry_after))
 
     def malformed_next(self, count: int = 1) -> None:
         """Answer with garbage: a truncated JSON body, or a stream event that is not JSON."""
-        self._add(count, _Fault("malformed"))
+        self._add_faults(count, _Fault("malformed"))
 
     def drop_next(self, count: int = 1, *, mid_stream: bool = False) -> None:
         """Close the connection without an answer, or (`mid_stream`) halfway through it."""
-        self._add(count, _Fault("drop", mid_stream=mid_stream))
+        self._add_faults(count, _Fault("drop", mid_stream=mid_stream))
 
     def error_in_stream_next(self, count: int = 1) -> None:
         """Start a 200 stream, then send an `error` event as servers do when they fail
         mid-answer (a request that does not stream gets a plain 500)."""
-        self._add(count, _Fault("stream_error", status=500))
+        self._add_faults(count, _Fault("stream_error", status=500))
 
     def cut_stream_next(self, during: CutPoint = "text", *, abort: bool = False,
                         count: int = 1) -> None:
@@ -186,36 +153,17 @@ class FakeOpenAIServer:
         has neither. It then ends cleanly, or with `abort` hangs up in the middle
         of an HTTP chunk. The queued answer is not taken: the retry gets it whole.
         """
-        self._add(count, _Fault("cut", during=during, abort=abort))
+        self._add_faults(count, _Fault("cut", during=during, abort=abort))
 
     def context_too_long_next(self, count: int = 1) -> None:
         """Answer with OpenAI's 400 `context_length_exceeded`."""
-        self._add(count, _Fault("too_long"))
-
-    def _add(self, count: int, fault: _Fault) -> None:
-        with self._lock:
-            self._faults.extend([fault] * count)
-
-    # --- inspection ------------------------------------------------------------------
-
-    @property
-    def requests(self) -> list[RecordedRequest]:
-        """A snapshot of every request received so far, in arrival order."""
-        with self._lock:
-            return list(self._requests)
+        self._add_faults(count, _Fault("too_long"))
 
     @property
     def violations(self) -> list[str]:
         """Every rule a request broke so far, as `request N: problem`."""
         with self._lock:
             return list(self._violations)
-
-    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
-        """Block until at least `count` requests arrived; AssertionError after `timeout`."""
-        with self._changed:
-            if not self._changed.wait_for(lambda: len(self._requests) >= count, timeout):
-                raise AssertionError(f"{len(self._requests)} requests arrived, expected {count}")
-            return list(self._requests)
 
     # --- serving (handler threads) ---------------------------------------------------
 
@@ -345,7 +293,7 @@ def _sse_chunks(completion: dict[str, Any], parts: list[str] | None,
 
     out: list[dict[str, Any] | str] = [chunk({"role": "assistant", "content": ""})]
     text = message.get("content") or ""
-    out += [chunk({"content": part}) for part in parts or _split_words(text) if part]
+    out += [chunk({"content": part}) for part in parts or split_words(text) if part]
     for index, call in enumerate(message.get("tool_calls") or []):
         out.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
                                           "function": {"name": call["function"]["name"],
@@ -359,10 +307,6 @@ def _sse_chunks(completion: dict[str, Any], parts: list[str] | None,
         out.append({**chunk({}), "choices": [], "usage": completion["usage"]})
     out.append("[DONE]")
     return out
-
-
-def _split_words(text: str) -> list[str]:
-    return re.findall(r"\s*\S+\s*", text) or [text]
 
 
 def _cut_point(chunks: list[dict[str, Any] | str], during: CutPoint) -> int:
