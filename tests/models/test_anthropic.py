@@ -14,15 +14,10 @@ from hypothesis import strategies as st
 from agentfs.errors import ModelError
 from agentfs.models.anthropic import AnthropicModel, thinking_param
 from agentfs.models.anthropic_messages import assistant_blocks, block_layout, to_api_messages
-from agentfs.models.base import ModelRequest, ModelResponse, PromptTooLong, RetryNotice, ToolSpec
+from agentfs.models.base import ModelRequest, ModelResponse, PromptTooLong, RetryNotice
 from agentfs.store.messages import Message, ToolCall, parse_message, render_message
 from agentfs.testing import FakeAnthropicServer, assert_valid_request
-
-READ = ToolSpec("read", "Read a file", {"type": "object"})
-ANSWER = {
-    "text": "Let me read the notes before I answer you.",
-    "tool_calls": [{"name": "read", "input": {"path": "notes/a.md", "lines": list(range(12))}}],
-}
+from tests.models.calls import ANSWER, Sink, request
 
 
 @pytest.fixture
@@ -34,24 +29,6 @@ def server() -> Iterator[FakeAnthropicServer]:
 def model(server: FakeAnthropicServer, retries: int = 3) -> AnthropicModel:
     return AnthropicModel("claude-test", api_key="k", base_url=server.base_url,
                           max_retries=retries, sleep=lambda s: None)
-
-
-def request(*messages: Message) -> ModelRequest:
-    return ModelRequest(system="You read notes.", tools=[READ], messages=list(messages) or [
-        Message(id="m2", sequence=2, role="user", content="What do the notes say?")])
-
-
-class Sink:
-    """A `RetrySink` that records what it hears, in order."""
-
-    def __init__(self) -> None:
-        self.heard: list[str | RetryNotice] = []
-
-    def __call__(self, text: str) -> None:
-        self.heard.append(text)
-
-    def retrying(self, notice: RetryNotice) -> None:
-        self.heard.append(notice)
 
 
 # --- a turn is complete only at message_stop ---------------------------------------------

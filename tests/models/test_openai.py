@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from agentfs.errors import ModelError
 from agentfs.models.anthropic_messages import to_api_messages as anthropic_messages
-from agentfs.models.base import ModelRequest, PromptTooLong, RetryNotice, ToolSpec
+from agentfs.models.base import PromptTooLong
 from agentfs.models.openai import DEFAULT_BASE_URL, OpenAIModel, finish_reason
 from agentfs.models.openai_messages import to_api_messages
 from agentfs.models.providers import ProviderSettings, is_local_url
@@ -22,12 +22,7 @@ from agentfs.models.resolve import resolve_model
 from agentfs.store.messages import Message, ToolCall
 from agentfs.testing.fake_openai import FakeOpenAIServer
 from agentfs.testing.openai_rules import assert_valid_chat_request, check_chat_request
-
-READ = ToolSpec("read", "Read a file", {"type": "object"})
-ANSWER = {
-    "text": "Let me read the notes before I answer you.",
-    "tool_calls": [{"name": "read", "input": {"path": "notes/a.md", "lines": list(range(12))}}],
-}
+from tests.models.calls import ANSWER, Sink, request
 
 
 @pytest.fixture
@@ -40,27 +35,6 @@ def server() -> Iterator[FakeOpenAIServer]:
 def model(server: FakeOpenAIServer, retries: int = 3) -> OpenAIModel:
     return OpenAIModel("gpt-test", api_key="k", base_url=server.base_url,
                        max_retries=retries, sleep=lambda s: None)
-
-
-def request(*messages: Message) -> ModelRequest:
-    return ModelRequest(system="You read notes.", tools=[READ], messages=list(messages) or [
-        Message(id="m2", sequence=2, role="user", content="What do the notes say?")])
-
-
-class Sink:
-    """A `RetrySink` that records what it hears, in order."""
-
-    def __init__(self) -> None:
-        self.heard: list[str | RetryNotice] = []
-
-    def __call__(self, text: str) -> None:
-        self.heard.append(text)
-
-    def retrying(self, notice: RetryNotice) -> None:
-        self.heard.append(notice)
-
-    def notices(self) -> list[RetryNotice]:
-        return [h for h in self.heard if isinstance(h, RetryNotice)]
 
 
 # --- a turn is complete only once its finish_reason arrived ----------------------------
