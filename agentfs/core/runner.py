@@ -104,29 +104,38 @@ class RunResult:
     stop: StopReason = StopReason.END_TURN
     final_text: str = ""
     steps: list[str] = field(default_factory=list)
-    #: Tokens the provider reported for every call of the run: the main path, side
-    #: branches (reflection, knowledge evaluation, compression) and delegated
-    #: children (offline models report none).
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0  #: of the input tokens, those read from the prompt cache
-
-    #: Milliseconds in model calls, and from the start of the run to its end.
-    model_ms: int = 0
+    #: Milliseconds from the start of the run to its end.
     wall_ms: int = 0
-    #: The same, by model, as a trace's `usage` keeps them (for the run's cost).
+    #: What every call of the run used, by model, as a trace's `usage` keeps it: the
+    #: main path, side branches (reflection, knowledge evaluation, compression) and
+    #: delegated children (offline models report no tokens).
     spent: dict[str, Spent] = field(default_factory=dict)
 
     def count(self, response: ModelResponse, model: str) -> None:
         """Add one model call."""
-        usage = response.usage
-        if usage is not None:
-            self.input_tokens += (usage.input_tokens + usage.cache_read_input_tokens
-                                  + usage.cache_creation_input_tokens)
-            self.cached_tokens += usage.cache_read_input_tokens
-            self.output_tokens += usage.output_tokens
-        self.model_ms += response.elapsed_ms or 0
-        self.spent.setdefault(response.model or model, Spent()).add(usage)
+        spent = self.spent.setdefault(response.model or model, Spent())
+        spent.add(response.usage)
+        spent.model_ms += response.elapsed_ms or 0
+
+    @property
+    def input_tokens(self) -> int:
+        """All input: not cached, read from the prompt cache and written to it."""
+        return sum(s.input_tokens + s.cache_read_input_tokens + s.cache_creation_input_tokens
+                   for s in self.spent.values())
+
+    @property
+    def cached_tokens(self) -> int:
+        """Of the input tokens, those read from the prompt cache."""
+        return sum(s.cache_read_input_tokens for s in self.spent.values())
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(s.output_tokens for s in self.spent.values())
+
+    @property
+    def model_ms(self) -> int:
+        """Milliseconds in model calls."""
+        return sum(s.model_ms for s in self.spent.values())
 
 
 @dataclass
