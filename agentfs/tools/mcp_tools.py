@@ -61,11 +61,8 @@ class McpTool(Tool):
 
     #: The server's name in agentfs.toml.
     server: str = ""
-    #: The tool's own name on the server.
+    #: The tool's own name on the server. (`read_only` is the server's `readOnlyHint`.)
     remote_name: str = ""
-    #: The server declares the tool read-only (its `readOnlyHint` annotation); a tool
-    #: not declared so may change things.
-    read_only: bool = False
 
 
 def offered_name(server: str, tool: str) -> str:
