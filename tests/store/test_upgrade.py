@@ -71,6 +71,18 @@ def reopened(trace: Trace) -> Trace:
     return Project.open(trace.workspace.root).trace(trace.id)
 
 
+def assert_upgraded_once(root: Path, trace: Trace, before: dict[int, str]) -> Trace:
+    """The upgraded trace holds the same messages, git is clean and fsck-clean, and
+    recovering once more finds nothing to do; returns the trace opened anew."""
+    again = reopened(trace)
+    assert {s: m.text for s, m in again.messages().items()} == before
+    assert_git_clean(root)
+    git(root, "fsck", "--strict")
+    with again.lock():
+        assert again.recover() == []  # idempotent
+    return again
+
+
 def test_new_traces_keep_their_messages_in_folders(trace: Trace) -> None:
     root = trace.workspace.root
     files = git(root, "ls-files", "traces/demo/messages").split()
@@ -94,12 +106,7 @@ def test_a_format_1_trace_is_upgraded_in_one_commit_of_renames(trace: Trace) -> 
     )
     assert json.loads(trace.meta_path.read_text())["format_version"] == FORMAT_VERSION
     assert sorted(p.name for p in message_paths(trace.messages_dir)) == sorted(names)
-    assert {s: m.text for s, m in reopened(trace).messages().items()} == before
-    assert_git_clean(root)
-    git(root, "fsck", "--strict")
-    again = reopened(trace)
-    with again.lock():
-        assert again.recover() == []  # idempotent
+    again = assert_upgraded_once(root, trace, before)
     again.commit_step("user", [again.new_message("user", "and on it goes")])
     assert (trace.messages_dir / FOLDER / "000009-user.md").is_file()
     assert_git_clean(root)
@@ -322,12 +329,7 @@ def test_a_format_2_trace_json_is_upgraded_in_one_commit(trace: Trace) -> None:
     assert git(root, "show", "--name-status", "--format=", "HEAD").splitlines() == [
         "M\ttraces/demo/trace.json"]
     assert json.loads(trace.meta_path.read_text()) == upgraded(old)
-    assert {s: m.text for s, m in reopened(trace).messages().items()} == before
-    assert_git_clean(root)
-    git(root, "fsck", "--strict")
-    again = reopened(trace)
-    with again.lock():
-        assert again.recover() == []  # idempotent
+    assert_upgraded_once(root, trace, before)
 
 
 def test_a_format_2_trace_json_a_person_edited_is_committed_as_their_edit(
