@@ -84,13 +84,26 @@ class Totals:
 
     def text(self) -> str:
         """`12 calls · 48,210 in, 40,100 cached · 2,304 out · model 31.2 s · wall 33.0 s
-        · ~$0.0712` (one call's without the count)."""
+        · ~$0.0712` (one call's without the count; without tokens and cost when the
+        calls reported no tokens)."""
+        if not self.calls:
+            return "no model calls"
         parts = [f"{self.calls} calls"] if self.calls != 1 else []
-        parts += [f"{self.input_tokens:,} in, {self.cached_tokens:,} cached",
-                  f"{self.output_tokens:,} out", f"model {self.model_ms / 1000:.1f} s"]
+        if self.counted:
+            parts += [f"{self.input_tokens:,} in, {self.cached_tokens:,} cached",
+                      f"{self.output_tokens:,} out"]
+        parts.append(f"model {self.model_ms / 1000:.1f} s")
         if self.wall_ms:
             parts.append(f"wall {self.wall_ms / 1000:.1f} s")
-        return " · ".join([*parts, self.cost.text()])
+        if self.counted or self.cost.amount or self.cost.unpriced:
+            parts.append(self.cost.text())
+        return " · ".join(parts)
+
+    @property
+    def counted(self) -> bool:
+        """Whether the calls reported any tokens (a replay model reports none: its
+        turns show their time alone, not a row of zeros)."""
+        return bool(self.input_tokens or self.output_tokens)
 
     def record(self) -> dict[str, object]:
         """The JSON form (`--json` outputs, the HTTP API)."""

@@ -12,6 +12,7 @@ import pytest
 from agentfs.config import WorkspaceConfig
 from agentfs.core.project import Project
 from agentfs.core.runner import Runner
+from agentfs.core.usage import Totals
 from agentfs.errors import ConfigError
 from agentfs.models.anthropic import AnthropicModel
 from agentfs.models.base import ModelResponse
@@ -131,6 +132,14 @@ def test_an_unpriced_model_that_used_tokens_says_so_instead_of_costing_nothing()
     cost = PriceTable().cost({"local:llama": Spent(calls=1, input_tokens=10)})
     assert cost.text() == "no price for local:llama"
     assert PriceTable().cost({"replay:x": Spent(calls=3)}).text() == "$0.0000"
+
+
+def test_calls_that_reported_no_tokens_show_their_time_not_a_row_of_zeros():
+    replay = Totals.of({"replay:x": Spent(calls=3, model_ms=200, wall_ms=300)}, PriceTable())
+    assert replay.text() == "3 calls · model 0.2 s · wall 0.3 s"
+    assert Totals.of({}, PriceTable()).text() == "no model calls"
+    unpriced = Totals.of({"local:llama": Spent(calls=1, input_tokens=10)}, PriceTable())
+    assert unpriced.text() == "10 in, 0 cached · 0 out · model 0.0 s · no price for local:llama"
 
 
 @pytest.mark.parametrize("entry, problem", [
