@@ -134,11 +134,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     about at the terminal; without one it waits in traces/TRACE/approval.json
     and the run stops (`agentfs approve TRACE` answers it).
     """
-    from agentfs.cli.options import approve_policy
-    from agentfs.cli.render import run_text
     from agentfs.cli.terminal import stdin_asker
-    from agentfs.core.runner import StopReason
-    from agentfs.tools.subprocesses import safe_environment
 
     if list(messages).count("-") > 1:
         raise click.UsageError("standard input can be read once: give -m - at most once")
@@ -153,6 +149,12 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
             and not (asker is not None and trace.awaits_approval())):
         _say_waiting(project, trace_id)  # no model needed, so no credentials either
         return
+    # Imported once there is work: deciding there is none stays cheap (docs/performance.md)
+    from agentfs.cli.options import approve_policy
+    from agentfs.cli.render import run_text
+    from agentfs.core.runner import StopReason
+    from agentfs.tools.subprocesses import safe_environment
+
     chosen = choose_model(project, meta_model, preset or preset_name, model)
     trusted = start_notices(project)
     terminal = Terminal(quiet)

@@ -380,13 +380,13 @@ class Trace:
         files in the inbox wait behind."""
         if self.awaits_approval():
             return True
-        if self.pending_inbox() or self.unfinished():
+        if self.pending_inbox() or self.unfinished() or self.meta.head is None:
             return False
-        try:
-            path = self.main_path()
+        try:  # the head's file alone, as it is now: the rest of the trace is not read
+            head = self.message_dir.one(self.meta.head)
         except AgentfsError:
             return False  # let the run report it
-        return bool(path) and is_final_answer(path[-1])
+        return head is not None and is_final_answer(head)
 
     def pending_inbox(self) -> list[Path]:
         """Files waiting in this trace's `inbox/`, in name order (see
