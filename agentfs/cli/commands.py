@@ -396,13 +396,13 @@ def _status_text(report: WorkspaceStatus) -> None:
     if not report.traces:
         click.echo("no traces yet: agentfs new TRACE -m '...'")
     for row in report.traces:
-        state = "running" if row.running else "idle"
+        state = {"approval": f"waits for approval of {row.approval} (agentfs approve {row.trace})",
+                 "waiting": "waits for a user message"}.get(row.status, str(row.status))
         pending = f", {len(row.pending_inbox)} in inbox" if row.pending_inbox else ""
         if row.rejected:
             pending += f", {len(row.rejected)} rejected (inbox/.rejected/)"
-        state = "failed" if row.last_error and not row.running else state
-        if row.approval and not row.running:
-            state = f"waits for approval of {row.approval} (agentfs approve {row.trace})"
+        if row.messages is not None:
+            pending += f", {row.messages} messages"
         if row.error:
             click.echo(f"{row.trace:<24} BROKEN  {row.error}")
             continue
@@ -413,7 +413,8 @@ def _status_text(report: WorkspaceStatus) -> None:
         if row.usage is not None and row.usage.calls:
             tokens = row.usage.input_tokens + row.usage.output_tokens
             used = f"  {row.usage.calls} calls, {tokens:,} tokens, {row.usage.cost.text()}"
-        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{used}{error}")
+        title = f"  {row.title!r}" if row.title else ""
+        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{used}{title}{error}")
     if report.inbox:
         click.echo(f"inbox/: {len(report.inbox)} file(s) waiting")
     if report.inbox_rejected:

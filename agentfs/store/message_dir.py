@@ -228,6 +228,21 @@ class MessageDir:
             return None
         return load_message(self.path / found[0])
 
+    def roles(self) -> dict[int, str]:
+        """The role of each message file by sequence, in order, from the names alone
+        (nothing is read or `stat`ed; what `messages()` would refuse is not checked)."""
+        found: dict[int, str] = {}
+        for folder in folders(self.path):
+            try:
+                names = os.listdir(folder)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for name in names:
+                parsed = parse_file_name(name)
+                if parsed is not None:
+                    found[parsed[0]] = parsed[1]
+        return dict(sorted(found.items()))
+
     def _find(self, sequence: int) -> tuple[str, str] | None:
         """(path below `messages/`, role) of message `sequence`'s file, by name only."""
         prefix = f"{sequence:06d}-"
