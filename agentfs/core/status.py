@@ -26,9 +26,9 @@ from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.store.inbox import rejected_names, waiting
 from agentfs.store.metafile import read_meta_file
 from agentfs.store.spent import Spent
-from agentfs.store.summary import listed_summary
+from agentfs.store.summary import SummaryFile, listed_summary
 from agentfs.store.tracelock import is_locked
-from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, Workspace
+from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, TRACES_DIR, Workspace
 
 __all__ = ["TraceState", "TraceStatus", "WorkspaceStatus", "trace_state", "workspace_status"]
 
@@ -101,31 +101,47 @@ class WorkspaceStatus:
 
 def workspace_status(workspace: Workspace, prices: PriceTable) -> WorkspaceStatus:
     """Every trace and both kinds of inbox; a broken trace.json is reported, not raised."""
-    return WorkspaceStatus([_trace_status(workspace, trace_id, prices)
+    places = _Places(workspace.traces_dir, workspace.lock_dir,
+                     workspace.summary_path("_").parent, workspace.state_dir / "tmp")
+    return WorkspaceStatus([_trace_status(workspace, trace_id, prices, places)
                             for trace_id in workspace.trace_ids()],
                            [p.name for p in waiting(workspace.inbox_dir)],
                            rejected_names(workspace.inbox_dir))
 
 
-def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable) -> TraceStatus:
-    folder = workspace.trace_dir(trace_id)
+@dataclass(frozen=True)
+class _Places:
+    """The folders every trace's row looks in, made once per list (pathlib is slow)."""
+
+    traces: Path
+    locks: Path
+    summaries: Path
+    tmp: Path
+
+
+def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
+                  places: _Places) -> TraceStatus:
+    folder = places.traces / trace_id  # an id workspace.trace_ids() checked
+    rel = f"{TRACES_DIR}/{trace_id}"  # Git paths for the hints, without pathlib's cost
+    meta_path = folder / TRACE_FILE
     head = failed = problem = updated = totals = summary = None
     queued = False
     try:
-        raw, data = read_meta_file(folder / TRACE_FILE, workspace.relpath(folder / TRACE_FILE))
-        head, failed, spent = _read_meta(workspace, folder / TRACE_FILE, data)
+        raw, data = read_meta_file(meta_path, f"{rel}/{TRACE_FILE}")
+        head, failed, spent = _read_meta(workspace, meta_path, data)
         queued = isinstance(data, dict) and data.get("side_queue") is not None
-        updated = _modified(folder / TRACE_FILE)
+        updated = _modified(meta_path)
         totals = Totals.of(spent, prices) if spent is not None else None
-        summary = listed_summary(workspace, trace_id, raw, head, updated)
+        file = SummaryFile(places.summaries / f"{trace_id}.json", places.tmp)
+        summary = listed_summary(file, workspace, trace_id, raw, head=head, at=updated)
     except AgentfsError as exc:
         problem = str(exc)
     inbox = folder / INBOX_DIR
     pending = [p.name for p in waiting(inbox)]
-    running = is_locked(workspace.lock_dir, trace_id)
-    approval = _waiting_tool(workspace, folder / APPROVAL_FILE)
+    running = is_locked(places.locks, trace_id)
+    approval = _waiting_tool(folder / APPROVAL_FILE, f"{rel}/{APPROVAL_FILE}")
     state = trace_state(running=running, approval=approval is not None,
-                        failed=failed is not None, final=summary and summary.final,
+                        failed=failed is not None, final=summary is not None and summary.final,
                         pending=bool(pending), queued=queued)
     return TraceStatus(
         trace_id, head, running, pending, rejected_names(inbox), problem, failed, approval,
@@ -176,10 +192,10 @@ def _head_and_failure(workspace: Workspace, path: Path, data: Any,
     return head, failed
 
 
-def _waiting_tool(workspace: Workspace, path: Path) -> str | None:
+def _waiting_tool(path: Path, git_path: str) -> str | None:
     """The tool of the call `approval.json` holds unanswered (a broken file says so)."""
     try:
-        pending = read_pending(path, workspace.relpath(path))
+        pending = read_pending(path, git_path)
     except AgentfsError:
         return "? (approval.json cannot be read: agentfs run shows why)"
     return pending.tool if pending is not None and pending.answer is None else None

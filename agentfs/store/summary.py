@@ -131,12 +131,11 @@ def build_summary(message_dir: MessageDir, head: int | None, *, at: str | None) 
                    final=last is not None and is_final_answer(last), last_activity=at)
 
 
-def listed_summary(workspace: Workspace, trace_id: str, meta_bytes: bytes, head: int | None,
-                   at: str | None) -> Summary:
-    """The summary the trace list shows: the one kept beside these bytes of
+def listed_summary(file: SummaryFile, workspace: Workspace, trace_id: str, meta_bytes: bytes,
+                   *, head: int | None, at: str | None) -> Summary:
+    """The summary the trace list shows: the one kept in `file` beside these bytes of
     `trace.json`, else built now and kept (`at`: the last activity to record then,
     as well as can be told without Git, e.g. when trace.json was written)."""
-    file = SummaryFile(workspace.summary_path(trace_id), workspace.state_dir / "tmp")
     summary = file.read(meta_bytes)
     if summary is None:
         from agentfs.store.message_dir import MessageDir
