@@ -98,8 +98,9 @@ def many_traces(root: Path, count: int) -> Path:
     return root
 
 
-def measure_listing(scratch: Path, rounds: int) -> dict[str, float]:
-    root = many_traces(scratch, TRACES)
+def measure_listing(scratch: Path, rounds: int, traces: int = TRACES) -> dict[str, float]:
+    """Median wall times (ms) of the list of `traces` traces, by each way of asking."""
+    root = many_traces(scratch, traces)
     status = [*command_line(), "status", "--json"]
     began = time.perf_counter()
     subprocess.run(status, cwd=root, capture_output=True, check=True)
@@ -114,7 +115,7 @@ def measure_listing(scratch: Path, rounds: int) -> dict[str, float]:
         began = time.perf_counter()
         listed = workspace_status(workspace, prices)
         in_process.append((time.perf_counter() - began) * 1000)
-    assert len(listed.traces) == TRACES and all(t.title for t in listed.traces)
+    assert len(listed.traces) == traces and all(t.title for t in listed.traces)
     figures["workspace_status in process"] = median(in_process)
     figures["GET /api/traces"] = median(_served_list(root, rounds))
     return figures
@@ -142,11 +143,14 @@ def _served_list(root: Path, rounds: int) -> list[float]:
     finally:
         server.terminate()
         server.wait(timeout=30)
+        if server.stdout is not None:
+            server.stdout.close()
 
 
 def measure_nothing_to_do(scratch: Path, sizes: tuple[int, ...], rounds: int,
                           ) -> dict[int, float]:
-    """Median wall time (ms) of `agentfs run` on a trace of each size ending in an answer."""
+    """Median wall time (ms) of `agentfs run` on a trace of each size ending in an answer
+    (sizes are multiples of 4: `long_trace`'s turns are 4 messages after the first)."""
     roots = {}
     for size in sizes:
         roots[size] = scratch / f"long-{size}"
