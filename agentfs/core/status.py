@@ -132,7 +132,7 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
         queued = isinstance(data, dict) and data.get("side_queue") is not None
         updated = _modified(meta_path)
         totals = Totals.of(spent, prices) if spent is not None else None
-        file = SummaryFile(places.summaries / f"{trace_id}.json", places.tmp)
+        file = SummaryFile(places.summaries / trace_id, places.tmp)
         summary = listed_summary(file, workspace, trace_id, raw, head=head, at=updated)
     except AgentfsError as exc:
         problem = str(exc)

@@ -1,4 +1,4 @@
-"""A trace's summary for the trace list: `.git/agentfs/summaries/<trace>.json`.
+"""A trace's summary for the trace list: `.git/agentfs/summaries/<trace>/<digest>.json`.
 
 The trace list (`agentfs status`, `GET /api/traces`) shows per trace a title,
 how many message files it has, whether its head is a final answer and when its
@@ -7,13 +7,15 @@ last step was, without reading a message file. Each commit on `main` through
 the messages it committed (O(1) per step); the list reads it back.
 
 It is derived data, like the parse cache: never committed, not fsynced, and
-valid only for the exact bytes of `trace.json` it was written beside (their
-digest is in the file). A `trace.json` changed any other way (a hand edit, a
-checkout, a pull, an older agentfs) makes it stale, and a missing, damaged or
-stale summary is built again from the message file names and the two files it
+valid only for the exact bytes of `trace.json` it was written beside: the file
+is named after their digest, so a `trace.json` changed any other way (a hand
+edit, a checkout, a pull, an older agentfs) finds no summary, and a missing or
+damaged one is built again from the message file names and the two files it
 needs (the head, the first user message): `build_summary`. An edit of a message
 file that leaves `trace.json` alone is committed by recovery, which forgets the
-summary (`forget`).
+summary (`forget`). Each step writes a file of a new name and removes the
+previous one: renaming over an existing file would make ext4 flush the new
+one's data at once (its `auto_da_alloc`), about 8 ms a step measured here.
 
 This module imports neither pydantic nor YAML until it has to build one.
 """
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -79,31 +82,45 @@ def now() -> str:
 
 
 class SummaryFile:
-    """The summary file of one trace."""
+    """The summary of one trace: a folder holding (normally) one file, named after
+    the digest of the `trace.json` it describes."""
 
-    def __init__(self, path: Path, tmp_dir: Path) -> None:
-        self.path = path
+    def __init__(self, folder: Path, tmp_dir: Path) -> None:
+        self.folder = folder
         self.tmp_dir = tmp_dir
 
     def read(self, meta_bytes: bytes) -> Summary | None:
-        """The summary, if it was written beside these bytes of `trace.json`."""
+        """The summary, if one was written beside these bytes of `trace.json`."""
         try:
-            data = json.loads(self.path.read_bytes())
+            data = json.loads((self.folder / _name(meta_bytes)).read_bytes())
         except (OSError, ValueError, RecursionError):
             return None
         if not isinstance(data, dict) or data.get("version") != VERSION:
             return None
-        if data.get("meta") != _digest(meta_bytes):
-            return None
         return _from_json(data)
 
-    def write(self, summary: Summary, meta_bytes: bytes) -> None:
-        record = {"version": VERSION, "meta": _digest(meta_bytes), **asdict(summary)}
-        replace_derived(self.path, json.dumps(record, ensure_ascii=False).encode(), self.tmp_dir)
+    def write(self, summary: Summary, meta_bytes: bytes, *, replaces: bytes | None) -> None:
+        """Keep `summary` for these bytes of `trace.json`, and drop the one kept for
+        `replaces` (the bytes it had before; None: drop every other one)."""
+        record = {"version": VERSION, **asdict(summary)}
+        name = _name(meta_bytes)
+        replace_derived(self.folder / name, json.dumps(record, ensure_ascii=False).encode(),
+                        self.tmp_dir)
+        stale = [_name(replaces)] if replaces is not None else self._names()
+        for old in stale:
+            if old != name:
+                (self.folder / old).unlink(missing_ok=True)
 
     def forget(self) -> None:
         """Drop the summary: the next reader builds it again."""
-        self.path.unlink(missing_ok=True)
+        for name in self._names():
+            (self.folder / name).unlink(missing_ok=True)
+
+    def _names(self) -> list[str]:
+        try:
+            return os.listdir(self.folder)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
 
 def build_summary(message_dir: MessageDir, head: int | None, *, at: str | None) -> Summary:
@@ -144,12 +161,12 @@ def listed_summary(file: SummaryFile, workspace: Workspace, trace_id: str, meta_
         messages = MessageDir(workspace.trace_dir(trace_id) / MESSAGES_DIR,
                               workspace.parse_cache(trace_id), file.tmp_dir, durable=False)
         summary = build_summary(messages, head, at=at)
-        file.write(summary, meta_bytes)
+        file.write(summary, meta_bytes, replaces=None)
     return summary
 
 
-def _digest(meta_bytes: bytes) -> str:
-    return hashlib.blake2b(meta_bytes, digest_size=16).hexdigest()
+def _name(meta_bytes: bytes) -> str:
+    return hashlib.blake2b(meta_bytes, digest_size=16).hexdigest() + ".json"
 
 
 def _from_json(data: dict[str, Any]) -> Summary | None:

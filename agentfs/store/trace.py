@@ -339,7 +339,7 @@ class Trace:
                     last = None
             summary = previous.after(committed, final=last is not None and is_final_answer(last),
                                      at=now())
-        self.summary_file.write(summary, after)
+        self.summary_file.write(summary, after, replaces=before)
 
     def count_usage(self, messages: Iterable[Message]) -> None:
         """Add what `messages` used to `meta.usage` (saved by the next commit). A trace

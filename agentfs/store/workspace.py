@@ -77,8 +77,8 @@ class Workspace:
         return self.state_dir / "cache" / f"{trace_id}.pickle"
 
     def summary_path(self, trace_id: str) -> Path:
-        """Where a trace's summary for the trace list is kept (`agentfs/store/summary.py`)."""
-        return self.state_dir / "summaries" / f"{trace_id}.json"
+        """The folder of a trace's summary for the trace list (`agentfs/store/summary.py`)."""
+        return self.state_dir / "summaries" / trace_id
 
     def trace_dir(self, trace_id: str) -> Path:
         return self.traces_dir / check_trace_id(trace_id)
