@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import agentfs
@@ -34,7 +35,7 @@ from bench.report import Results, median
 
 def run(results: Results, quick: bool, scratch: Path) -> None:
     root = shared_long_trace(scratch, SIZE, kept=KEPT)
-    compileall.compile_dir(Path(agentfs.__file__).parent, quiet=1)
+    byte_compile()
     agentfs_cmd = command_line()
     commands = {
         "bare Python (python -c pass)": [sys.executable, "-c", "pass"],
@@ -58,22 +59,30 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
                 f"budget <= 4; {label}")
 
 
+def byte_compile() -> None:
+    """Byte-compile agentfs' modules, as installing a wheel does (see above)."""
+    compileall.compile_dir(Path(agentfs.__file__).parent, quiet=1)
+
+
 def command_line() -> list[str]:
     """How a user starts agentfs with this interpreter."""
     script = Path(sys.executable).with_name("agentfs")
     return [str(script)] if script.is_file() else [sys.executable, "-m", "agentfs"]
 
 
-def round_robin(commands: dict[str, list[str]], cwd: Path, rounds: int) -> dict[str, list[float]]:
+def round_robin(commands: dict[str, list[str]], cwd: Path | Mapping[str, Path], rounds: int,
+                ) -> dict[str, list[float]]:
     """Wall time in ms of each command, one run of each in turn, `rounds` times, after one
-    untimed run of each (which must succeed)."""
-    for argv in commands.values():
-        subprocess.run(argv, cwd=cwd, capture_output=True, check=True)
+    untimed run of each (which must succeed); `cwd` is where they run, or where each
+    runs by name."""
+    where = cwd if isinstance(cwd, Mapping) else dict.fromkeys(commands, cwd)
+    for name, argv in commands.items():
+        subprocess.run(argv, cwd=where[name], capture_output=True, check=True)
     times: dict[str, list[float]] = {name: [] for name in commands}
     for _ in range(rounds):
         for name, argv in commands.items():
             began = time.perf_counter()
-            subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL,
+            subprocess.run(argv, cwd=where[name], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, check=False)
             times[name].append((time.perf_counter() - began) * 1000)
     return times

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import persistence, startup, wholerun
+from bench import listing, persistence, startup, wholerun
 from bench.fixtures import TRACE
 from tests.conftest import assert_git_clean
 
@@ -53,3 +53,21 @@ def test_sqlite_peer_stores_a_checkpoint_with_every_message_per_step(tmp_path):
     with sqlite3.connect(tmp_path / "peer.db") as conn:
         assert conn.execute("select count(*) from checkpoints").fetchone() == (4,)
         assert conn.execute("select count(*) from writes").fetchone() == (3,)
+
+
+def test_listing_times_the_trace_list_and_runs_with_nothing_to_do(tmp_path):
+    figures = listing.measure_listing(tmp_path / "list", 1, traces=3)
+    assert {"first", "status --json", "GET /api/traces", "workspace_status in process",
+            "bare"} <= set(figures)
+    assert all(value > 0 for value in figures.values())
+    rows = json.loads(_show_status(tmp_path / "list"))["traces"]
+    assert [(r["status"], r["messages"], r["title"]) for r in rows] == [
+        ("waiting", 3, f"Task {n}: summarise notes/{n}.md") for n in range(3)]
+    idle = listing.measure_nothing_to_do(tmp_path / "idle", (12, 20), 1)  # each said "waiting"
+    assert set(idle) == {12, 20}
+
+
+def _show_status(root: Path) -> str:
+    from tests.conftest import run_cli
+
+    return run_cli("status", "--json", cwd=root).stdout

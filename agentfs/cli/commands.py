@@ -134,11 +134,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     about at the terminal; without one it waits in traces/TRACE/approval.json
     and the run stops (`agentfs approve TRACE` answers it).
     """
-    from agentfs.cli.options import approve_policy
-    from agentfs.cli.render import run_text
     from agentfs.cli.terminal import stdin_asker
-    from agentfs.core.runner import StopReason
-    from agentfs.tools.subprocesses import safe_environment
 
     if list(messages).count("-") > 1:
         raise click.UsageError("standard input can be read once: give -m - at most once")
@@ -153,6 +149,12 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
             and not (asker is not None and trace.awaits_approval())):
         _say_waiting(project, trace_id)  # no model needed, so no credentials either
         return
+    # Imported once there is work: deciding there is none stays cheap (docs/performance.md)
+    from agentfs.cli.options import approve_policy
+    from agentfs.cli.render import run_text
+    from agentfs.core.runner import StopReason
+    from agentfs.tools.subprocesses import safe_environment
+
     chosen = choose_model(project, meta_model, preset or preset_name, model)
     trusted = start_notices(project)
     terminal = Terminal(quiet)
@@ -394,13 +396,13 @@ def _status_text(report: WorkspaceStatus) -> None:
     if not report.traces:
         click.echo("no traces yet: agentfs new TRACE -m '...'")
     for row in report.traces:
-        state = "running" if row.running else "idle"
+        state = {"approval": f"waits for approval of {row.approval} (agentfs approve {row.trace})",
+                 "waiting": "waits for a user message"}.get(row.status, str(row.status))
         pending = f", {len(row.pending_inbox)} in inbox" if row.pending_inbox else ""
         if row.rejected:
             pending += f", {len(row.rejected)} rejected (inbox/.rejected/)"
-        state = "failed" if row.last_error and not row.running else state
-        if row.approval and not row.running:
-            state = f"waits for approval of {row.approval} (agentfs approve {row.trace})"
+        if row.messages is not None:
+            pending += f", {row.messages} messages"
         if row.error:
             click.echo(f"{row.trace:<24} BROKEN  {row.error}")
             continue
@@ -411,7 +413,8 @@ def _status_text(report: WorkspaceStatus) -> None:
         if row.usage is not None and row.usage.calls:
             tokens = row.usage.input_tokens + row.usage.output_tokens
             used = f"  {row.usage.calls} calls, {tokens:,} tokens, {row.usage.cost.text()}"
-        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{used}{error}")
+        title = f"  {row.title!r}" if row.title else ""
+        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{used}{title}{error}")
     if report.inbox:
         click.echo(f"inbox/: {len(report.inbox)} file(s) waiting")
     if report.inbox_rejected:

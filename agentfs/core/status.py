@@ -1,17 +1,21 @@
-"""What `agentfs status` reports: each trace's head, whether it runs, waits (for a
-message, or for the person's approval of a tool call) or failed, what its model calls
-used, and the files waiting in (or put aside from) the inboxes.
+"""What `agentfs status` and the trace list report: each trace's head, its state
+(`TraceState`: running, waits for the person's approval, failed, waits for a user
+message, or idle), what its model calls used, its title, message count and last
+activity, and the files waiting in (or put aside from) the inboxes.
 
-It stays cheap however long the traces are: per trace it reads `trace.json`,
-tries the lock and lists the inbox, never a message file, and it imports
-neither pydantic nor dulwich (a `trace.json` that does not look right is
-handed to `agentfs/store/meta.py:load_meta` for its error).
+It stays cheap however long and however many the traces are: per trace it reads
+`trace.json` and the summary kept beside it (`agentfs/store/summary.py`), tries
+the lock and lists the inbox, never a message file, and it imports neither
+pydantic nor dulwich (a `trace.json` that does not look right is handed to
+`agentfs/store/meta.py:load_meta` for its error; a missing or stale summary is
+built again, which reads the head's file and the first user message's).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +24,41 @@ from agentfs.errors import AgentfsError
 from agentfs.prices import PriceTable
 from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.store.inbox import rejected_names, waiting
-from agentfs.store.metafile import read_meta_json
+from agentfs.store.metafile import read_meta_file
 from agentfs.store.spent import Spent
+from agentfs.store.summary import SummaryFile, listed_summary
 from agentfs.store.tracelock import is_locked
-from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, Workspace
+from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, TRACES_DIR, Workspace
 
-__all__ = ["TraceStatus", "WorkspaceStatus", "workspace_status"]
+__all__ = ["TraceState", "TraceStatus", "WorkspaceStatus", "trace_state", "workspace_status"]
+
+
+class TraceState(StrEnum):
+    """Where a trace stands, as the trace list shows it."""
+
+    RUNNING = "running"  # a run holds its lock
+    APPROVAL = "approval"  # a tool call waits for the person's approval (approval.json)
+    FAILED = "failed"  # the last run failed (`context.last_error`)
+    WAITING = "waiting"  # it ended in an answer: it waits for a user message
+    IDLE = "idle"  # nothing runs it, and the next run has work (or its state is not known)
+
+
+def trace_state(*, running: bool, approval: bool, failed: bool, final: bool | None,
+                pending: bool, queued: bool) -> TraceState:
+    """The state of a trace from what the list knows of it: whether it is locked,
+    waits for approval, failed, ends in a final answer (`final`, from its summary),
+    has files waiting in its inbox, or has a side-branch queue unfinished. The rule
+    of `agentfs/store/trace.py:Trace.waits_for_user`, from the summary instead of
+    the head's file."""
+    if running:
+        return TraceState.RUNNING
+    if approval:
+        return TraceState.APPROVAL
+    if failed:
+        return TraceState.FAILED
+    if final and not pending and not queued:
+        return TraceState.WAITING
+    return TraceState.IDLE
 
 
 @dataclass(frozen=True)
@@ -43,6 +76,10 @@ class TraceStatus:
     approval: str | None = None
     updated: str | None = None  # when trace.json was last written: the last step
     usage: Totals | None = None  # what its model calls used (trace.json's `usage`)
+    status: TraceState = TraceState.IDLE
+    last_activity: str | None = None  # when its last step was committed (ISO 8601 UTC)
+    messages: int | None = None  # message files in messages/ (None: trace.json is broken)
+    title: str | None = None  # the first line of its first user message
 
     def record(self) -> dict[str, Any]:
         """The JSON form (`error`, `last_error` only when there is one)."""
@@ -51,6 +88,7 @@ class TraceStatus:
             if data[key] is None:
                 del data[key]
         data["usage"] = self.usage.record() if self.usage is not None else None
+        data["status"] = str(self.status)
         return data
 
 
@@ -63,25 +101,55 @@ class WorkspaceStatus:
 
 def workspace_status(workspace: Workspace, prices: PriceTable) -> WorkspaceStatus:
     """Every trace and both kinds of inbox; a broken trace.json is reported, not raised."""
-    rows = []
-    for trace_id in workspace.trace_ids():
-        folder = workspace.trace_dir(trace_id)
-        head = failed = problem = updated = totals = None
-        try:
-            head, failed, spent = _read_meta(workspace, folder / TRACE_FILE)
-            updated = _modified(folder / TRACE_FILE)
-            totals = Totals.of(spent, prices) if spent is not None else None
-        except AgentfsError as exc:
-            problem = str(exc)
-        inbox = folder / INBOX_DIR
-        rows.append(TraceStatus(
-            trace_id, head, is_locked(workspace.lock_dir, trace_id),
-            [p.name for p in waiting(inbox)], rejected_names(inbox), problem, failed,
-            _waiting_tool(workspace, folder / APPROVAL_FILE),
-            updated, totals,
-        ))
-    inbox = workspace.inbox_dir
-    return WorkspaceStatus(rows, [p.name for p in waiting(inbox)], rejected_names(inbox))
+    places = _Places(workspace.traces_dir, workspace.lock_dir,
+                     workspace.summary_path("_").parent, workspace.state_dir / "tmp")
+    return WorkspaceStatus([_trace_status(workspace, trace_id, prices, places)
+                            for trace_id in workspace.trace_ids()],
+                           [p.name for p in waiting(workspace.inbox_dir)],
+                           rejected_names(workspace.inbox_dir))
+
+
+@dataclass(frozen=True)
+class _Places:
+    """The folders every trace's row looks in, made once per list (pathlib is slow)."""
+
+    traces: Path
+    locks: Path
+    summaries: Path
+    tmp: Path
+
+
+def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
+                  places: _Places) -> TraceStatus:
+    folder = places.traces / trace_id  # an id workspace.trace_ids() checked
+    rel = f"{TRACES_DIR}/{trace_id}"  # Git paths for the hints, without pathlib's cost
+    meta_path = folder / TRACE_FILE
+    head = failed = problem = updated = totals = summary = None
+    queued = False
+    try:
+        raw, data = read_meta_file(meta_path, f"{rel}/{TRACE_FILE}")
+        head, failed, spent = _read_meta(workspace, meta_path, data)
+        queued = isinstance(data, dict) and data.get("side_queue") is not None
+        updated = _modified(meta_path)
+        totals = Totals.of(spent, prices) if spent is not None else None
+        file = SummaryFile(places.summaries / trace_id, places.tmp)
+        summary = listed_summary(file, workspace, trace_id, raw, head=head, at=updated)
+    except AgentfsError as exc:
+        problem = str(exc)
+    inbox = folder / INBOX_DIR
+    pending = [p.name for p in waiting(inbox)]
+    running = is_locked(places.locks, trace_id)
+    approval = _waiting_tool(folder / APPROVAL_FILE, f"{rel}/{APPROVAL_FILE}")
+    state = trace_state(running=running, approval=approval is not None,
+                        failed=failed is not None, final=summary is not None and summary.final,
+                        pending=bool(pending), queued=queued)
+    return TraceStatus(
+        trace_id, head, running, pending, rejected_names(inbox), problem, failed, approval,
+        updated, totals, state,
+        last_activity=summary.last_activity if summary else None,
+        messages=summary.messages if summary else None,
+        title=summary.title if summary else None,
+    )
 
 
 def _modified(path: Path) -> str | None:
@@ -92,12 +160,11 @@ def _modified(path: Path) -> str | None:
     return datetime.fromtimestamp(stamp, UTC).isoformat(timespec="seconds")
 
 
-def _read_meta(workspace: Workspace, path: Path,
+def _read_meta(workspace: Workspace, path: Path, data: Any,
                ) -> tuple[int | None, str | None, dict[str, Spent] | None]:
     """`head`, the last run's error (`context.last_error`) and the sums of `usage` by
-    model from `trace.json` (None when it has none or they are not well formed:
-    `agentfs doctor` says what is wrong)."""
-    data = read_meta_json(path, workspace.relpath(path))
+    model from `trace.json`'s JSON `data` (None when it has none or they are not well
+    formed: `agentfs doctor` says what is wrong)."""
     head, failed = _head_and_failure(workspace, path, data)
     usage = data.get("usage") if isinstance(data, dict) else None
     models = usage.get("models") if isinstance(usage, dict) else None
@@ -125,10 +192,10 @@ def _head_and_failure(workspace: Workspace, path: Path, data: Any,
     return head, failed
 
 
-def _waiting_tool(workspace: Workspace, path: Path) -> str | None:
+def _waiting_tool(path: Path, git_path: str) -> str | None:
     """The tool of the call `approval.json` holds unanswered (a broken file says so)."""
     try:
-        pending = read_pending(path, workspace.relpath(path))
+        pending = read_pending(path, git_path)
     except AgentfsError:
         return "? (approval.json cannot be read: agentfs run shows why)"
     return pending.tool if pending is not None and pending.answer is None else None

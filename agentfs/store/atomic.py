@@ -153,6 +153,30 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def replace_derived(path: Path, data: bytes, tmp_dir: Path) -> bool:
+    """Replace `path` with `data` through a temp file in `tmp_dir`, not fsynced: for
+    files agentfs derives and can rebuild (caches), where a crash may leave the old
+    bytes or a damaged file, never a mix in place. False if it could not be written
+    (a cache that cannot be written is not an error)."""
+    tmp = tmp_dir / f"{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    for attempt in range(2):
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+            return True
+        except FileNotFoundError:
+            if attempt:
+                break
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            break
+    with contextlib.suppress(OSError):
+        tmp.unlink(missing_ok=True)
+    return False
+
+
 def purge_stale_temps(tmp_dir: Path) -> None:
     """Delete temp files in `tmp_dir` whose writing process no longer exists."""
     try:

@@ -213,16 +213,48 @@ class MessageDir:
     def role_on_disk(self, sequence: int) -> str | None:
         """The role in the name of message `sequence`'s file, looked up by name only
         (its folder and `messages/`), or None if there is no such file."""
-        for folder in (self.path / shard_name(sequence), self.path):
+        found = self._find(sequence)
+        return None if found is None else found[1]
+
+    def one(self, sequence: int) -> Message | None:
+        """Message `sequence` as its file says now, or None if there is no such file:
+        its folder is listed and the one file read, whatever the trace's length.
+
+        Raises:
+          MessageFileError: the file cannot be read as a message.
+        """
+        found = self._find(sequence)
+        if found is None:
+            return None
+        return load_message(self.path / found[0])
+
+    def roles(self) -> dict[int, str]:
+        """The role of each message file by sequence, in order, from the names alone
+        (nothing is read or `stat`ed; what `messages()` would refuse is not checked)."""
+        found: dict[int, str] = {}
+        for folder in folders(self.path):
             try:
                 names = os.listdir(folder)
             except (FileNotFoundError, NotADirectoryError):
                 continue
-            prefix = f"{sequence:06d}-"
+            for name in names:
+                parsed = parse_file_name(name)
+                if parsed is not None:
+                    found[parsed[0]] = parsed[1]
+        return dict(sorted(found.items()))
+
+    def _find(self, sequence: int) -> tuple[str, str] | None:
+        """(path below `messages/`, role) of message `sequence`'s file, by name only."""
+        prefix = f"{sequence:06d}-"
+        for folder in (shard_name(sequence), ""):
+            try:
+                names = os.listdir(self.path / folder)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
             for name in names:
                 parsed = parse_file_name(name) if name.startswith(prefix) else None
                 if parsed is not None and parsed[0] == sequence:
-                    return parsed[1]
+                    return (f"{folder}/{name}" if folder else name), parsed[1]
         return None
 
     def write(self, message: Message) -> Path:

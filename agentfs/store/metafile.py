@@ -13,7 +13,7 @@ from typing import Any
 
 from agentfs.errors import AgentfsError, TraceNotFound
 
-__all__ = ["FORMAT_VERSION", "read_meta_json"]
+__all__ = ["FORMAT_VERSION", "read_meta_file", "read_meta_json"]
 
 #: Version of the on-disk trace format this agentfs writes (it reads 1 to 3; older
 #: ones are upgraded in place by `agentfs/store/upgrade.py`). 2: message files in
@@ -30,8 +30,14 @@ def read_meta_json(path: Path, git_path: str) -> Any:
       TraceNotFound: the file does not exist.
       AgentfsError: it is not valid JSON, or is from a newer agentfs.
     """
+    return read_meta_file(path, git_path)[1]
+
+
+def read_meta_file(path: Path, git_path: str) -> tuple[bytes, Any]:
+    """`trace.json`'s bytes and the JSON value in them (see `read_meta_json`)."""
     try:
-        data = json.loads(path.read_bytes())
+        raw = path.read_bytes()
+        data = json.loads(raw)
     except FileNotFoundError:
         raise TraceNotFound(f"{path}: missing", hint="is this a trace?") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -45,4 +51,4 @@ def read_meta_json(path: Path, git_path: str) -> Any:
             f"{path}: written by a newer agentfs (format {version})",
             hint="upgrade agentfs to read this trace",
         )
-    return data
+    return raw, data

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import os
 import pickle
-import secrets
 from pathlib import Path
 from typing import Any
 
 import pydantic
 
-from agentfs.store.atomic import purge_stale_temps
+from agentfs.store.atomic import purge_stale_temps, replace_derived
 
 #: Bumped when what is pickled changes shape (the versions below are checked too).
 FORMAT = 5
@@ -53,15 +52,9 @@ def load(path: Path) -> dict[str, tuple[Stamp, Any]]:
 
 def save(path: Path, entries: dict[str, tuple[Stamp, Any]]) -> None:
     """Replace the cache at `path` (atomically, not fsynced: it can be rebuilt)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     purge_stale_temps(path.parent)  # left by processes killed while saving
-    tmp = path.with_name(f"{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            pickle.dump({"key": _key(), "entries": entries}, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)  # a cache that cannot be written is not an error
+    data = pickle.dumps({"key": _key(), "entries": entries}, protocol=pickle.HIGHEST_PROTOCOL)
+    replace_derived(path, data, path.parent)
 
 
 def _key() -> tuple[object, ...]:

@@ -107,6 +107,7 @@ def recover(trace: Trace) -> list[str]:
             summary=", ".join(shown[:3]) + (f" and {len(shown) - 3} more" if len(shown) > 3 else ""),
         )
         trace.repo.commit_worktree(changed, step.message())
+        trace.summary_file.forget()  # an edited title or head: the list builds it again
         kinds.append("edit")
     return kinds
 

@@ -45,6 +45,7 @@ from agentfs.store.meta import (
 )
 from agentfs.store.recovery import recover
 from agentfs.store.steplog import step_of_message, trace_log
+from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.workspace import (
     INBOX_DIR,
@@ -81,9 +82,10 @@ class Trace:
         self.meta_path = self.dir / TRACE_FILE
         self._meta: TraceMeta | None = None
         self.message_dir = MessageDir(
-            self.messages_dir, workspace.state_dir / "cache" / f"{self.id}.pickle",
+            self.messages_dir, workspace.parse_cache(self.id),
             self.tmp_dir, durable=repo.durable,
         )
+        self.summary_file = SummaryFile(workspace.summary_path(self.id), self.tmp_dir)
         self._in_flight = InFlightRecord(
             workspace.state_dir / "in-flight" / f"{self.id}.json", self.tmp_dir,
             durable=repo.durable,
@@ -294,6 +296,7 @@ class Trace:
         if messages:
             self.meta.next_sequence = max(self.meta.next_sequence, messages[-1].sequence + 1)
         self.count_usage(messages)
+        before = self._meta_bytes()
         self.save_meta()
         paths.append(self.rel(self.meta_path))
         last = messages[-1] if messages else None
@@ -306,9 +309,37 @@ class Trace:
             body=body,
             usage=_usage_of(messages),
         )
-        return self.repo.commit_worktree(
+        commit = self.repo.commit_worktree(
             [*paths, *extra_paths], step.message(), extra_parents=extra_parents
         )
+        self._summarize(before, messages)
+        return commit
+
+    def _meta_bytes(self) -> bytes | None:
+        try:
+            return self.meta_path.read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def _summarize(self, before: bytes | None, committed: Sequence[Message]) -> None:
+        """Bring the trace list's summary up to date after a step that committed
+        `committed` (`agentfs/store/summary.py`): from the one written beside
+        trace.json as it was before the step, else built again."""
+        after = self.meta_path.read_bytes()
+        head = self.meta.head
+        previous = self.summary_file.read(before) if before is not None else None
+        if previous is None:
+            summary = build_summary(self.message_dir, head, at=now())
+        else:
+            last = committed[-1] if committed and committed[-1].sequence == head else None
+            if last is None and head is not None:
+                try:
+                    last = self.message_dir.one(head)
+                except AgentfsError:
+                    last = None
+            summary = previous.after(committed, final=last is not None and is_final_answer(last),
+                                     at=now())
+        self.summary_file.write(summary, after, replaces=before)
 
     def count_usage(self, messages: Iterable[Message]) -> None:
         """Add what `messages` used to `meta.usage` (saved by the next commit). A trace
@@ -380,13 +411,13 @@ class Trace:
         files in the inbox wait behind."""
         if self.awaits_approval():
             return True
-        if self.pending_inbox() or self.unfinished():
+        if self.pending_inbox() or self.unfinished() or self.meta.head is None:
             return False
-        try:
-            path = self.main_path()
+        try:  # the head's file alone, as it is now: the rest of the trace is not read
+            head = self.message_dir.one(self.meta.head)
         except AgentfsError:
             return False  # let the run report it
-        return bool(path) and is_final_answer(path[-1])
+        return head is not None and is_final_answer(head)
 
     def pending_inbox(self) -> list[Path]:
         """Files waiting in this trace's `inbox/`, in name order (see

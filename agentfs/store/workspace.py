@@ -72,6 +72,14 @@ class Workspace:
         """Where dropped files are staged while they become messages (exactly once)."""
         return self.state_dir / "ingest"
 
+    def parse_cache(self, trace_id: str) -> Path:
+        """Where a trace's parsed message files are kept (`agentfs/store/parsecache.py`)."""
+        return self.state_dir / "cache" / f"{trace_id}.pickle"
+
+    def summary_path(self, trace_id: str) -> Path:
+        """The folder of a trace's summary for the trace list (`agentfs/store/summary.py`)."""
+        return self.state_dir / "summaries" / trace_id
+
     def trace_dir(self, trace_id: str) -> Path:
         return self.traces_dir / check_trace_id(trace_id)
 

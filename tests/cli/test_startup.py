@@ -53,7 +53,8 @@ def without_times(row: dict) -> dict:
     its calls took."""
     usage = row.get("usage")
     usage = usage and {k: v for k, v in usage.items() if k not in ("model_ms", "wall_ms")}
-    return {**{k: v for k, v in row.items() if k != "updated"}, "usage": usage}
+    return {**{k: v for k, v in row.items() if k not in ("updated", "last_activity")},
+            "usage": usage}
 
 
 def test_status_of_a_workspace_with_a_trace_loads_no_heavy_dependency(workspace):
@@ -66,7 +67,8 @@ def test_status_of_a_workspace_with_a_trace_loads_no_heavy_dependency(workspace)
         "trace": "t", "head": 2, "running": False, "pending_inbox": ["next.md"], "rejected": [],
         "usage": {"calls": 0, "input_tokens": 0, "cached_tokens": 0, "output_tokens": 0,
                   "cost": {"usd": 0.0, "estimated": False, "unpriced": [], "text": "$0.0000"},
-                  "text": "no model calls"}}]
+                  "text": "no model calls"},
+        "status": "idle", "messages": 2, "title": "hello"}]
 
 
 @pytest.mark.parametrize(("content", "problem"), [
@@ -83,8 +85,8 @@ def test_status_reports_a_broken_trace_json_with_what_is_wrong(workspace, conten
     rows = json.loads(run_cli("status", "--json", cwd=workspace, check=False).stdout)["traces"]
     assert without_times(rows[0]) | {"usage": None} == {
         "trace": "good", "head": 2, "running": False, "pending_inbox": [], "rejected": [],
-        "usage": None}
-    assert rows[1]["trace"] == "t" and rows[1]["head"] is None
+        "usage": None, "status": "idle", "messages": 2, "title": "hello"}
+    assert rows[1]["trace"] == "t" and rows[1]["head"] is None and rows[1]["messages"] is None
     assert problem in rows[1]["error"] and "trace.json" in rows[1]["error"]
     done = run_cli("status", cwd=workspace, check=False)
     assert done.returncode == 1 and "t " in done.stdout and "BROKEN" in done.stdout

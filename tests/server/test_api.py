@@ -33,6 +33,9 @@ def test_list_read_post_rewind_compress(served: Served):
     with served.client() as client:
         listed = client.get("/api/traces").json()
         assert [(t["trace"], t["head"], t["running"]) for t in listed["traces"]] == [("t", 2, False)]
+        row = listed["traces"][0]  # from the trace's summary (agentfs/store/summary.py)
+        assert (row["status"], row["messages"], row["title"]) == ("idle", 2, "Read notes.md please")
+        assert row["last_activity"] is not None
 
         ran = client.post("/api/traces/t/run", json={})
         assert ran.status_code in (200, 202)

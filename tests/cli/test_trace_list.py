@@ -1,0 +1,123 @@
+"""The trace list (`agentfs status`) from each trace's summary, and `agentfs run` with
+nothing to do deciding so from the head's file alone."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agentfs.store import message_dir
+from tests.conftest import git, replay_workspace, run_cli
+
+SCRIPT = {"turns": [
+    {"text": "Looking.", "tool_calls": [{"name": "read_file", "input": {"path": "notes.md"}}]},
+    {"text": "Done."},
+    {"text": "Again."},
+]}
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    return replay_workspace(tmp_path / "ws", SCRIPT, {"notes.md": "some notes\n"})
+
+
+def rows(root: Path) -> dict[str, dict]:
+    listed = json.loads(run_cli("status", "--json", cwd=root).stdout)["traces"]
+    return {row["trace"]: row for row in listed}
+
+
+def listed(row: dict) -> tuple:
+    return row["status"], row["messages"], row["title"], row["head"]
+
+
+def message_files(root: Path, trace: str) -> list[Path]:
+    return sorted((root / "traces" / trace / "messages").rglob("*.md"))
+
+
+def test_status_lists_state_title_messages_and_last_activity_kept_by_each_step(ws):
+    run_cli("new", "t", "-m", "Summarize notes.md\n\nin two lines", cwd=ws)
+    run_cli("new", "u", "-m", "Another task", cwd=ws)
+    row = rows(ws)["t"]
+    assert listed(row) == ("idle", 2, "Summarize notes.md", 2)  # a run has work: the user's turn
+    assert row["last_activity"] is not None
+
+    run_cli("run", "t", cwd=ws)
+    (ws / "traces" / "u" / "inbox" / "more.md").write_text("more\n")
+    now = rows(ws)
+    assert listed(now["t"]) == ("waiting", 5, "Summarize notes.md", 5)
+    assert listed(now["u"]) == ("idle", 2, "Another task", 2)
+    assert now["t"]["last_activity"] >= row["last_activity"]
+    assert now["t"]["usage"]["calls"] == 2  # today's fields are kept beside the new ones
+    text = run_cli("status", cwd=ws).stdout
+    assert "t " in text and "waits for a user message, 5 messages" in text
+    assert "'Summarize notes.md'" in text
+
+    # no message file is read: with every one of them unreadable the list is the same
+    for path in message_files(ws, "t"):
+        path.write_bytes(b"\xff\xfe not a message")
+    assert listed(rows(ws)["t"]) == ("waiting", 5, "Summarize notes.md", 5)
+
+
+def test_a_missing_or_stale_summary_is_built_again_from_the_files(ws):
+    run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
+    run_cli("run", "t", cwd=ws)
+    before = rows(ws)["t"]
+    shutil.rmtree(ws / ".git" / "agentfs" / "summaries")
+    assert listed(rows(ws)["t"]) == listed(before)
+    (kept,) = (ws / ".git" / "agentfs" / "summaries" / "t").iterdir()  # kept again
+    kept.write_bytes(b'{"version": 1, "messages": "cut short')  # as a crash may leave it
+    assert listed(rows(ws)["t"]) == listed(before)
+
+    # trace.json changed outside agentfs (git brings back the one of the user's step)
+    step = git(ws, "log", "--format=%H", "--grep", "^t: user #2").strip()
+    git(ws, "checkout", step, "--", "traces/t/trace.json")
+    assert listed(rows(ws)["t"]) == ("idle", 5, "Summarize notes.md", 2)
+
+
+def test_an_edited_first_message_is_listed_once_the_edit_is_committed(ws):
+    run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
+    first_user = message_files(ws, "t")[1]
+    first_user.write_text(first_user.read_text().replace("Summarize", "Shorten"))
+    run_cli("run", "t", cwd=ws)  # commits the edit, then runs
+    assert "t: edit" in git(ws, "log", "--format=%s")
+    assert rows(ws)["t"]["title"] == "Shorten notes.md"
+
+
+def test_run_with_nothing_to_do_reads_the_head_message_alone(ws, monkeypatch):
+    run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
+    run_cli("run", "t", cwd=ws)
+    head = git(ws, "rev-parse", "HEAD")
+    read: list[Path] = []
+
+    def counting(path: Path):
+        read.append(path)
+        return load(path)
+
+    load = message_dir.load_message
+    monkeypatch.setattr(message_dir, "load_message", counting)
+    waiting = run_cli("run", "t", cwd=ws)
+    assert "is waiting for a user message" in waiting.stderr
+    assert [p.name for p in read] == ["000005-assistant.md"]
+    assert git(ws, "rev-parse", "HEAD") == head  # nothing committed
+
+    # a run with something to do still starts: a file in the inbox
+    (ws / "traces" / "t" / "inbox" / "next.md").write_text("Once more.\n")
+    done = run_cli("run", "t", cwd=ws)
+    assert "Again." in done.stdout
+    assert listed(rows(ws)["t"]) == ("waiting", 7, "Summarize notes.md", 7)
+
+
+def test_message_dir_one_reads_one_file_by_sequence(ws):
+    from agentfs.core.project import Project
+
+    run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
+    trace = Project.open(ws).trace("t")
+    assert trace.message_dir.one(2).text == "Summarize notes.md"
+    assert trace.message_dir.one(3) is None
+    loose = trace.messages_dir / "000003-user.md"  # a file put directly in messages/
+    loose.write_text("by hand\n")
+    assert trace.message_dir.one(3).text == "by hand"
+    assert trace.message_dir.roles() == {1: "system", 2: "user", 3: "user"}
