@@ -411,8 +411,10 @@ def _status_text(report: WorkspaceStatus) -> None:
             error += f"  last run: {row.last_error.splitlines()[0][:120]}"
         used = ""
         if row.usage is not None and row.usage.calls:
-            tokens = row.usage.input_tokens + row.usage.output_tokens
-            used = f"  {row.usage.calls} calls, {tokens:,} tokens, {row.usage.cost.text()}"
+            used = f"  {row.usage.calls} calls"
+            if row.usage.counted:
+                tokens = row.usage.input_tokens + row.usage.output_tokens
+                used += f", {tokens:,} tokens, {row.usage.cost.text()}"
         title = f"  {row.title!r}" if row.title else ""
         click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{used}{title}{error}")
     if report.inbox:
