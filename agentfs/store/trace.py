@@ -30,6 +30,7 @@ from agentfs.store.history import (
     path_to,
     step_end,
     unanswered_calls,
+    walk_back,
 )
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
@@ -54,7 +55,10 @@ from agentfs.store.workspace import (
     check_trace_id,
 )
 
-__all__ = ["FORMAT_VERSION", "InFlight", "Rewind", "Trace", "TraceMeta"]
+__all__ = ["FORMAT_VERSION", "InFlight", "PathSlice", "Rewind", "Trace", "TraceMeta"]
+
+#: Messages read at once by a walk back without a limit (`Trace.path_slice`).
+WALK_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,16 @@ class Rewind:
 
     commit: bytes
     files: list[str]  # workspace files the commit restored (or deleted)
+
+
+@dataclass(frozen=True)
+class PathSlice:
+    """Consecutive messages of the main path, read without the rest of the trace."""
+
+    messages: list[Message]
+    #: `before` for the messages of the path before these: the first one's sequence;
+    #: None when the first one begins the path (or the slice is empty).
+    older: int | None
 
 
 class Trace:
@@ -237,6 +251,41 @@ class Trace:
             return self.path_to(self.meta.head, messages)
         return self._path_memo.path(self.message_dir.current(), self.meta.head,
                                     where=str(self.messages_dir))
+
+    def path_slice(self, limit: int | None = None, *, before: int | None = None,
+                   since: int = 0) -> PathSlice:
+        """The last `limit` messages (all without) of the main path before message
+        `before` (to the head without), none below sequence `since`: parents are
+        followed back from there, reading only the messages passed
+        (`agentfs/store/message_dir.py:MessageDir.reader`), so the cost is what is
+        returned, not the trace's length. `before` is meant to be a main-path message
+        (the `older` of a slice read before); for another message this is the
+        history that led to it.
+
+        Raises:
+          AgentfsError: no message `before`.
+          BrokenPath: a parent is missing or the parents make a cycle.
+        """
+        get = self.message_dir.reader(limit or WALK_CHUNK, since)
+        start = self.meta.head
+        if before is not None:
+            at = get(before)
+            if at is None:
+                raise AgentfsError(
+                    f"trace {self.id!r} has no message #{before} to read the messages before",
+                    hint="use the `older` of the page after them, or no `before` for the latest",
+                )
+            start = self._parent(at)
+        path, rest = walk_back(get, self._parent, start, limit=limit, since=since,
+                               where=str(self.messages_dir))
+        return PathSlice(path, path[0].sequence if path and rest is not None else None)
+
+    def _parent(self, message: Message) -> int | None:
+        """The message's parent; without `parent_sequence`, the file before it
+        (`agentfs/store/history.py:parent_of`, found by name)."""
+        if message.parent_sequence is not None:
+            return message.parent_sequence
+        return self.message_dir.previous(message.sequence)
 
     def count(self, test: Callable[[Message], bool]) -> int:
         """How many message files pass `test`, counted again only for the files added
