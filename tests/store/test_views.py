@@ -10,25 +10,14 @@ from agentfs.errors import AgentfsError, MessageFileError
 from agentfs.store.message_dir import shard_name
 from agentfs.store.messages import Message, render_message
 from agentfs.store.trace import Trace
-from tests.conftest import user
+from tests.conftest import long_trace as write_long_trace
 
 
 def long_trace(project: Project, count: int, *, parents: dict[int, int | None] | None = None
                ) -> Trace:
-    """Trace `demo` with messages 1..count on disk (#1, #2 committed, the rest written as
-    files: reading does not need commits), each continuing the one before unless
-    `parents` says otherwise (None: a hand-written file without parent_sequence)."""
-    trace = project.new_trace("demo", user("hello"))
-    parents = parents or {}
-    for sequence in range(3, count + 1):
-        message = Message(id=f"m{sequence}", sequence=sequence,
-                          parent_sequence=parents.get(sequence, sequence - 1),
-                          role="assistant" if sequence % 2 else "user", content=f"#{sequence}")
-        path = trace.message_path(message)
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(render_message(message))
-    trace.meta.head = count
-    trace.save_meta()
+    """Trace `demo` with messages 1..count on disk (`tests/conftest.py:long_trace`), as a
+    new process opens it."""
+    write_long_trace(project, "demo", count, parents=parents)
     return Project.open(project.workspace.root).trace("demo")
 
 
