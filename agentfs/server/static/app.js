@@ -125,11 +125,22 @@
       const page = await api("GET", treePath(cursor));
       if (trace !== state.trace) return;
       page.before = cursor;
+      if (page.older === null || page.older < joined) trimTo(page, joined);
       between.unshift(page);
       cursor = page.older;
     }
-    if (cursor === joined) state.older = [...between, ...state.older];
-    else state.older = [];
+    state.older = cursor === joined ? [...between, ...state.older] : [];
+  }
+
+  // Keep of a page only what comes from main-path message `first` on (the pages before
+  // hold the rest), if the page's path passes through it.
+  function trimTo(page, first) {
+    if (!page.path.includes(first)) return;
+    page.path = page.path.filter((seq) => seq >= first);
+    page.messages = page.messages.filter((m) => m.sequence >= first);
+    const held = new Set(page.messages.map((m) => m.sequence));
+    page.branches = page.branches.filter((b) => held.has(b.from_sequence));
+    page.older = first;
   }
 
   // The tail and the older pages read, as one tree's data.
