@@ -281,16 +281,17 @@ def _message_routes(api: APIRouter, server: Server) -> None:
              "with limit=N, its last N messages before message `before`, and `older` "
              "(`agentfs show --tail`)")
     def get_messages(trace_id: str, all: bool = False, limit: int | None = None,
-                     before: int | None = None) -> dict[str, Any]:
+                     before: int | None = None) -> JSONResponse:
         trace = server.trace(trace_id)
         view = trace_view(trace, limit, before)
         on_path = {m.sequence for m in view.path}
         prices = server.project.prices
         paged = {"older": view.older} if limit is not None else {}
-        return {"trace": trace.id, "head": trace.meta.head,
-                "usage": trace_totals(trace.meta, prices).record(), **paged,
-                "messages": [message_record(m, m.sequence in on_path, prices)
-                             for m in view.messages.values() if all or m.sequence in on_path]}
+        return JSONResponse({
+            "trace": trace.id, "head": trace.meta.head,
+            "usage": trace_totals(trace.meta, prices).record(), **paged,
+            "messages": [message_record(m, m.sequence in on_path, prices)
+                         for m in view.messages.values() if all or m.sequence in on_path]})
 
     @api.post("/traces/{trace_id}/messages", status_code=201,
               summary="Post a user message (through the trace's inbox)",
@@ -369,13 +370,14 @@ def _view_routes(api: APIRouter, server: Server) -> None:
              "data); with limit=N, the last N main-path messages before message `before` "
              "with what hangs from them, and `older`")
     def get_tree(trace_id: str, limit: int | None = None,
-                 before: int | None = None) -> dict[str, Any]:
+                 before: int | None = None) -> JSONResponse:
         trace = server.trace(trace_id)
         view = trace_view(trace, limit, before) if limit is not None or before is not None \
             else None
-        return {**trace_tree(trace, project.prices, view), "running": trace.is_running(),
-                "server_run": server.runs.running(trace.id),
-                "approval": _approval_record(trace)}
+        return JSONResponse({**trace_tree(trace, project.prices, view),
+                             "running": trace.is_running(),
+                             "server_run": server.runs.running(trace.id),
+                             "approval": _approval_record(trace)})
 
     @api.get("/traces/{trace_id}/log", summary="The trace's commits, newest first (`agentfs log`)")
     def get_log(trace_id: str, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:

@@ -37,6 +37,7 @@ __all__ = [
     "DirKey",
     "Listing",
     "MessageDir",
+    "WindowReader",
     "folders",
     "is_shard_name",
     "message_relpath",
@@ -257,8 +258,10 @@ class MessageDir:
             return start + SHARD_SIZE > first and (end is None or start < end)
 
         def wanted_file(name: str) -> bool:
-            parsed = parse_file_name(name)
-            return parsed is not None and parsed[0] >= first and (end is None or parsed[0] < end)
+            digits = name.partition("-")[0]  # the sequence a message file's name begins with
+            if not digits.isdigit() or int(digits) < first or (end is not None and int(digits) >= end):
+                return False
+            return parse_file_name(name) is not None
 
         listing = self._list(folders=wanted_folder, names=wanted_file)
         racy_after = time.time_ns() - RACY_NS
@@ -270,23 +273,9 @@ class MessageDir:
             self._merge(found, where, part, part_where, loose=loose)
         return dict(sorted(found.items()))
 
-    def reader(self, chunk: int, since: int = 0) -> Callable[[int], Message | None]:
-        """`one` for a walk back through the messages (`agentfs/store/history.py:walk_back`):
-        a sequence not read yet reads the `chunk` sequences up to it (none below
-        `since`) in one `window`, so a walk of N messages lists each folder it
-        passes about N / `chunk` times, not N times."""
-        read: dict[int, Message] = {}
-        covered: list[tuple[int, int]] = []
-
-        def get(sequence: int) -> Message | None:
-            if sequence in read or any(a <= sequence < b for a, b in covered):
-                return read.get(sequence)
-            first = max(since, sequence - chunk + 1, 0)
-            read.update(self.window(first, sequence + 1))
-            covered.append((first, sequence + 1))
-            return read.get(sequence)
-
-        return get
+    def reader(self, chunk: int, since: int = 0) -> WindowReader:
+        """`one` for a walk back through the messages (`WindowReader`)."""
+        return WindowReader(self, chunk, since)
 
     def previous(self, sequence: int) -> int | None:
         """The highest sequence of a message file below `sequence`, or None; from
@@ -527,3 +516,34 @@ class MessageDir:
                     continue
                 files[entry.name] = stamp_of(entry.stat(follow_symlinks=False))
         return listing
+
+
+class WindowReader:
+    """Messages by sequence for a walk back from a message (`agentfs/store/history.py:walk_back`):
+    a sequence not read yet reads the `chunk` sequences up to it (none below `since`)
+    in one `MessageDir.window`, so a walk of N messages lists each folder it passes
+    about N / `chunk` times, not N times; a window inside what was read is not read again."""
+
+    def __init__(self, messages: MessageDir, chunk: int, since: int) -> None:
+        self.messages = messages
+        self.chunk = chunk
+        self.since = since
+        self._read: dict[int, Message] = {}
+        self._covered: list[tuple[int, int]] = []
+
+    def __call__(self, sequence: int) -> Message | None:
+        if sequence in self._read or self._covers(sequence, sequence + 1):
+            return self._read.get(sequence)
+        first = max(self.since, sequence - self.chunk + 1, 0)
+        self._read.update(self.messages.window(first, sequence + 1))
+        self._covered.append((first, sequence + 1))
+        return self._read.get(sequence)
+
+    def window(self, first: int, end: int | None) -> dict[int, Message]:
+        """`MessageDir.window(first, end)`, from what was read if it covers it."""
+        if end is not None and self._covers(first, end):
+            return {n: m for n, m in sorted(self._read.items()) if first <= n < end}
+        return self.messages.window(first, end)
+
+    def _covers(self, first: int, end: int) -> bool:
+        return any(a <= first and end <= b for a, b in self._covered)

@@ -34,7 +34,7 @@ from agentfs.store.history import (
 )
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
-from agentfs.store.message_dir import MessageDir
+from agentfs.store.message_dir import MessageDir, WindowReader
 from agentfs.store.messages import Message, render_message
 from agentfs.store.meta import (
     FORMAT_VERSION,
@@ -266,20 +266,21 @@ class Trace:
                                     where=str(self.messages_dir))
 
     def path_slice(self, limit: int | None = None, *, before: int | None = None,
-                   since: int = 0) -> PathSlice:
+                   since: int = 0, get: WindowReader | None = None) -> PathSlice:
         """The last `limit` messages (all without) of the main path before message
         `before` (to the head without), none below sequence `since`: parents are
         followed back from there, reading only the messages passed
         (`agentfs/store/message_dir.py:MessageDir.reader`), so the cost is what is
         returned, not the trace's length. `before` is meant to be a main-path message
         (the `older` of a slice read before); for another message this is the
-        history that led to it.
+        history that led to it. `get` reads the messages (a new reader without).
 
         Raises:
           NoSuchMessage: no message `before`.
           BrokenPath: a parent is missing or the parents make a cycle.
         """
-        get = self.message_dir.reader(limit or WALK_CHUNK, since)
+        # `before` and the `limit` messages before it, read at once
+        get = get or self.message_dir.reader((limit or WALK_CHUNK) + 1, since)
         start = self.meta.head
         if before is not None:
             at = get(before)
@@ -308,9 +309,10 @@ class Trace:
         if limit is None and before is None and not since:
             messages = self.messages()
             return TraceView(self.main_path(messages), messages, None)
-        found = self.path_slice(limit, before=before, since=since)
+        get = self.message_dir.reader((limit or WALK_CHUNK) + 1, since)
+        found = self.path_slice(limit, before=before, since=since, get=get)
         first = found.messages[0].sequence if found.older is not None else 0
-        window = self.message_dir.window(max(first, since), before)
+        window = get.window(max(first, since), before)
         window.update((m.sequence, m) for m in found.messages)
         return TraceView(found.messages, dict(sorted(window.items())), found.older)
 
