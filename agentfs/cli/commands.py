@@ -254,8 +254,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
         click.echo(json.dumps(body, indent=2, ensure_ascii=False))
     else:
         if view.older is not None:
-            click.echo(f"… the main path goes on before #{view.older} "
-                       f"(agentfs show {trace.id} --from SEQ, or without --tail)\n")
+            click.echo(f"… (the main path goes on before #{view.older})\n")
         click.echo(show_text(chosen, prices, full=full))
         click.echo(f"\n{trace.id}: {trace_totals(trace.meta, prices).text()}")
 

@@ -59,7 +59,7 @@ def test_messages_pages_walk_back_to_the_first_message(served: Served):
     assert cli == pages[-1]
     text = run_cli("show", "t", "--from", "248", cwd=served.root).stdout
     assert "#248 user" in text and "#250 user" in text and "#247" not in text
-    assert text.startswith("… the main path goes on before #248")
+    assert text.startswith("… (the main path goes on before #248)")
 
 
 def test_bad_page_values_are_422_with_a_hint(served: Served):
