@@ -20,18 +20,18 @@ def test_the_page_shows_the_tail_and_older_messages_on_demand(served: Served, pa
     expect(page.locator("#m-250")).to_contain_text("#250")
     expect(page.locator("#tree > article")).to_have_count(100)  # the tail only
     expect(page.locator("#m-150")).to_have_count(0)
-    older = page.locator("#show-older")
-    expect(older).to_have_text("Show older messages (before #151)")
+    older = page.locator("#tree > button.show-older")
+    expect(older).to_have_attribute("title", "Read the 100 messages of the main path before #151")
     assert all("limit=100" in url for url in asked)
 
     older.focus()  # reachable and usable from the keyboard
     page.keyboard.press("Enter")
     expect(page.locator("#m-51")).to_contain_text("#51")
-    expect(older).to_have_text("Show older messages (before #51)")
+    expect(older).to_have_attribute("title", "Read the 100 messages of the main path before #51")
     expect(older).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator("#m-1")).to_contain_text("system")
-    expect(page.locator("#show-older")).to_have_count(0)  # the first message is shown
+    expect(older).to_have_count(0)  # the first message is shown
     expect(page.locator("#tree > article")).to_have_count(250)
 
     asked.clear()
@@ -46,5 +46,5 @@ def test_the_page_shows_the_tail_and_older_messages_on_demand(served: Served, pa
     with served.client() as client:  # a rewind changes the path: the tail alone again
         client.post("/api/traces/t/rewind", json={"sequence": 200})
     expect(page.locator("#m-200")).to_have_class("msg role-user head")
-    expect(page.locator("#show-older")).to_have_text("Show older messages (before #101)")
+    expect(older).to_have_attribute("title", "Read the 100 messages of the main path before #101")
     expect(page.locator("#tree > article")).to_have_count(100)

@@ -171,18 +171,15 @@
     state.older.push(page);
     state.data = merged();
     renderTrace(state.data);
-    const next = $("show-older") || document.querySelector("#tree article button");
+    const next = document.querySelector("#tree > button.show-older")
+      || document.querySelector("#tree article button");
     if (next) next.focus();
   }
 
   function olderButton(data) {
-    const button = document.createElement("button");
-    button.type = "button";
-    button.id = "show-older";
-    button.className = "show-older";
-    button.textContent = "Show older messages (before #" + data.older + ")";
-    button.addEventListener("click", () => loadOlder().catch((e) => notify(e.message, false)));
-    return button;
+    return actionButton("Show older messages", "show-older",
+      "Read the " + PAGE + " messages of the main path before #" + data.older,
+      () => loadOlder().catch((e) => notify(e.message, false)));
   }
 
   function refreshSoon() {
