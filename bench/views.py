@@ -24,7 +24,8 @@ another, no network, no token: what a request costs the server, on one core):
   messages the summary replaced (they hang from the first user message: docs/api.md,
   Pages). A known limit, measured here.
 - `agentfs show long --tail 100` as a command (a new process each time), median,
-  beside the same command on a trace of 100 messages: its growth. Budget: ≤ 1.5×.
+  round-robin with the same command on a trace of 100 messages: its growth.
+  Budget: ≤ 1.5×.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,7 +40,7 @@ from typing import Any
 
 from bench.fixtures import TRACE, shared_long_trace
 from bench.report import Results, median
-from bench.startup import command_line
+from bench.startup import command_line, round_robin
 
 SIZES = (10_000, 100_000)
 QUICK_SIZES = (10_000,)
@@ -56,10 +56,11 @@ def run(results: Results, quick: bool, scratch: Path,
         sizes: tuple[int, ...] | None = None) -> None:
     """`python -m bench` entry: the figures into `results`."""
     sizes = sizes or (QUICK_SIZES if quick else SIZES)
-    base = show_tail_ms(shared_long_trace(scratch, BASE), 3 if quick else 7)
-    results.add("views", f"show --tail {PAGE} ({BASE} msgs)", base, "ms")
+    roots = {size: shared_long_trace(scratch, size) for size in (BASE, *sizes)}
+    shown = show_tail_ms(roots, 5 if quick else 11)
+    results.add("views", f"show --tail {PAGE} ({BASE} msgs)", shown[BASE], "ms")
     for size in sizes:
-        root = shared_long_trace(scratch, size)
+        root = roots[size]
         f = measure(root, whole=size <= 10_000)
         label = f"({size:,} msgs)"
         results.add("views", f"first paint /tree?limit={PAGE}, new server {label}",
@@ -81,10 +82,9 @@ def run(results: Results, quick: bool, scratch: Path,
                         squeezed["ms"], "ms", "budget <= 100")
             results.add("views", f"first paint, compressed, bytes {label}",
                         squeezed["kb"], "KB", "budget <= 200")
-        tail = show_tail_ms(root, 3 if quick else 7)
-        results.add("views", f"show --tail {PAGE} {label}", tail, "ms")
-        results.add("views", f"show --tail {PAGE} growth {BASE} → {size:,}", tail / base, "×",
-                    "budget <= 1.5")
+        results.add("views", f"show --tail {PAGE} {label}", shown[size], "ms")
+        results.add("views", f"show --tail {PAGE} growth {BASE} → {size:,}",
+                    shown[size] / shown[BASE], "×", "budget <= 1.5")
 
 
 def paint(root: Path) -> dict[str, float]:
@@ -195,15 +195,13 @@ async def get(app: Any, path: str, query: str) -> bytes:
     return body
 
 
-def show_tail_ms(root: Path, rounds: int) -> float:
-    """Median wall time of `agentfs show long --tail 100` in a new process."""
-    samples = []
-    for _ in range(rounds):
-        started = time.perf_counter()
-        subprocess.run([*command_line(), "show", TRACE, "--tail", str(PAGE)], cwd=root,
-                       check=True, capture_output=True)
-        samples.append((time.perf_counter() - started) * 1000)
-    return median(samples)
+def show_tail_ms(roots: dict[int, Path], rounds: int) -> dict[int, float]:
+    """Median wall time of `agentfs show TRACE --tail 100` in a new process, per size,
+    run round-robin over the sizes so that each sees the same machine."""
+    commands = {str(size): [*command_line(), "show", str(root / "traces" / TRACE),
+                            "--tail", str(PAGE)] for size, root in roots.items()}
+    times = round_robin(commands, Path.cwd(), rounds)
+    return {size: median(times[str(size)]) for size in roots}
 
 
 def main(argv: list[str] | None = None) -> int:
