@@ -45,6 +45,10 @@ class MessageFileError(AgentfsError):
         self.path = Path(path)
 
 
+class NoSuchMessage(AgentfsError):
+    """A sequence that names no message of the trace, where one is needed."""
+
+
 class TraceLocked(AgentfsError):
     """Another process is running the trace."""
 

@@ -14,7 +14,7 @@ from bench.report import Results
 
 #: Benchmark modules, in the order they run; each has `run(results, quick, scratch)`.
 SUITES = ["startup", "wholerun", "iteration", "persistence", "load", "memory", "cache", "watcher",
-          "listing", "remote", "fleet"]
+          "listing", "remote", "fleet", "views"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -88,6 +88,33 @@ def side_branches(root: Path, trace: str, kind: str) -> list[str]:
         root, "log", "-1", "--format=%(trailers:key=Agentfs-Sequence,valueonly)", name)))
 
 
+def long_trace(project: Project, trace_id: str, count: int, *,
+               parents: dict[int, int | None] | None = None, commit: bool = False) -> None:
+    """Trace `trace_id` with messages 1..count: #1 and #2 as `agentfs new` makes them,
+    the rest written as files (fast: no agentfs step each), alternately a user and an
+    assistant message `#<sequence>` continuing the one before, unless `parents` says
+    otherwise (None: a hand-written file without parent_sequence); committed in one
+    commit with the real git if `commit`."""
+    from agentfs.store.messages import Message, render_message
+
+    trace = project.new_trace(trace_id, user("hello"))
+    parents = parents or {}
+    for sequence in range(3, count + 1):
+        message = Message(id=f"m{sequence}", sequence=sequence,
+                          parent_sequence=parents.get(sequence, sequence - 1),
+                          role="assistant" if sequence % 2 else "user", content=f"#{sequence}")
+        path = trace.message_path(message)
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(render_message(message))
+    trace.meta.head = count
+    trace.meta.next_sequence = count + 1
+    trace.save_meta()
+    if commit:
+        root = project.workspace.root
+        git(root, "add", "-A", str(trace.dir))
+        git(root, "commit", "-q", "-m", f"{trace_id}: {count} messages")
+
+
 def message_paths(messages: Path) -> list[Path]:
     """The files below a trace's `messages/` (in their folders), in name order."""
     return sorted((p for p in messages.rglob("*") if p.is_file()), key=lambda p: p.name)

@@ -206,8 +206,17 @@ def _say_waiting(project: Project, trace_id: str) -> None:
 @click.option("--full", is_flag=True, help="Do not shorten long messages.")
 @click.option("--as-sent", is_flag=True,
               help="Show what the model receives next: the history after compression.")
-def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: bool) -> None:
+@click.option("--tail", type=click.IntRange(min=1), metavar="N",
+              help="Only the main path's last N messages (reads only those).")
+@click.option("--from", "since", type=click.IntRange(min=0), metavar="SEQ",
+              help="Only the main path from message SEQ on.")
+def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: bool,  # noqa: PLR0917 -- click passes one parameter per option
+         tail: int | None, since: int | None) -> None:
     """Print TRACE's main path (with --all, every message, off-path ones marked).
+
+    With --tail N or --from SEQ, only that part of the main path, reading only
+    its messages however long the trace is (with --all, also the messages off
+    the path among them).
 
     With --as-sent, print the messages the next model call would send: Level 1
     compression may leave out a finished goal's execution details (the files
@@ -220,14 +229,17 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
 
     if as_sent and show_all:
         raise click.UsageError("--as-sent and --all do not go together")
+    if as_sent and (tail or since is not None):
+        raise click.UsageError("--as-sent shows the whole request; leave out --tail and --from")
     project = open_project(trace_ref)
     trace = project.trace(trace_ref)
-    messages = trace.messages()
-    on_path = {m.sequence for m in trace.main_path(messages)}
+    view = trace.view(tail, since=since or 0)
+    messages = view.messages
+    on_path = {m.sequence for m in view.path}
     if as_sent:
         name = project.model_name(trace.meta.model, trace.meta.preset, None)
         request = preview_request(project, trace, name)
-        sent = [trace.main_path(messages)[0], *request.messages]
+        sent = [view.path[0], *request.messages]
         chosen = [(m, True) for m in sent]
     else:
         chosen = [(m, m.sequence in on_path) for m in messages.values()
@@ -238,10 +250,13 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
             "trace": trace.id,
             "head": trace.meta.head,
             "usage": trace_totals(trace.meta, prices).record(),
+            **({"older": view.older} if tail or since is not None else {}),
             "messages": [message_record(m, p, prices) for m, p in chosen],
         }
         click.echo(json.dumps(body, indent=2, ensure_ascii=False))
     else:
+        if view.older is not None:
+            click.echo(f"… (the main path goes on before #{view.older})\n")
         click.echo(show_text(chosen, prices, full=full))
         click.echo(f"\n{trace.id}: {trace_totals(trace.meta, prices).text()}")
 

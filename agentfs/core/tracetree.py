@@ -17,10 +17,10 @@ from agentfs.core.usage import Totals, trace_totals
 from agentfs.errors import AgentfsError
 from agentfs.prices import NO_PRICES, PriceTable
 from agentfs.store.branches import SideBranch, side_branches
-from agentfs.store.history import parent_of
+from agentfs.store.history import parent_of, walk_back
 from agentfs.store.messages import Message, Synthetic
 from agentfs.store.steplog import LoggedStep
-from agentfs.store.trace import Trace
+from agentfs.store.trace import Trace, TraceView
 from agentfs.store.workspace import GOALS_FILE
 
 __all__ = ["message_record", "step_record", "trace_tree"]
@@ -57,9 +57,12 @@ def step_record(step: LoggedStep, prices: PriceTable = NO_PRICES) -> dict[str, A
             "summary": step.summary, "usage": totals.record() if totals is not None else None}
 
 
-def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES) -> dict[str, Any]:
+def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES,
+               view: TraceView | None = None) -> dict[str, Any]:
     """Every message of the trace with its place in the tree, the side branches, and
-    the goal tree.
+    the goal tree; with `view` (a slice of the main path, `agentfs/store/trace.py:Trace.view`),
+    only its messages and the side branches that continue one of them, and `older`
+    (the `before` of the page before it, None at the first message).
 
     Each message record (`message_record`) adds `parent` (its parent in the tree,
     also for a hand-written file without `parent_sequence`), `source_branch` (for a
@@ -67,8 +70,8 @@ def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES) -> dict[str, Any]:
     summary replaced it: that summary's sequence). `path` lists the main path's
     sequences in order. `usage` is the whole trace's (`agentfs/core/usage.py:Totals`).
     """
-    messages = trace.messages()
-    path = trace.main_path(messages)
+    shown = view or trace.view()
+    messages, path = shown.messages, shown.path
     on_path = {m.sequence for m in path}
     branches = side_branches(trace.repo, trace.id)
     replaced = _replaced(trace, messages, on_path, branches)
@@ -76,12 +79,16 @@ def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES) -> dict[str, Any]:
     records = []
     for message in messages.values():
         record = message_record(message, message.sequence in on_path, prices)
-        record["parent"] = parent_of(message, ordered)
+        record["parent"] = parent_of(message, ordered) if view is None else trace.parent(message)
         record["source_branch"] = message.source_branch
         record["replaced_by"] = replaced.get(message.sequence)
         records.append(record)
+    if view is not None:
+        branches = [b for b in branches if b.from_sequence in messages]
     goals = GoalTree.load(trace.dir / GOALS_FILE)
+    paged = {"older": view.older} if view is not None else {}
     return {
+        **paged,
         "trace": trace.id,
         "head": trace.meta.head,
         "model": trace.meta.model,
@@ -99,20 +106,27 @@ def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES) -> dict[str, Any]:
 def _replaced(trace: Trace, messages: dict[int, Message], on_path: set[int],
               branches: list[SideBranch]) -> dict[int, int]:
     """Off-path message → the summary that replaced it: the messages of the path the
-    compression summarized, after the ones the summary keeps (system, first user)."""
+    compression summarized, after the ones the summary keeps (system, first user).
+    Paths are walked back only as far as those messages (a message a page does not
+    hold is read by itself)."""
     starts = {b.name: b.from_sequence for b in branches}
+
+    def get(sequence: int) -> Message | None:
+        found = messages.get(sequence)
+        return found if found is not None else trace.message_dir.one(sequence)
+
     replaced: dict[int, int] = {}
     for summary in messages.values():
         if summary.synthetic != Synthetic.SUMMARY or summary.source_branch not in starts:
             continue
-        start = starts[summary.source_branch]
         try:
-            before = trace.path_to(start, messages)
-            kept = {m.sequence for m in trace.path_to(summary.parent_sequence, messages)}
+            kept, _ = walk_back(get, trace.parent, summary.parent_sequence)
+            before, _ = walk_back(get, trace.parent, starts[summary.source_branch],
+                                  until={m.sequence for m in kept})
         except AgentfsError:
             continue  # edited since: the tree still shows every message, unmarked
         for message in before:
-            if message.sequence not in kept and message.sequence not in on_path:
+            if message.sequence not in on_path:
                 replaced.setdefault(message.sequence, summary.sequence)
     return replaced
 

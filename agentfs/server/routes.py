@@ -26,7 +26,14 @@ from agentfs.core.sidework import item_record, pending_by_trace, report_record
 from agentfs.core.status import workspace_status
 from agentfs.core.tracetree import message_record, step_record, trace_tree
 from agentfs.core.usage import trace_totals
-from agentfs.errors import AgentfsError, ConfigError, ModelError, TraceLocked, TraceNotFound
+from agentfs.errors import (
+    AgentfsError,
+    ConfigError,
+    ModelError,
+    NoSuchMessage,
+    TraceLocked,
+    TraceNotFound,
+)
 from agentfs.models.base import Model
 from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
@@ -34,7 +41,7 @@ from agentfs.store.approval import Answer, PendingApproval
 from agentfs.store.ingest import parse_dropped_text
 from agentfs.store.stepdiff import message_diff
 from agentfs.store.steplog import trace_log
-from agentfs.store.trace import Trace
+from agentfs.store.trace import Trace, TraceView
 from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, TRACE_ID, check_trace_id
 
 __all__ = ["ApiError", "ChooseModel", "ErrorBody", "Server", "build_router"]
@@ -199,6 +206,30 @@ def build_router(server: Server) -> APIRouter:
     return api
 
 
+#: The most messages one page of `/messages` or `/tree` holds (`limit`).
+PAGE_LIMIT = 1000
+
+
+def trace_view(trace: Trace, limit: int | None, before: int | None) -> TraceView:
+    """The messages a paged route shows (`agentfs/store/trace.py:Trace.view`): the whole
+    trace without `limit`; bad `limit` and `before` values are a 422 saying what to send."""
+    if limit is None:
+        if before is not None:
+            raise ApiError(422, "before needs limit",
+                           "ask for a page: ?limit=100&before=<older of the page after it>")
+        return trace.view()
+    if not 1 <= limit <= PAGE_LIMIT:
+        raise ApiError(422, f"limit must be from 1 to {PAGE_LIMIT}, not {limit}",
+                       "e.g. ?limit=100; page back with before=<older>")
+    if before is not None and before < 0:
+        raise ApiError(422, f"before must be a message's sequence, not {before}",
+                       "send the `older` of the page after it, or no before for the latest")
+    try:
+        return trace.view(limit, before=before)
+    except NoSuchMessage as exc:
+        raise ApiError(422, exc.message, exc.hint) from None
+
+
 def _trace_routes(api: APIRouter, server: Server) -> None:
     """The traces: list them, create one, one trace's state."""
     project = server.project
@@ -246,16 +277,21 @@ def _message_routes(api: APIRouter, server: Server) -> None:
     """A trace's messages: read them, post one, move the head back."""
 
     @api.get("/traces/{trace_id}/messages",
-             summary="The main path, or with all=true every message (`agentfs show --json`)")
-    def get_messages(trace_id: str, all: bool = False) -> dict[str, Any]:
+             summary="The main path, or with all=true every message (`agentfs show --json`); "
+             "with limit=N, its last N messages before message `before`, and `older` "
+             "(`agentfs show --tail`)")
+    def get_messages(trace_id: str, all: bool = False, limit: int | None = None,
+                     before: int | None = None) -> JSONResponse:
         trace = server.trace(trace_id)
-        messages = trace.messages()
-        on_path = {m.sequence for m in trace.main_path(messages)}
+        view = trace_view(trace, limit, before)
+        on_path = {m.sequence for m in view.path}
         prices = server.project.prices
-        return {"trace": trace.id, "head": trace.meta.head,
-                "usage": trace_totals(trace.meta, prices).record(),
-                "messages": [message_record(m, m.sequence in on_path, prices)
-                             for m in messages.values() if all or m.sequence in on_path]}
+        paged = {"older": view.older} if limit is not None else {}
+        return JSONResponse({
+            "trace": trace.id, "head": trace.meta.head,
+            "usage": trace_totals(trace.meta, prices).record(), **paged,
+            "messages": [message_record(m, m.sequence in on_path, prices)
+                         for m in view.messages.values() if all or m.sequence in on_path]})
 
     @api.post("/traces/{trace_id}/messages", status_code=201,
               summary="Post a user message (through the trace's inbox)",
@@ -330,12 +366,18 @@ def _view_routes(api: APIRouter, server: Server) -> None:
     project = server.project
 
     @api.get("/traces/{trace_id}/tree",
-             summary="Every message with its place, side branches, goals (the viewer's data)")
-    def get_tree(trace_id: str) -> dict[str, Any]:
+             summary="Every message with its place, side branches, goals (the viewer's "
+             "data); with limit=N, the last N main-path messages before message `before` "
+             "with what hangs from them, and `older`")
+    def get_tree(trace_id: str, limit: int | None = None,
+                 before: int | None = None) -> JSONResponse:
         trace = server.trace(trace_id)
-        return {**trace_tree(trace, project.prices), "running": trace.is_running(),
-                "server_run": server.runs.running(trace.id),
-                "approval": _approval_record(trace)}
+        view = trace_view(trace, limit, before) if limit is not None or before is not None \
+            else None
+        return JSONResponse({**trace_tree(trace, project.prices, view),
+                             "running": trace.is_running(),
+                             "server_run": server.runs.running(trace.id),
+                             "approval": _approval_record(trace)})
 
     @api.get("/traces/{trace_id}/log", summary="The trace's commits, newest first (`agentfs log`)")
     def get_log(trace_id: str, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:

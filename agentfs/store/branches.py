@@ -99,18 +99,29 @@ class SideBranch:
 
 def side_branches(repo: GitRepo, trace_id: str) -> list[SideBranch]:
     """The trace's side branches, oldest first (by their first message); files on a
-    branch that cannot be read as messages are left out."""
+    branch that cannot be read as messages are left out.
+
+    Only the folders of `messages/` whose tree differs from main's are looked into (a
+    branch adds a few messages to the newest one), so this costs the branches'
+    messages, not the trace's length."""
     folder = f"{TRACES_DIR}/{trace_id}/{MESSAGES_DIR}"
-    on_main = repo.walk(repo.head(), folder)
+    names = repo.branches(branch_prefix(trace_id))
+    main = repo.head()
+    main_folders = repo.entries(main, folder) if names else {}
+    on_main: dict[str, dict[str, tuple[int, bytes]]] = {}  # folder → its entries on main
     found = []
-    for name in repo.branches(branch_prefix(trace_id)):
+    for name in names:
         head = repo.head(b"refs/heads/" + name.encode())
         if head is None:
             continue
+        same = {f"{folder}/{entry}" for entry, value in repo.entries(head, folder).items()
+                if main_folders.get(entry) == value}
         messages = []
-        for path in repo.walk(head, folder):
-            file_name = path.rsplit("/", 1)[-1]
-            if path in on_main or parse_file_name(file_name) is None:
+        for path in repo.walk(head, folder, skip=same):
+            where, _, file_name = path.rpartition("/")
+            if where not in on_main:
+                on_main[where] = repo.entries(main, where)
+            if file_name in on_main[where] or parse_file_name(file_name) is None:
                 continue
             data = repo.read_file(head, path)
             try:

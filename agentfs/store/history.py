@@ -12,7 +12,7 @@ as at message 100 (docs/performance.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 
 from agentfs.errors import AgentfsError
 from agentfs.store.messages import Message, ToolCall
@@ -27,6 +27,7 @@ __all__ = [
     "path_to",
     "step_end",
     "unanswered_calls",
+    "walk_back",
 ]
 
 
@@ -50,12 +51,33 @@ def path_to(messages: Mapping[int, Message], sequence: int | None, *, where: str
         (the messages directory) names where.
     """
     ordered = list(messages)
+    path, _ = walk_back(messages.get, lambda m: parent_of(m, ordered), sequence, where=where)
+    return path
+
+
+def walk_back(
+    get: Callable[[int], Message | None], parent: Callable[[Message], int | None],
+    sequence: int | None, *, limit: int | None = None, since: int = 0,
+    until: Container[int] = (), where: str = "",
+) -> tuple[list[Message], int | None]:
+    """The path to `sequence` from its end back, message by message: at most its
+    last `limit` messages (all without), none below sequence `since` and none from
+    a sequence in `until` back; and where
+    the path goes on before the first one returned (None: that one is its first
+    message). `get` reads one message (None if it is missing), `parent` tells a
+    message's parent. What `path_to` does over a whole mapping, and what a view of
+    the last messages does reading only those (`agentfs/store/trace.py:Trace.path_slice`).
+
+    Raises:
+      BrokenPath: as `path_to`.
+    """
     prefix = f"{where}: " if where else ""
     path: list[Message] = []
     seen: set[int] = set()
     current = sequence
-    while current is not None:
-        message = messages.get(current)
+    while (current is not None and (limit is None or len(path) < limit) and current >= since
+           and current not in until):
+        message = get(current)
         if message is None:
             child = path[-1].file_name() if path else "trace.json"
             raise BrokenPath(
@@ -71,9 +93,9 @@ def path_to(messages: Mapping[int, Message], sequence: int | None, *, where: str
             )
         seen.add(current)
         path.append(message)
-        current = parent_of(message, ordered)
+        current = parent(message)
     path.reverse()
-    return path
+    return path, current
 
 
 def is_final_answer(message: Message) -> bool:

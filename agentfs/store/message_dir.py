@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from agentfs.errors import MessageFileError
@@ -36,6 +37,7 @@ __all__ = [
     "DirKey",
     "Listing",
     "MessageDir",
+    "WindowReader",
     "folders",
     "is_shard_name",
     "message_relpath",
@@ -142,6 +144,13 @@ def folders(messages: Path) -> list[Path]:
 
 def _first(shard: str) -> int:
     return int(shard.partition("-")[0])
+
+
+def _highest_below(names: Iterable[str], sequence: int) -> int | None:
+    """The highest sequence below `sequence` among message file names, or None."""
+    found = [parsed[0] for parsed in map(parse_file_name, names)
+             if parsed is not None and parsed[0] < sequence]
+    return max(found, default=None)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -257,6 +266,73 @@ class MessageDir:
                     return (f"{folder}/{name}" if folder else name), parsed[1]
         return None
 
+    def one(self, sequence: int) -> Message | None:
+        """Message `sequence`, or None if no file has that sequence: only its folder
+        (and `messages/` itself) is listed and only its file is read, so a view of a
+        few messages costs those messages however long the trace is.
+
+        Raises:
+            MessageFileError: its file cannot be read, or two files use the sequence.
+        """
+        return self.window(sequence, sequence + 1).get(sequence)
+
+    def window(self, first: int, end: int | None = None) -> dict[int, Message]:
+        """The messages with `first` <= sequence < `end` (no `end`: up to the newest),
+        by sequence: only the folders that hold those sequences are listed, and only
+        their files are read (through the same parse cache as `messages`).
+
+        Raises:
+            MessageFileError: one of those files cannot be read, is a symlink, or
+                shares its sequence with another file.
+        """
+        def wanted_folder(name: str) -> bool:
+            start = _first(name)
+            return start + SHARD_SIZE > first and (end is None or start < end)
+
+        def wanted_file(name: str) -> bool:
+            digits = name.partition("-")[0]  # the sequence a message file's name begins with
+            if not digits.isdigit() or int(digits) < first or (end is not None and int(digits) >= end):
+                return False
+            return parse_file_name(name) is not None
+
+        listing = self._list(folders=wanted_folder, names=wanted_file)
+        racy_after = time.time_ns() - RACY_NS
+        found: dict[int, Message] = {}
+        where: dict[int, str] = {}
+        loose = bool(listing.get(""))
+        for folder in sorted(listing, key=lambda f: _first(f) if f else -1):
+            part, part_where, _, _ = self._parse_folder(folder, listing[folder], racy_after)
+            self._merge(found, where, part, part_where, loose=loose)
+        return dict(sorted(found.items()))
+
+    def reader(self, chunk: int, since: int = 0) -> WindowReader:
+        """`one` for a walk back through the messages (`WindowReader`)."""
+        return WindowReader(self, chunk, since)
+
+    def previous(self, sequence: int) -> int | None:
+        """The highest sequence of a message file below `sequence`, or None; from
+        the names in its folder and the ones before it (no file is read). What a
+        file without `parent_sequence` follows (`agentfs/store/history.py:parent_of`)."""
+        try:
+            with os.scandir(self.path) as entries:
+                top = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        best = _highest_below((name for name, is_dir in top if not is_dir), sequence)
+        shards = sorted((name for name, is_dir in top if is_dir and is_shard_name(name)
+                         and _first(name) < sequence), key=_first, reverse=True)
+        for shard in shards:
+            if best is not None and best >= _first(shard) + SHARD_SIZE - 1:
+                break
+            try:
+                names = os.listdir(self.path / shard)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            found = _highest_below(names, sequence)
+            if found is not None:
+                return max(found, best) if best is not None else found
+        return best
+
     def write(self, message: Message) -> Path:
         """Write one message file atomically, keeping the snapshot current."""
         path = self.path_of(message)
@@ -325,15 +401,7 @@ class MessageDir:
                     self._folders[folder] = (stamps, part, part_where)
                 else:
                     self._folders.pop(folder, None)
-            if loose and folder and not found.keys().isdisjoint(part.keys()):
-                sequence = min(found.keys() & part.keys())
-                raise MessageFileError(
-                    self.path / part_where[sequence],
-                    f"sequence {sequence} is also used by {where[sequence]}",
-                    hint="each sequence number may be used by one file only; rename one",
-                )
-            found.update(part)
-            where.update(part_where)
+            self._merge(found, where, part, part_where, loose=loose)
         for gone in set(self._folders) - set(listing):
             del self._folders[gone]
         if parsed:
@@ -348,6 +416,20 @@ class MessageDir:
         self._snapshot_key = key if newest == self._newest else None
         self._newest = newest
         return self._snapshot
+
+    def _merge(self, found: dict[int, Message], where: dict[int, str],
+               part: dict[int, Message], part_where: dict[int, str], *, loose: bool) -> None:
+        """Add one folder's messages to those of the folders before it; with `loose`
+        files (directly in `messages/`, listed first), a sequence found twice is an error."""
+        if loose and not found.keys().isdisjoint(part.keys()):
+            sequence = min(found.keys() & part.keys())
+            raise MessageFileError(
+                self.path / part_where[sequence],
+                f"sequence {sequence} is also used by {where[sequence]}",
+                hint="each sequence number may be used by one file only; rename one",
+            )
+        found.update(part)
+        where.update(part_where)
 
     def problems(self) -> list[MessageFileError]:
         """Every message file that cannot be read or breaks a path rule, each with what
@@ -431,10 +513,13 @@ class MessageDir:
         return ({n: part[n] for n in order}, {n: part_where[n] for n in order},
                 all_settled, parsed)
 
-    def _list(self, problems: list[MessageFileError] | None = None) -> Listing:
+    def _list(self, problems: list[MessageFileError] | None = None, *,
+              folders: Callable[[str], bool] | None = None,
+              names: Callable[[str], bool] | None = None) -> Listing:
         """The message files and their stamps: those directly in `messages/` and in its
         folders (symlinks refused, or with `problems` added to it; other folders are
-        not messages)."""
+        not messages). With `folders` or `names`, only the folders and the file names
+        they accept (a window of sequences, `window`)."""
         listing: Listing = {}
         pending = [(self.path, "")]
         while pending:
@@ -446,8 +531,10 @@ class MessageDir:
             files = listing[name] = {}
             for entry in entries:
                 if not name and entry.is_dir(follow_symlinks=False):
-                    if is_shard_name(entry.name):
+                    if is_shard_name(entry.name) and (folders is None or folders(entry.name)):
                         pending.append((Path(entry.path), entry.name))
+                    continue
+                if names is not None and not names(entry.name):
                     continue
                 if is_ignored_name(entry.name) or not entry.is_file(follow_symlinks=False):
                     if entry.is_symlink():
@@ -461,3 +548,34 @@ class MessageDir:
                     continue
                 files[entry.name] = stamp_of(entry.stat(follow_symlinks=False))
         return listing
+
+
+class WindowReader:
+    """Messages by sequence for a walk back from a message (`agentfs/store/history.py:walk_back`):
+    a sequence not read yet reads the `chunk` sequences up to it (none below `since`)
+    in one `MessageDir.window`, so a walk of N messages lists each folder it passes
+    about N / `chunk` times, not N times; a window inside what was read is not read again."""
+
+    def __init__(self, messages: MessageDir, chunk: int, since: int) -> None:
+        self.messages = messages
+        self.chunk = chunk
+        self.since = since
+        self._read: dict[int, Message] = {}
+        self._covered: list[tuple[int, int]] = []
+
+    def __call__(self, sequence: int) -> Message | None:
+        if sequence in self._read or self._covers(sequence, sequence + 1):
+            return self._read.get(sequence)
+        first = max(self.since, sequence - self.chunk + 1, 0)
+        self._read.update(self.messages.window(first, sequence + 1))
+        self._covered.append((first, sequence + 1))
+        return self._read.get(sequence)
+
+    def window(self, first: int, end: int | None) -> dict[int, Message]:
+        """`MessageDir.window(first, end)`, from what was read if it covers it."""
+        if end is not None and self._covers(first, end):
+            return {n: m for n, m in sorted(self._read.items()) if first <= n < end}
+        return self.messages.window(first, end)
+
+    def _covers(self, first: int, end: int) -> bool:
+        return any(a <= first and end <= b for a, b in self._covered)

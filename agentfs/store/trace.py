@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentfs.errors import AgentfsError, TraceExists
+from agentfs.errors import AgentfsError, NoSuchMessage, TraceExists
 from agentfs.store.approval import APPROVAL_FILE, PendingApproval, read_pending, write_pending
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step, usage_trailer
@@ -30,10 +30,11 @@ from agentfs.store.history import (
     path_to,
     step_end,
     unanswered_calls,
+    walk_back,
 )
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
-from agentfs.store.message_dir import MessageDir
+from agentfs.store.message_dir import MessageDir, WindowReader
 from agentfs.store.messages import Message, render_message
 from agentfs.store.meta import (
     FORMAT_VERSION,
@@ -55,7 +56,10 @@ from agentfs.store.workspace import (
     check_trace_id,
 )
 
-__all__ = ["FORMAT_VERSION", "InFlight", "Rewind", "Trace", "TraceMeta"]
+__all__ = ["FORMAT_VERSION", "InFlight", "PathSlice", "Rewind", "Trace", "TraceMeta", "TraceView"]
+
+#: Messages read at once by a walk back without a limit (`Trace.path_slice`).
+WALK_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,29 @@ class Rewind:
 
     commit: bytes
     files: list[str]  # workspace files the commit restored (or deleted)
+
+
+@dataclass(frozen=True)
+class PathSlice:
+    """Consecutive messages of the main path, read without the rest of the trace."""
+
+    messages: list[Message]
+    #: `before` for the messages of the path before these: the first one's sequence;
+    #: None when the first one begins the path (or the slice is empty).
+    older: int | None
+
+
+@dataclass(frozen=True)
+class TraceView:
+    """What a view shows of a trace: the main path, or a slice of it (`Trace.view`)."""
+
+    #: The main path's messages shown, in order.
+    path: list[Message]
+    #: Every message file with a sequence in the slice's span, by sequence: the path's,
+    #: and those off the path that hang beside them (all the trace's for a whole view).
+    messages: dict[int, Message]
+    #: As `PathSlice.older`; None for a whole view.
+    older: int | None
 
 
 class Trace:
@@ -239,6 +266,64 @@ class Trace:
             return self.path_to(self.meta.head, messages)
         return self._path_memo.path(self.message_dir.current(), self.meta.head,
                                     where=str(self.messages_dir))
+
+    def path_slice(self, limit: int | None = None, *, before: int | None = None,
+                   since: int = 0, get: WindowReader | None = None) -> PathSlice:
+        """The last `limit` messages (all without) of the main path before message
+        `before` (to the head without), none below sequence `since`: parents are
+        followed back from there, reading only the messages passed
+        (`agentfs/store/message_dir.py:MessageDir.reader`), so the cost is what is
+        returned, not the trace's length. `before` is meant to be a main-path message
+        (the `older` of a slice read before); for another message this is the
+        history that led to it. `get` reads the messages (a new reader without).
+
+        Raises:
+          NoSuchMessage: no message `before`.
+          BrokenPath: a parent is missing or the parents make a cycle.
+        """
+        # `before` and the `limit` messages before it, read at once
+        get = get or self.message_dir.reader((limit or WALK_CHUNK) + 1, since)
+        start = self.meta.head
+        if before is not None:
+            at = get(before)
+            if at is None:
+                raise NoSuchMessage(
+                    f"trace {self.id!r} has no message #{before} to read the messages before",
+                    hint="use the `older` of the page after them, or no `before` for the latest",
+                )
+            start = self.parent(at)
+        path, rest = walk_back(get, self.parent, start, limit=limit, since=since,
+                               where=str(self.messages_dir))
+        return PathSlice(path, path[0].sequence if path and rest is not None else None)
+
+    def view(self, limit: int | None = None, *, before: int | None = None,
+             since: int = 0) -> TraceView:
+        """The main path and every message file (no bound given), or a slice of the
+        path (`path_slice`) with the messages whose sequences lie in its span: from
+        its first message (from 0 if it begins the path) up to `before` (to the
+        newest file without), read through `agentfs/store/message_dir.py:MessageDir.window`.
+        The spans of slices read one before another (`older`) cover every sequence
+        once, so paging back through a trace shows every message once.
+
+        Raises:
+          NoSuchMessage, BrokenPath: as `path_slice`.
+        """
+        if limit is None and before is None and not since:
+            messages = self.messages()
+            return TraceView(self.main_path(messages), messages, None)
+        get = self.message_dir.reader((limit or WALK_CHUNK) + 1, since)
+        found = self.path_slice(limit, before=before, since=since, get=get)
+        first = found.messages[0].sequence if found.older is not None else 0
+        window = get.window(max(first, since), before)
+        window.update((m.sequence, m) for m in found.messages)
+        return TraceView(found.messages, dict(sorted(window.items())), found.older)
+
+    def parent(self, message: Message) -> int | None:
+        """The message's parent; without `parent_sequence`, the file before it
+        (`agentfs/store/history.py:parent_of`, found by name)."""
+        if message.parent_sequence is not None:
+            return message.parent_sequence
+        return self.message_dir.previous(message.sequence)
 
     def count(self, test: Callable[[Message], bool]) -> int:
         """How many message files pass `test`, counted again only for the files added

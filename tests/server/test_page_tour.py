@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_git_clean, git, mask_branch_bases, run_cli
+from agentfs.core.project import Project
+from tests.conftest import assert_git_clean, git, long_trace, mask_branch_bases, run_cli
 from tests.server import test_page  # skips this module too without Chromium or Playwright
 from tests.server.conftest import Served
 
@@ -26,10 +27,11 @@ STATIC = Path(__file__).resolve().parents[2] / "agentfs" / "server" / "static"
 
 #: Every button of the page, by id or (without one) by label: what this test clicks.
 CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "Rewind with files",
-           "Fork here", "stop", "approve-yes", "approve-no", "approve-always"}
+           "Fork here", "stop", "approve-yes", "approve-no", "approve-always",
+           "Show older messages"}
 
 #: The buttons scripts make, by label: each `actionButton("label", ...)` in static/.
-MADE_BY_SCRIPT = {"Rewind here", "Rewind with files", "Fork here"}
+MADE_BY_SCRIPT = {"Rewind here", "Rewind with files", "Fork here", "Show older messages"}
 
 HELD_TRACE = "held"
 ASKS_TRACE = "asks"
@@ -201,6 +203,18 @@ def _diff_rewind_files_and_fork(page, root: Path, click, shots: Shots) -> None:
     shots.take("fork")
 
 
+def _show_older(page, served: Served, click) -> None:
+    """A trace longer than a page opens on its last 100 messages; the button reads the
+    ones before."""
+    long_trace(Project.open(served.root), "long", 120, commit=True)
+    page.goto(served.url + "#trace=long")
+    sync_api.expect(page.locator("#m-120")).to_contain_text("#120")
+    sync_api.expect(page.locator("#m-20")).to_have_count(0)
+    click("Show older messages", page.locator("#tree > button.show-older"))
+    sync_api.expect(page.locator("#m-1")).to_contain_text("system")
+    sync_api.expect(page.locator("#tree > button.show-older")).to_have_count(0)
+
+
 def test_every_button_of_the_page_does_what_it_says_on_the_demo(
         served: Served, page, fake_model, tmp_path):
     expect = sync_api.expect
@@ -271,11 +285,13 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     seen.update(_button_names(page))
     _answer_the_waiting_calls(page, served, click)
     shots.take("approval")
+    _show_older(page, served, click)
+    shots.take("older")
 
     assert seen == CLICKED, "the page shows a button this test does not click"
     assert clicked == CLICKED
     assert [p.name for p in shots.taken][1:] == [
         f"{n:02d}-{name}.png" for n, name in enumerate(
             ["send", "run", "send-run", "compress", "rewind", "diff", "rewind-files", "fork",
-             "stop", "approval"], 1)]
+             "stop", "approval", "older"], 1)]
     assert_git_clean(root)

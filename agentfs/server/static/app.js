@@ -6,7 +6,8 @@
 
 (function () {
   const $ = (id) => document.getElementById(id);
-  const state = { trace: null, data: null, follow: null, refreshTimer: null };
+  const state = { trace: null, data: null, follow: null, refreshTimer: null,
+    tail: null, older: [] };
 
   // --- the API -----------------------------------------------------------------
   // The browser sends the session cookie the server set when the person opened
@@ -88,12 +89,97 @@
 
   // --- one trace -------------------------------------------------------------------
 
+  // The tree is read a page at a time, newest first (GET .../tree?limit=&before=): the
+  // tail on every refresh, older pages when the person asks for them. state.older holds
+  // those, newest first; each remembers the `before` it was read with, and a page's
+  // `older` is the `before` of the page before it.
+  const PAGE = 100;
+  const MAX_GAP_PAGES = 20;
+
+  function treePath(before) {
+    return "/api/traces/" + encodeURIComponent(state.trace) + "/tree?limit=" + PAGE
+      + (before === null || before === undefined ? "" : "&before=" + before);
+  }
+
   async function refresh() {
     if (!state.trace) return;
-    const data = await api("GET", "/api/traces/" + encodeURIComponent(state.trace) + "/tree");
-    state.data = data;
-    renderTrace(data);
+    const trace = state.trace;
+    const tail = await api("GET", treePath(null));
+    if (trace !== state.trace) return;
+    if (!state.tail || state.tail.trace !== trace) state.older = [];
+    state.tail = tail;
+    await joinOlder(trace);
+    state.data = merged();
+    renderTrace(state.data);
     loadTraces().catch(() => {});
+  }
+
+  // Keep the older pages read so far when the new tail still leads to them: read the
+  // pages between (messages added since), or drop them if the path changed (a rewind).
+  async function joinOlder(trace) {
+    if (!state.older.length) return;
+    const joined = state.older[0].before;
+    const between = [];
+    let cursor = state.tail.older;
+    while (cursor !== null && cursor > joined && between.length < MAX_GAP_PAGES) {
+      const page = await api("GET", treePath(cursor));
+      if (trace !== state.trace) return;
+      page.before = cursor;
+      if (page.older === null || page.older < joined) trimTo(page, joined);
+      between.unshift(page);
+      cursor = page.older;
+    }
+    state.older = cursor === joined ? [...between, ...state.older] : [];
+  }
+
+  // Keep of a page only what comes from main-path message `first` on (the pages before
+  // hold the rest), if the page's path passes through it.
+  function trimTo(page, first) {
+    if (!page.path.includes(first)) return;
+    page.path = page.path.filter((seq) => seq >= first);
+    page.messages = page.messages.filter((m) => m.sequence >= first);
+    const held = new Set(page.messages.map((m) => m.sequence));
+    page.branches = page.branches.filter((b) => held.has(b.from_sequence));
+    page.older = first;
+  }
+
+  // The tail and the older pages read, as one tree's data.
+  function merged() {
+    if (!state.older.length) return state.tail;
+    const pages = [...state.older].reverse().concat([state.tail]);
+    const bySeq = new Map();
+    const branches = new Map();
+    for (const page of pages) {
+      for (const m of page.messages) bySeq.set(m.sequence, m);
+      for (const b of page.branches) branches.set(b.name, b);
+    }
+    return Object.assign({}, state.tail, {
+      path: pages.flatMap((page) => page.path),
+      messages: [...bySeq.values()].sort((a, b) => a.sequence - b.sequence),
+      branches: [...branches.values()],
+      older: pages[0].older,
+    });
+  }
+
+  async function loadOlder() {
+    const trace = state.trace;
+    const last = state.older.length ? state.older[state.older.length - 1] : state.tail;
+    if (!last || last.older === null) return;
+    const page = await api("GET", treePath(last.older));
+    if (trace !== state.trace) return;
+    page.before = last.older;
+    state.older.push(page);
+    state.data = merged();
+    renderTrace(state.data);
+    const next = document.querySelector("#tree > button.show-older")
+      || document.querySelector("#tree article button");
+    if (next) next.focus();
+  }
+
+  function olderButton(data) {
+    return actionButton("Show older messages", "show-older",
+      "Read the " + PAGE + " messages of the main path before #" + data.older,
+      () => loadOlder().catch((e) => notify(e.message, false)));
   }
 
   function refreshSoon() {
@@ -172,6 +258,7 @@
     }
     const ctx = { data, bySeq, children, branchesFrom, onPath, callNames };
     const root = document.createDocumentFragment();
+    if (data.older !== null && data.older !== undefined) root.append(olderButton(data));
     data.path.forEach((seq, i) => {
       root.append(card(ctx, bySeq.get(seq)));
       attachments(ctx, seq, data.path[i + 1], root);

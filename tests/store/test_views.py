@@ -1,0 +1,91 @@
+"""Reading part of a long trace: one message, a window of sequences, the last messages
+of the main path, reading only those (`MessageDir.one`/`window`, `Trace.path_slice`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentfs.core.project import Project
+from agentfs.errors import AgentfsError, MessageFileError
+from agentfs.store.message_dir import shard_name
+from agentfs.store.messages import Message, render_message
+from agentfs.store.trace import Trace
+from tests.conftest import long_trace as write_long_trace
+
+
+def long_trace(project: Project, count: int, *, parents: dict[int, int | None] | None = None
+               ) -> Trace:
+    """Trace `demo` with messages 1..count on disk (`tests/conftest.py:long_trace`), as a
+    new process opens it."""
+    write_long_trace(project, "demo", count, parents=parents)
+    return Project.open(project.workspace.root).trace("demo")
+
+
+def sequences(messages: list[Message]) -> list[int]:
+    return [m.sequence for m in messages]
+
+
+def test_the_tail_reads_only_its_own_folders(project: Project) -> None:
+    trace = long_trace(project, 1100)
+    broken = trace.messages_dir / shard_name(500) / "000500-user.md"
+    broken.write_text("---\nnot: [closed\n")  # a folder the tail never reads
+    tail = trace.path_slice(50)
+    assert sequences(tail.messages) == list(range(1051, 1101))
+    assert tail.older == 1051
+    with pytest.raises(MessageFileError):
+        trace.messages()  # the whole trace does read it
+
+
+def test_pages_before_each_other_make_the_main_path(project: Project) -> None:
+    trace = long_trace(project, 1100)
+    pages, before = [], None
+    while True:
+        page = trace.path_slice(400, before=before)
+        pages.insert(0, sequences(page.messages))
+        if page.older is None:
+            break
+        before = page.older
+    assert [s for page in pages for s in page] == sequences(trace.main_path())
+    assert pages[0][0] == 1 and len(pages) == 3
+
+
+def test_a_slice_follows_a_compression_jump_and_stops_at_since(project: Project) -> None:
+    trace = long_trace(project, 1500, parents={1400: 2})  # #1400: a summary continuing #2
+    assert sequences(trace.path_slice(5).messages) == [1496, 1497, 1498, 1499, 1500]
+    jump = trace.path_slice(103)
+    assert sequences(jump.messages) == [1, 2, *range(1400, 1501)]
+    assert jump.older is None
+    since = trace.path_slice(since=1450)
+    assert sequences(since.messages) == list(range(1450, 1501))
+    assert since.older == 1450  # more of the path lies before it
+    assert sequences(trace.path_slice(since=1450, limit=3).messages) == [1498, 1499, 1500]
+
+
+def test_one_window_and_previous_read_by_sequence(project: Project) -> None:
+    trace = long_trace(project, 1010, parents={1001: None})  # #1001: no parent_sequence
+    for gone in (1000, 999):
+        trace.message_dir.path_of(trace.message_dir.one(gone)).unlink()
+    messages = trace.message_dir
+    assert messages.one(1005).text == "#1005"
+    assert messages.one(1000) is None and messages.one(5000) is None
+    assert sequences(list(messages.window(995, 1003).values())) == [995, 996, 997, 998, 1001, 1002]
+    assert messages.previous(1001) == 998  # across a folder's boundary, by name only
+    assert messages.previous(1) is None
+    # a file without parent_sequence follows the file before it, as on the whole path
+    assert sequences(trace.path_slice(4, before=1002).messages) == [996, 997, 998, 1001]
+
+
+def test_before_must_name_a_message(project: Project) -> None:
+    trace = long_trace(project, 10)
+    with pytest.raises(AgentfsError) as info:
+        trace.path_slice(5, before=99)
+    assert "no message #99" in info.value.message and "older" in (info.value.hint or "")
+
+
+def test_a_loose_file_sharing_a_sequence_is_refused_in_a_window(project: Project) -> None:
+    trace = long_trace(project, 10)
+    (trace.messages_dir / "000007-user.md").write_bytes(
+        render_message(Message(id="x", sequence=7, parent_sequence=6, role="user", content="x")))
+    with pytest.raises(MessageFileError) as info:
+        trace.message_dir.window(5, 9)
+    assert "also used by" in info.value.message
