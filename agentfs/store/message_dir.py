@@ -225,18 +225,6 @@ class MessageDir:
         found = self._find(sequence)
         return None if found is None else found[1]
 
-    def one(self, sequence: int) -> Message | None:
-        """Message `sequence` as its file says now, or None if there is no such file:
-        its folder is listed and the one file read, whatever the trace's length.
-
-        Raises:
-          MessageFileError: the file cannot be read as a message.
-        """
-        found = self._find(sequence)
-        if found is None:
-            return None
-        return load_message(self.path / found[0])
-
     def roles(self) -> dict[int, str]:
         """The role of each message file by sequence, in order, from the names alone
         (nothing is read or `stat`ed; what `messages()` would refuse is not checked)."""
