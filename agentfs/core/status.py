@@ -13,9 +13,11 @@ built again, which reads the head's file and the first user message's).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +84,18 @@ class TraceStatus:
     title: str | None = None  # the first line of its first user message
 
     def record(self) -> dict[str, Any]:
-        """The JSON form (`error`, `last_error` only when there is one)."""
-        data = asdict(self)
+        """The JSON form (`error`, `last_error` only when there is one); a new dict each
+        call, built once per row (a kept row is listed again and again by the server)."""
+        return dict(self._record)
+
+    @cached_property
+    def _record(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         for key in ("error", "last_error", "approval"):
             if data[key] is None:
                 del data[key]
+        data["pending_inbox"] = list(self.pending_inbox)
+        data["rejected"] = list(self.rejected)
         data["usage"] = self.usage.record() if self.usage is not None else None
         data["status"] = str(self.status)
         return data
@@ -99,11 +108,25 @@ class WorkspaceStatus:
     inbox_rejected: list[str] = field(default_factory=list)
 
 
-def workspace_status(workspace: Workspace, prices: PriceTable) -> WorkspaceStatus:
-    """Every trace and both kinds of inbox; a broken trace.json is reported, not raised."""
+#: Makes one trace's row of the list.
+RowMaker = Callable[[str], TraceStatus]
+
+
+def workspace_status(workspace: Workspace, prices: PriceTable, *,
+                     rows: Callable[[str, RowMaker], TraceStatus] | None = None,
+                     ) -> WorkspaceStatus:
+    """Every trace and both kinds of inbox; a broken trace.json is reported, not raised.
+
+    `rows`, when given, is asked for each trace's row with the function that makes it
+    (a long-lived process keeps rows whose files did not change:
+    `agentfs/core/listcache.py:ListCache`)."""
     places = _Places(workspace.traces_dir, workspace.lock_dir,
                      workspace.summary_path("_").parent, workspace.state_dir / "tmp")
-    return WorkspaceStatus([_trace_status(workspace, trace_id, prices, places)
+
+    def make(trace_id: str) -> TraceStatus:
+        return _trace_status(workspace, trace_id, prices, places)
+
+    return WorkspaceStatus([rows(trace_id, make) if rows is not None else make(trace_id)
                             for trace_id in workspace.trace_ids()],
                            [p.name for p in waiting(workspace.inbox_dir)],
                            rejected_names(workspace.inbox_dir))

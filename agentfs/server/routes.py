@@ -8,7 +8,7 @@ wrong (see `agentfs/server/app.py:create_app`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -19,11 +19,11 @@ from agentfs.core.actions import fork, post_message, rewind
 from agentfs.core.approval import answer_waiting
 from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
+from agentfs.core.listcache import ListCache
 from agentfs.core.project import Project
 from agentfs.core.runner import Runner
 from agentfs.core.sidequeue import QueueReport
 from agentfs.core.sidework import item_record, pending_by_trace, report_record
-from agentfs.core.status import workspace_status
 from agentfs.core.tracetree import message_record, step_record, trace_tree
 from agentfs.core.usage import trace_totals
 from agentfs.errors import (
@@ -67,6 +67,11 @@ class Server:
     hub: EventHub
     runs: BackgroundRuns
     runner_options: dict[str, Any]
+    #: The trace list, its rows kept while their files do not change.
+    listing: ListCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.listing = ListCache(self.project.workspace, self.project.prices)
 
     def trace(self, trace_id: str) -> Trace:
         """An existing trace by id (never a path), or 404."""
@@ -236,7 +241,7 @@ def _trace_routes(api: APIRouter, server: Server) -> None:
 
     @api.get("/traces", summary="Traces with their status (`agentfs status --json`)")
     def list_traces() -> dict[str, Any]:
-        report = workspace_status(project.workspace, project.prices)
+        report = server.listing.status()
         return {"workspace": str(project.workspace.root),
                 "traces": [{**row.record(), "server_run": server.runs.running(row.trace)}
                            for row in report.traces],
