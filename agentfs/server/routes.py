@@ -240,12 +240,14 @@ def _trace_routes(api: APIRouter, server: Server) -> None:
     project = server.project
 
     @api.get("/traces", summary="Traces with their status (`agentfs status --json`)")
-    def list_traces() -> dict[str, Any]:
+    def list_traces() -> JSONResponse:
         report = server.listing.status()
-        return {"workspace": str(project.workspace.root),
-                "traces": [{**row.record(), "server_run": server.runs.running(row.trace)}
-                           for row in report.traces],
-                "inbox": report.inbox, "inbox_rejected": report.inbox_rejected}
+        # JSONResponse: FastAPI's encoder would walk 1,000 rows again (docs/api.md)
+        return JSONResponse({
+            "workspace": str(project.workspace.root),
+            "traces": [{**row.record(), "server_run": server.runs.running(row.trace)}
+                       for row in report.traces],
+            "inbox": report.inbox, "inbox_rejected": report.inbox_rejected})
 
     @api.post("/traces", status_code=201, summary="Create a trace (`agentfs new`)")
     def create_trace(body: NewTrace) -> dict[str, Any]:
