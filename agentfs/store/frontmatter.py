@@ -42,6 +42,7 @@ __all__ = [
     "Problem",
     "check_depth",
     "render",
+    "replace_body",
     "split",
 ]
 
@@ -113,6 +114,24 @@ def split(text: str) -> tuple[dict[str, Any] | None, str]:
     header_end, body_start = end
     fields = _load(text[first_break:header_end])
     return fields, text[body_start:].removesuffix("\n")
+
+
+def replace_body(text: str, body: str) -> str:
+    """`text` with its body replaced by `body`: the frontmatter lines, if any, kept
+    byte for byte (as an editor changing only the body keeps them); the body ends
+    with one newline, as `render` writes it.
+
+    Raises:
+        FrontmatterError: the header is not closed.
+    """
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    if not text.startswith((f"{bom}---\n", f"{bom}---\r\n")):
+        return f"{body}\n"
+    end = _closing_fence(text, text.index("\n") + 1)
+    if end is None:
+        split(text)  # raises the error for an unclosed header
+    assert end is not None
+    return f"{text[:end[1]]}{body}\n"
 
 
 def render(fields: Mapping[str, Any], body: str) -> str:
