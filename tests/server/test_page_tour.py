@@ -26,10 +26,11 @@ STATIC = Path(__file__).resolve().parents[2] / "agentfs" / "server" / "static"
 
 #: Every button of the page, by id or (without one) by label: what this test clicks.
 CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "Rewind with files",
-           "Fork here", "stop", "approve-yes", "approve-no", "approve-always"}
+           "Fork here", "stop", "approve-yes", "approve-no", "approve-always", "confirm-yes",
+           "confirm-no", "Edit", "editor-save", "editor-cancel", "search", "new-trace"}
 
 #: The buttons scripts make, by label: each `actionButton("label", ...)` in static/.
-MADE_BY_SCRIPT = {"Rewind here", "Rewind with files", "Fork here"}
+MADE_BY_SCRIPT = {"Rewind here", "Rewind with files", "Fork here", "Edit"}
 
 HELD_TRACE = "held"
 ASKS_TRACE = "asks"
@@ -137,6 +138,8 @@ def _stop_a_run(page, served: Served, fake_model, click) -> None:
         fake.wait_for_requests(1, timeout=60)  # the run waits inside its model call
         expect(page.locator("#trace-state")).to_contain_text("running")
         click("stop", page.locator("#stop"))
+        expect(page.locator("#confirm-text")).to_have_text("Stop the run after its current step?")
+        click("confirm-yes", page.locator("#confirm-yes"))
         expect(page.locator("#notice")).to_have_text("stopping after the current step")
     finally:
         gate.set()
@@ -162,6 +165,8 @@ def _answer_the_waiting_calls(page, served: Served, click) -> None:
     expect(page.locator("#approval-input")).to_contain_text('"path": "asked/no.txt"')
     assert (root / "asked/yes.txt").read_text() == "yes.txt\n"
     click("approve-no", page.locator("#approve-no"))
+    expect(page.locator("#confirm-text")).to_contain_text("Refuse this call?")
+    click("confirm-yes", page.locator("#confirm-yes"))
     expect(page.locator("#approval-input")).to_contain_text('"path": "asked/always.txt"')
     click("approve-always", page.locator("#approve-always"))
     expect(page.locator("#live-events")).to_contain_text("run finished: end_turn")
@@ -185,6 +190,8 @@ def _diff_rewind_files_and_fork(page, root: Path, click, shots: Shots) -> None:
 
     assert (root / "notes/action-items.md").exists()
     click("Rewind with files", page.locator("#m-5 > header .rewind-files"))
+    expect(page.locator("#confirm-text")).to_contain_text("put back the workspace files")
+    click("confirm-yes", page.locator("#confirm-yes"))
     expect(page.locator("#notice")).to_have_text(
         "head moved from #12 to #5; restored notes/action-items.md")
     expect(page.locator("#m-5")).to_have_class("msg role-tool head")
@@ -199,6 +206,51 @@ def _diff_rewind_files_and_fork(page, root: Path, click, shots: Shots) -> None:
     expect(page.locator("#m-3")).to_contain_text("I'll plan this")
     assert _last_commit(root) == "demo-fork-1: create #5 forked from demo at #5"
     shots.take("fork")
+
+
+def _search_edit_and_create(page, root: Path, click, shots: Shots) -> None:
+    """Search the traces, go to a message found, edit it, compare it with its previous
+    text, and create a trace from the page."""
+    expect = sync_api.expect
+    page.goto(page.url.split("#")[0] + "#trace=demo")
+    page.fill("#search-q", "meeting notes")
+    click("search", page.locator("#search"))
+    hits = page.locator("#search-hits")
+    expect(page.locator("#search-summary")).to_contain_text('holding "meeting notes"')
+    found = hits.locator("a[href='#trace=demo&message=2']")
+    expect(found).to_have_text("demo #2 user")
+    expect(hits).to_contain_text("demo-fork-1 #2 user")  # the fork holds it too
+    shots.take("search")
+    found.click()
+    expect(page.locator("#m-2")).to_be_focused()
+
+    click("Edit", page.locator("#m-2 > header .edit"))
+    expect(page.locator("#editor-versions")).to_have_text("Not edited since it was written.")
+    page.fill("#editor-text", "Read the meeting notes and list the action items.")
+    click("editor-save", page.locator("#editor-save"))
+    expect(page.locator("#notice")).to_have_text("edited #2 (committed as an edit)")
+    expect(page.locator("#m-2")).to_contain_text("list the action items.")
+    assert _last_commit(root) == "demo: edit #5 messages/000000-000999/000002-user.md"
+
+    page.locator("#m-2 > header .edit").click()  # its versions: the change, as a diff
+    version = page.locator("#editor-versions details.version[open]")
+    expect(version.locator("pre.diff .add")).to_have_text(
+        "+Read the meeting notes and list the action items.")
+    expect(version.locator("pre.diff .del")).to_contain_text("-Read the meeting notes in notes/")
+    shots.take("edit-versions")
+    click("editor-cancel", page.locator("#editor-cancel"))
+    expect(page.locator("#editor")).to_be_hidden()
+
+    page.locator("#new-trace-box > summary").click()
+    page.fill("#new-trace-id", "daily")
+    page.fill("#new-trace-text", "Summarise notes/ in one line.")
+    click("new-trace", page.locator("#new-trace"))
+    expect(page.locator("#notice")).to_have_text("created daily: Run starts it")
+    expect(page.locator("#trace-title")).to_have_text("daily")
+    expect(page.locator("#m-2.head.role-user")).to_contain_text("Summarise notes/ in one line.")
+    expect(page.locator("nav a[data-trace=daily] .badge")).to_have_text("idle")
+    assert _last_commit(root) == "daily: user #2 Summarise notes/ in one line."
+    shots.take("new-trace")
 
 
 def test_every_button_of_the_page_does_what_it_says_on_the_demo(
@@ -258,6 +310,12 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     shots.take("compress")
 
     click("Rewind here", page.locator("#m-12 > header .rewind"))
+    expect(page.locator("#confirm")).to_be_visible()  # asked first; Cancel changes nothing
+    click("confirm-no", page.locator("#confirm-no"))
+    expect(page.locator("#confirm")).to_be_hidden()
+    assert _last_commit(root).startswith("demo: summary #19 ")
+    page.locator("#m-12 > header .rewind").click()
+    click("confirm-yes", page.locator("#confirm-yes"))
     expect(page.locator("#notice")).to_have_text("head moved from #19 to #12")
     expect(page.locator("#m-12")).to_have_class("msg role-assistant head")
     expect(page.locator("#m-19")).to_have_count(0)  # off the path now, folded
@@ -271,11 +329,12 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     seen.update(_button_names(page))
     _answer_the_waiting_calls(page, served, click)
     shots.take("approval")
+    _search_edit_and_create(page, root, click, shots)
 
     assert seen == CLICKED, "the page shows a button this test does not click"
     assert clicked == CLICKED
     assert [p.name for p in shots.taken][1:] == [
         f"{n:02d}-{name}.png" for n, name in enumerate(
             ["send", "run", "send-run", "compress", "rewind", "diff", "rewind-files", "fork",
-             "stop", "approval"], 1)]
+             "stop", "approval", "search", "edit-versions", "new-trace"], 1)]
     assert_git_clean(root)
