@@ -86,5 +86,8 @@ def search_messages(project: Project, query: str, limit: int = 50) -> Found:
 def _excerpt(text: str, at: int) -> str:
     """About `EXCERPT` characters of `text` around position `at`, on one line."""
     start = max(0, at - EXCERPT // 3)
+    if start:  # from the start of a word
+        space = text.find(" ", start, at)
+        start = space + 1 if space >= 0 else start
     piece = " ".join(text[start:start + EXCERPT].split())
     return ("…" if start else "") + piece + ("…" if start + EXCERPT < len(text) else "")
