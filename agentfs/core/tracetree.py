@@ -11,6 +11,7 @@ Records are plain JSON-ready dicts; nothing here writes.
 from __future__ import annotations
 
 import difflib
+import itertools
 from typing import Any
 
 from agentfs.core.goals import GoalTree
@@ -146,7 +147,7 @@ def versions_record(trace: Trace, message: Message) -> dict[str, Any]:
             text = version.data.decode(errors="replace")  # an unreadable version: as is
         versions.append({"commit": version.commit, "kind": version.kind,
                          "summary": version.summary, "text": text})
-    for newer, older in zip(versions, versions[1:], strict=False):
+    for newer, older in itertools.pairwise(versions):
         newer["diff"] = "".join(difflib.unified_diff(
             (older["text"] + "\n").splitlines(keepends=True),
             (newer["text"] + "\n").splitlines(keepends=True),

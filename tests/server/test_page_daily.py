@@ -13,10 +13,11 @@ from agentfs.core.goals import GoalTree
 from tests.conftest import git, run_cli
 from tests.server import test_page  # skips this module too without Chromium or Playwright
 from tests.server.conftest import Served
-from tests.server.test_page_tour import Shots
+from tests.server.test_page_tour import Shots, patient_expect
 
 sync_api = test_page.sync_api
 page = test_page.page  # the browser tab, its script errors checked at the end
+__all__ = ["patient_expect"]  # autouse: assertions wait 30 s, as the page's actions may
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -40,7 +41,6 @@ def _no_sideways_scroll(tab) -> None:
 
 def test_states_goals_keys_and_a_narrow_screen(served: Served, page, tmp_path: Path):
     expect = sync_api.expect
-    expect.set_options(timeout=30_000)
     root = served.root
     run_cli("new", "t", "-m", "Read notes.md please", cwd=root)
     run_cli("run", "t", cwd=root)  # 3 assistant (call), 4 tool, 5 answer: nothing to do
@@ -50,18 +50,32 @@ def test_states_goals_keys_and_a_narrow_screen(served: Served, page, tmp_path: P
     page.set_viewport_size({"width": 1280, "height": 900})
     test_page.log_in(page, served)
 
-    # The trace list with the fields of a trace's summary, when the server sends them.
-    def with_summary(route) -> None:
-        listed = route.fetch().json()
-        for row in listed["traces"]:
-            if row["trace"] == "u":
-                row.update(status="waiting", title="The second trace", messages=2,
-                           last_activity="2026-01-02T03:04:05+00:00")
-        route.fulfill(json=listed)
-
-    page.route("**/api/traces", with_summary)
+    page.route("**/api/traces", _with_summary)
     page.goto(served.url + "#trace=t")
     expect(page.locator("#m-5.head")).to_contain_text("Answer 1")
+    _list_buttons_and_goals(page)
+    shots.take("desktop")
+    _keys(page)
+    _narrow_screen(page, served, shots)
+    assert json.loads((root / "traces/t/goals.json").read_text())["focus"] == "1"
+    assert [p.name for p in shots.taken] == [
+        "00-desktop.png", "01-375-trace.png", "02-375-search.png", "03-375-editor.png"]
+    # the page changed no file: only the goals this test wrote wait to be committed
+    assert git(root, "status", "--porcelain").splitlines() == ["?? traces/t/goals.json"]
+
+
+def _with_summary(route) -> None:
+    """The trace list with the fields of a trace's summary, as the server will send them."""
+    listed = route.fetch().json()
+    for row in listed["traces"]:
+        if row["trace"] == "u":
+            row.update(status="waiting", title="The second trace", messages=2,
+                       last_activity="2026-01-02T03:04:05+00:00")
+    route.fulfill(json=listed)
+
+
+def _list_buttons_and_goals(page) -> None:
+    expect = sync_api.expect
     row = page.locator("nav a[data-trace=t]")  # today's fields: running, updated, usage
     expect(row.locator(".badge")).to_have_text("idle")
     expect(row.locator(".state")).to_contain_text(" · just now · $")
@@ -88,9 +102,11 @@ def test_states_goals_keys_and_a_narrow_screen(served: Served, page, tmp_path: P
     expect(goals.locator("li.goal-abandoned[data-goal='1.2'] > .goal-title")).to_have_css(
         "text-decoration-line", "line-through")
     expect(goals.locator("li.goal-open[data-goal='2'] > .goal-state")).to_have_text("open")
-    shots.take("desktop")
 
-    # The keyboard: j/k between messages, e edits, / searches, Escape closes.
+
+def _keys(page) -> None:
+    """j/k between messages, e edits, / searches, Escape closes."""
+    expect = sync_api.expect
     page.locator("body").click(position={"x": 5, "y": 300})
     page.keyboard.press("j")
     expect(page.locator("#m-1")).to_be_focused()
@@ -117,7 +133,10 @@ def test_states_goals_keys_and_a_narrow_screen(served: Served, page, tmp_path: P
     page.keyboard.press("Escape")
     expect(page.locator("#search-results")).to_be_hidden()
 
-    # 375 px wide: everything readable without scrolling sideways.
+
+def _narrow_screen(page, served: Served, shots: Shots) -> None:
+    """375 px wide: everything readable without scrolling sideways."""
+    expect = sync_api.expect
     page.set_viewport_size({"width": 375, "height": 800})
     page.goto(served.url + "#trace=t")
     expect(page.locator("#m-5.head")).to_be_visible()
@@ -135,9 +154,3 @@ def test_states_goals_keys_and_a_narrow_screen(served: Served, page, tmp_path: P
     _no_sideways_scroll(page)
     shots.take("375-editor")
     page.click("#editor-cancel")
-    assert json.loads((root / "traces/t/goals.json").read_text())["focus"] == "1"
-    assert [p.name for p in shots.taken] == [
-        "00-desktop.png", "01-375-trace.png", "02-375-search.png", "03-375-editor.png"]
-    expect.set_options(timeout=5_000)
-    # the page changed no file: only the goals this test wrote wait to be committed
-    assert git(root, "status", "--porcelain").splitlines() == ["?? traces/t/goals.json"]

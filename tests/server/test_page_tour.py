@@ -208,6 +208,37 @@ def _diff_rewind_files_and_fork(page, root: Path, click, shots: Shots) -> None:
     shots.take("fork")
 
 
+def _compress_and_rewind(page, root: Path, click, shots: Shots) -> None:
+    """Compress the demo, open the summary's originals, rewind to #12 (asked first)."""
+    expect = sync_api.expect
+    click("compress", page.locator("#compress"))
+    expect(page.locator("#notice")).to_have_text(
+        re.compile(r"compressed: summary #19 from agentfs/demo/compression-[0-9a-f]{8}"))
+    summary = page.locator("#m-19")
+    expect(summary).to_have_class("msg role-user summary head")
+    expect(summary).to_contain_text("The user asked for the action items")
+    expect(page.locator("#m-12")).to_have_count(0)  # replaced, folded into the summary
+    assert mask_branch_bases(_last_commit(root)) == (
+        "demo: summary #19 from agentfs/demo/compression-<base>")
+    assert len(git(root, "log", "-1", "--format=%P").split()) == 2  # the branch merged
+    summary.locator("details.originals > summary").click()
+    expect(page.locator("#m-12")).to_contain_text("Done. I wrote")
+    shots.take("compress")
+
+    click("Rewind here", page.locator("#m-12 > header .rewind"))
+    expect(page.locator("#confirm")).to_be_visible()  # asked first; Cancel changes nothing
+    click("confirm-no", page.locator("#confirm-no"))
+    expect(page.locator("#confirm")).to_be_hidden()
+    assert _last_commit(root).startswith("demo: summary #19 ")
+    page.locator("#m-12 > header .rewind").click()
+    click("confirm-yes", page.locator("#confirm-yes"))
+    expect(page.locator("#notice")).to_have_text("head moved from #19 to #12")
+    expect(page.locator("#m-12")).to_have_class("msg role-assistant head")
+    expect(page.locator("#m-19")).to_have_count(0)  # off the path now, folded
+    assert _last_commit(root).startswith("demo: rewind #12 ")
+    shots.take("rewind")
+
+
 def _search_edit_and_create(page, root: Path, click, shots: Shots) -> None:
     """Search the traces, go to a message found, edit it, compare it with its previous
     text, and create a trace from the page."""
@@ -295,32 +326,7 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
         "demo: user #15 Now list the owners only."]
     shots.take("send-run")
 
-    click("compress", page.locator("#compress"))
-    expect(page.locator("#notice")).to_have_text(
-        re.compile(r"compressed: summary #19 from agentfs/demo/compression-[0-9a-f]{8}"))
-    summary = page.locator("#m-19")
-    expect(summary).to_have_class("msg role-user summary head")
-    expect(summary).to_contain_text("The user asked for the action items")
-    expect(page.locator("#m-12")).to_have_count(0)  # replaced, folded into the summary
-    assert mask_branch_bases(_last_commit(root)) == (
-        "demo: summary #19 from agentfs/demo/compression-<base>")
-    assert len(git(root, "log", "-1", "--format=%P").split()) == 2  # the branch merged
-    summary.locator("details.originals > summary").click()
-    expect(page.locator("#m-12")).to_contain_text("Done. I wrote")
-    shots.take("compress")
-
-    click("Rewind here", page.locator("#m-12 > header .rewind"))
-    expect(page.locator("#confirm")).to_be_visible()  # asked first; Cancel changes nothing
-    click("confirm-no", page.locator("#confirm-no"))
-    expect(page.locator("#confirm")).to_be_hidden()
-    assert _last_commit(root).startswith("demo: summary #19 ")
-    page.locator("#m-12 > header .rewind").click()
-    click("confirm-yes", page.locator("#confirm-yes"))
-    expect(page.locator("#notice")).to_have_text("head moved from #19 to #12")
-    expect(page.locator("#m-12")).to_have_class("msg role-assistant head")
-    expect(page.locator("#m-19")).to_have_count(0)  # off the path now, folded
-    assert _last_commit(root).startswith("demo: rewind #12 ")
-    shots.take("rewind")
+    _compress_and_rewind(page, root, click, shots)
 
     _diff_rewind_files_and_fork(page, root, click, shots)
 
