@@ -167,9 +167,10 @@ def edit_message(trace: Trace, sequence: int, text: str) -> Edited:
         atomic_write(path, after, tmp_dir=trace.tmp_dir, sync_dir=trace.repo.durable)
         try:
             trace.recover()
-        except AgentfsError:
+        except AgentfsError as exc:
             atomic_write(path, before, tmp_dir=trace.tmp_dir, sync_dir=trace.repo.durable)
             trace.reload()
+            exc.hint = f"{trace.rel(path)} has its text of before again; send another text"
             raise
     return Edited(trace.rel(path), committed=True)
 

@@ -73,6 +73,24 @@ def test_a_refused_edit_leaves_the_file_and_history_as_they_were(served: Served)
         assert path.read_bytes() == before
         assert git(root, "log", "--format=%H") == log
 
+
+        # a file a person wrote without frontmatter: text that would give it tool calls
+        # changes what the message is, and is refused as that hand edit would be
+        path.write_text("hello, by hand\n")
+        calls = "---\ntool_calls: [{id: c1, name: read_file, input: {}}]\n---\nhi"
+        refused = client.put("/api/traces/t/messages/2", json={"text": calls})
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"] == (
+            "traces/t/messages/000000-000999/000002-user.md: the edit changes the message's "
+            "tool calls (0 before, 1 now; a lost frontmatter `---` line does this); your "
+            "changes under traces/t were not committed")
+        assert refused.json()["hint"] == (
+            "traces/t/messages/000000-000999/000002-user.md has its text of before again; "
+            "send another text")
+        assert path.read_text() == "hello, by hand\n"  # put back; the person's edit is
+        assert git(root, "log", "-1", "--format=%s").strip() == (  # committed before it
+            "t: edit #2 messages/000000-000999/000002-user.md")
+
         missing = client.put("/api/traces/t/messages/99", json={"text": "x"})
         assert missing.status_code == 404
         assert "has no message #99" in missing.json()["error"]

@@ -642,13 +642,20 @@
     });
   }
 
-  $("editor").addEventListener("close", () => {
+  // Save: the edit is sent; refused, the dialog opens again with the text typed.
+  $("editor").addEventListener("close", async () => {
     const dialog = $("editor");
     if (dialog.returnValue !== "save") return;
     const sequence = Number(dialog.dataset.sequence);
-    act(() => api("PUT", tracePath("/messages/" + sequence), { text: $("editor-text").value }),
+    const text = $("editor-text").value;
+    const done = await act(() => api("PUT", tracePath("/messages/" + sequence), { text }),
       (r) => r.committed ? "edited #" + sequence + " (committed as an edit)"
         : "#" + sequence + " unchanged");
+    if (done === null) {
+      dialog.returnValue = "";
+      dialog.showModal();
+      $("editor-text").value = text;
+    }
   });
 
   // --- search across traces ----------------------------------------------------------------
