@@ -85,7 +85,7 @@
     const status = row.status || (row.error ? "broken" : row.running ? "running"
       : row.approval ? "waiting" : row.last_error ? "failed" : "idle");
     const badge = document.createElement("span");
-    badge.className = "badge status-" + status;
+    badge.className = "badge status-" + status.replace(/[^a-z]+/gi, "-");
     badge.textContent = status;
     const note = document.createElement("span");
     note.className = "state";
@@ -164,7 +164,6 @@
     }
     const list = (items) => {
       const ul = document.createElement("ul");
-      ul.setAttribute("role", "group");
       for (const goal of items) {
         const li = document.createElement("li");
         const focused = goal.id === goals.focus;
@@ -188,9 +187,7 @@
       }
       return ul;
     };
-    const tree = list(goals.goals);
-    tree.setAttribute("role", "tree");
-    box.append(tree);
+    box.append(list(goals.goals));
   }
 
   // --- the tree ----------------------------------------------------------------------
