@@ -352,6 +352,36 @@ def fork(trace_ref: str, new_id: str | None, at: int | None) -> None:
 
 
 @cli.command()
+@click.argument("words", nargs=-1, required=True)
+@click.option("-n", "--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Show at most this many messages.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def search(words: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """Find the messages of every trace whose text holds each of WORDS.
+
+    Case does not matter; messages off the main path are found too. Each line
+    is TRACE#SEQUENCE, the role and an excerpt; `agentfs show TRACE --all`
+    shows the message.
+    """
+    from agentfs.core.search import search_messages
+
+    found = search_messages(open_project(), " ".join(words), limit)
+    if as_json:
+        click.echo(json.dumps(found.record(), indent=2, ensure_ascii=False))
+        return
+    for hit in found.hits:
+        place = "" if hit.on_path else " (off the path)"
+        click.echo(f"{hit.trace}#{hit.sequence} {hit.role}{place}: {hit.excerpt}")
+    for trace_id, error in found.unreadable.items():
+        click.echo(f"{trace_id}: not searched: {error}", err=True)
+    if found.more:
+        click.echo(f"(more than {limit}: give more words or --limit)", err=True)
+    if not found.hits:
+        click.echo("no message holds " + " and ".join(repr(w) for w in words), err=True)
+        raise click.exceptions.Exit(1)
+
+
+@cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.option("--check", is_flag=True, help="Check every file as `agentfs doctor` does.")
 def status(as_json: bool, check: bool) -> None:

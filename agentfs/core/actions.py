@@ -1,24 +1,28 @@
 """What a person does to a trace between runs, each under the trace's lock, the
 same way from the command line and from `agentfs serve`: post a user message,
-rewind, fork."""
+rewind, fork, edit a message."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from agentfs.core.goals import GoalTree
-from agentfs.errors import AgentfsError, TraceExists, TraceLocked
+from agentfs.errors import AgentfsError, MessageFileError, TraceExists, TraceLocked, TraceNotFound
+from agentfs.store.atomic import atomic_write
 from agentfs.store.fork import default_fork_id, fork_trace
+from agentfs.store.frontmatter import FrontmatterError, replace_body
 from agentfs.store.history import unanswered_calls
 from agentfs.store.inbox import save_in_inbox
 from agentfs.store.ingest import Rejected, SettingsCheck, finish_staged, take_file
+from agentfs.store.messages import Message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 
-__all__ = ["Posted", "Rewound", "fork", "post_message", "rewind"]
+__all__ = ["Edited", "Posted", "Rewound", "edit_message", "fork", "post_message", "rewind"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,12 @@ class Rewound:
     sequence: int  # the head now
     moved: bool  # False: the head was there already
     files: list[str] = field(default_factory=list)  # workspace files restored (--files)
+
+
+@dataclass(frozen=True)
+class Edited:
+    file: str  # the message file, relative to the workspace
+    committed: bool  # False: the text was the file's already
 
 
 def post_message(trace: Trace, text: str, *, patience: float = 10.0,
@@ -125,3 +135,60 @@ def fork(source: Trace, at: int | None = None, new_id: str | None = None) -> Tra
         new_id = new_id or default_fork_id(source.id, taken)
         with Trace(workspace, source.repo, new_id).lock():
             return fork_trace(source, new_id, at)
+
+
+def edit_message(trace: Trace, sequence: int, text: str) -> Edited:
+    """Replace message `sequence`'s text as a person editing its file would, and
+    commit it the way their edit is committed: `recover` (`agentfs/store/recovery.py`)
+    finds the change and makes it an `edit` step, with the refusals a hand edit
+    meets. A Markdown file keeps its frontmatter lines byte for byte; a JSON
+    file's `content` is replaced (parsed as JSON when it held JSON data).
+
+    Pending changes under the trace are committed first (their own `edit`). A
+    refused edit puts the file's bytes back: nothing is left uncommitted.
+
+    Raises:
+      TraceNotFound: the trace has no message `sequence` in its files.
+      TraceLocked: a run or another command holds the trace.
+      AgentfsError: the edit is refused (the recovery's message and hint).
+    """
+    with trace.lock():
+        trace.reload()
+        trace.recover()
+        message = trace.messages(refresh=True).get(sequence)
+        if message is None:
+            raise TraceNotFound(f"trace {trace.id!r} has no message #{sequence} in its files",
+                                hint=f"agentfs show {trace.id} --all lists them")
+        path = trace.message_path(message)
+        before = path.read_bytes()
+        after = _edited_bytes(path.name, message, before, text)
+        if after == before:
+            return Edited(trace.rel(path), committed=False)
+        atomic_write(path, after, tmp_dir=trace.tmp_dir, sync_dir=trace.repo.durable)
+        try:
+            trace.recover()
+        except AgentfsError as exc:
+            atomic_write(path, before, tmp_dir=trace.tmp_dir, sync_dir=trace.repo.durable)
+            trace.reload()
+            exc.hint = f"{trace.rel(path)} has its text of before again; send another text"
+            raise
+    return Edited(trace.rel(path), committed=True)
+
+
+def _edited_bytes(name: str, message: Message, before: bytes, text: str) -> bytes:
+    """The file `name` with its text replaced, as an editor would save it."""
+    if message.file_ext == "md":
+        try:
+            return replace_body(before.decode(), text).encode()
+        except FrontmatterError as exc:
+            raise MessageFileError(name, exc.message, hint=exc.hint) from None
+    content: object = text
+    if not isinstance(message.content, str):
+        try:
+            content = json.loads(text)
+        except ValueError as exc:
+            raise MessageFileError(name, f"holds JSON data, and the new text is not JSON: "
+                                   f"{exc}", hint="send JSON, or edit the file") from None
+    fields = json.loads(before)
+    fields["content"] = content
+    return (json.dumps(fields, indent=2, ensure_ascii=False) + "\n").encode()

@@ -10,6 +10,8 @@ Records are plain JSON-ready dicts; nothing here writes.
 
 from __future__ import annotations
 
+import difflib
+import itertools
 from typing import Any
 
 from agentfs.core.goals import GoalTree
@@ -18,8 +20,8 @@ from agentfs.errors import AgentfsError
 from agentfs.prices import NO_PRICES, PriceTable
 from agentfs.store.branches import SideBranch, side_branches
 from agentfs.store.history import parent_of, walk_back
-from agentfs.store.messages import Message, Synthetic
-from agentfs.store.steplog import LoggedStep
+from agentfs.store.messages import Message, Synthetic, parse_message
+from agentfs.store.steplog import LoggedStep, file_versions
 from agentfs.store.trace import Trace, TraceView
 from agentfs.store.workspace import GOALS_FILE
 
@@ -143,3 +145,27 @@ def _branch_record(branch: SideBranch, messages: dict[int, Message],
         "summary": outcome,
         "messages": [message_record(m, False, prices) for m in branch.messages],
     }
+
+
+def versions_record(trace: Trace, message: Message) -> dict[str, Any]:
+    """The texts message `message` had in the trace's commits, newest first (each
+    `edit` that changed its file, then its text before them), and for each but the
+    oldest, a unified diff from the one before it."""
+    path = trace.message_path(message)
+    rel = trace.rel(path)
+    versions = []
+    for version in file_versions(trace.repo, trace.id, rel, message.sequence):
+        try:
+            text = parse_message(path, version.data).text
+        except AgentfsError:
+            text = version.data.decode(errors="replace")  # an unreadable version: as is
+        versions.append({"commit": version.commit, "kind": version.kind,
+                         "summary": version.summary, "text": text})
+    for newer, older in itertools.pairwise(versions):
+        newer["diff"] = "".join(difflib.unified_diff(
+            (older["text"] + "\n").splitlines(keepends=True),
+            (newer["text"] + "\n").splitlines(keepends=True),
+            f"#{message.sequence} before ({older['commit'][:8]})",
+            f"#{message.sequence} after ({newer['commit'][:8]})"))
+    return {"trace": trace.id, "sequence": message.sequence, "file": rel,
+            "edited": len(versions) > 1, "versions": versions}

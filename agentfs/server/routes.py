@@ -15,16 +15,17 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentfs.core.actions import fork, post_message, rewind
+from agentfs.core.actions import edit_message, fork, post_message, rewind
 from agentfs.core.approval import answer_waiting
 from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
 from agentfs.core.listcache import ListCache
 from agentfs.core.project import Project
 from agentfs.core.runner import Runner
+from agentfs.core.search import search_messages
 from agentfs.core.sidequeue import QueueReport
 from agentfs.core.sidework import item_record, pending_by_trace, report_record
-from agentfs.core.tracetree import message_record, step_record, trace_tree
+from agentfs.core.tracetree import message_record, step_record, trace_tree, versions_record
 from agentfs.core.usage import trace_totals
 from agentfs.errors import (
     AgentfsError,
@@ -39,6 +40,7 @@ from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
 from agentfs.store.approval import Answer, PendingApproval
 from agentfs.store.ingest import parse_dropped_text
+from agentfs.store.messages import Message
 from agentfs.store.stepdiff import message_diff
 from agentfs.store.steplog import trace_log
 from agentfs.store.trace import Trace, TraceView
@@ -182,6 +184,10 @@ class ApprovalBody(_Body):
     model: str | None = Field(default=None, pattern=MODEL_NAME, description="Model for that run")
 
 
+class EditBody(_Body):
+    text: str = Field(description="The message's new text (its body: the frontmatter stays)")
+
+
 class RewindBody(_Body):
     sequence: int = Field(ge=0, description="The message to make the head")
     files: bool = Field(default=False, description="Also put back the workspace files the "
@@ -205,7 +211,7 @@ class ModelBody(_Body):
 def build_router(server: Server) -> APIRouter:
     """The `/api` routes over `server`, one group per resource."""
     api = APIRouter(prefix="/api", responses=ERRORS)
-    for add_routes in (_trace_routes, _message_routes, _view_routes, _run_routes,
+    for add_routes in (_trace_routes, _message_routes, _edit_routes, _view_routes, _run_routes,
                        _event_routes, _knowledge_routes, _file_routes):
         add_routes(api, server)
     return api
@@ -343,10 +349,7 @@ def _file_routes(api: APIRouter, server: Server) -> None:
              summary="The workspace files a tool result changed, as a diff (`agentfs log -p`)")
     def get_diff(trace_id: str, sequence: int) -> dict[str, Any]:
         trace = server.trace(trace_id)
-        message = trace.messages().get(sequence)
-        if message is None:
-            raise ApiError(404, f"trace {trace.id!r} has no message #{sequence}",
-                           f"GET /api/traces/{trace.id}/messages?all=true lists them")
+        message = _message_of(trace, sequence)
         diff = message_diff(trace.repo, trace.id, message, trace.meta.forked_from)
         return {"trace": trace.id, "sequence": sequence, **diff.record()}
 
@@ -366,6 +369,34 @@ def _file_routes(api: APIRouter, server: Server) -> None:
                                                   "head": made.meta.head})
         return {"trace": made.id, "head": made.meta.head,
                 "forked_from": origin.model_dump() if origin is not None else None}
+
+
+def _edit_routes(api: APIRouter, server: Server) -> None:
+    """Editing a message in place, its versions, and finding messages by their text."""
+
+    @api.put("/traces/{trace_id}/messages/{sequence}",
+             summary="Replace a message's text, committed as an `edit` (as a hand edit is)")
+    def edit(trace_id: str, sequence: int, body: EditBody) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        _message_of(trace, sequence)
+        edited = edit_message(trace, sequence, body.text)
+        if edited.committed:
+            server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "edit",
+                                                       "head": trace.meta.head})
+        return {"trace": trace.id, "sequence": sequence, "file": edited.file,
+                "committed": edited.committed}
+
+    @api.get("/traces/{trace_id}/messages/{sequence}/versions",
+             summary="A message's texts in the trace's commits, newest first, with diffs")
+    def versions(trace_id: str, sequence: int) -> dict[str, Any]:
+        trace = server.trace(trace_id)
+        return versions_record(trace, _message_of(trace, sequence))
+
+    @api.get("/search", summary="Messages of every trace holding each word (`agentfs search`)")
+    def search(q: str = Query(pattern=r"\S", max_length=1000,
+                             description="Words to find, each in the message's text"),
+               limit: int = Query(50, ge=1, le=500)) -> dict[str, Any]:
+        return {"query": q, **search_messages(server.project, q, limit).record()}
 
 
 def _view_routes(api: APIRouter, server: Server) -> None:
@@ -512,6 +543,15 @@ def _side_work(server: Server, trace_id: str, body: ModelBody | None, kind: str,
         server.hub.publish(trace.id, "committed", {
             "trace": trace.id, "kind": kind, "head": server.trace(trace_id).meta.head})
     return record
+
+
+def _message_of(trace: Trace, sequence: int) -> Message:
+    """Message `sequence` of the trace's files, or 404."""
+    message = trace.messages().get(sequence)
+    if message is None:
+        raise ApiError(404, f"trace {trace.id!r} has no message #{sequence}",
+                       f"GET /api/traces/{trace.id}/messages?all=true lists them")
+    return message
 
 
 def _approval_record(trace: Trace) -> dict[str, Any] | None:

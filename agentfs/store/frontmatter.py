@@ -42,6 +42,7 @@ __all__ = [
     "Problem",
     "check_depth",
     "render",
+    "replace_body",
     "split",
 ]
 
@@ -99,20 +100,24 @@ def split(text: str) -> tuple[dict[str, Any] | None, str]:
         FrontmatterError: the header is not closed, not valid YAML, not a
             mapping, or over a limit.
     """
-    bom = "\ufeff" if text.startswith("\ufeff") else ""
-    if not text.startswith((f"{bom}---\n", f"{bom}---\r\n")):
+    fence = _fence(text)
+    if fence is None:
         return None, text.removesuffix("\n")
-    first_break = text.index("\n") + 1
-    end = _closing_fence(text, first_break)
-    if end is None:
-        raise FrontmatterError(
-            Problem.UNCLOSED,
-            "frontmatter starts with '---' but has no closing '---' line",
-            hint="add a line '---' after the fields, or remove the first line",
-        )
-    header_end, body_start = end
-    fields = _load(text[first_break:header_end])
+    header_start, header_end, body_start = fence
+    fields = _load(text[header_start:header_end])
     return fields, text[body_start:].removesuffix("\n")
+
+
+def replace_body(text: str, body: str) -> str:
+    """`text` with its body replaced by `body`: the frontmatter lines, if any, kept
+    byte for byte (as an editor changing only the body keeps them); the body ends
+    with one newline, as `render` writes it.
+
+    Raises:
+        FrontmatterError: the header is not closed.
+    """
+    fence = _fence(text)
+    return f"{body}\n" if fence is None else f"{text[:fence[2]]}{body}\n"
 
 
 def render(fields: Mapping[str, Any], body: str) -> str:
@@ -151,6 +156,26 @@ def check_depth(data: Any) -> None:
             raise _too_deep(None, "data")
         children = (*value.keys(), *value.values()) if isinstance(value, dict) else value
         stack.extend((child, depth + 1) for child in children if isinstance(child, _CONTAINERS))
+
+
+def _fence(text: str) -> tuple[int, int, int] | None:
+    """(start of header, end of header, start of body), or None without frontmatter.
+
+    Raises:
+        FrontmatterError: the header is not closed.
+    """
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    if not text.startswith((f"{bom}---\n", f"{bom}---\r\n")):
+        return None
+    first_break = text.index("\n") + 1
+    end = _closing_fence(text, first_break)
+    if end is None:
+        raise FrontmatterError(
+            Problem.UNCLOSED,
+            "frontmatter starts with '---' but has no closing '---' line",
+            hint="add a line '---' after the fields, or remove the first line",
+        )
+    return first_break, *end
 
 
 def _closing_fence(text: str, start: int) -> tuple[int, int] | None:

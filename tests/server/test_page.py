@@ -105,6 +105,8 @@ def test_the_page_shows_the_tree_opens_a_summary_and_posts(served: Served, page)
     assert shown["head"] == 15 and shown["messages"][-1]["text"] == hostile
 
     summary.locator(":scope > header .rewind").click()  # back to the summary
+    expect(page.locator("#confirm-text")).to_contain_text("Make #12 the head?")
+    page.click("#confirm-yes")
     expect(page.locator("#notice")).to_have_text("head moved from #15 to #12")
     expect(page.locator("#m-15")).to_have_count(0)  # off the path now, folded
     page.click("#compress")  # nothing to compress after the summary: refused, said so

@@ -27,11 +27,12 @@ STATIC = Path(__file__).resolve().parents[2] / "agentfs" / "server" / "static"
 
 #: Every button of the page, by id or (without one) by label: what this test clicks.
 CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "Rewind with files",
-           "Fork here", "stop", "approve-yes", "approve-no", "approve-always",
+           "Fork here", "stop", "approve-yes", "approve-no", "approve-always", "confirm-yes",
+           "confirm-no", "Edit", "editor-save", "editor-cancel", "search", "new-trace",
            "Show older messages"}
 
 #: The buttons scripts make, by label: each `actionButton("label", ...)` in static/.
-MADE_BY_SCRIPT = {"Rewind here", "Rewind with files", "Fork here", "Show older messages"}
+MADE_BY_SCRIPT = {"Rewind here", "Rewind with files", "Fork here", "Edit", "Show older messages"}
 
 HELD_TRACE = "held"
 ASKS_TRACE = "asks"
@@ -139,6 +140,8 @@ def _stop_a_run(page, served: Served, fake_model, click) -> None:
         fake.wait_for_requests(1, timeout=60)  # the run waits inside its model call
         expect(page.locator("#trace-state")).to_contain_text("running")
         click("stop", page.locator("#stop"))
+        expect(page.locator("#confirm-text")).to_have_text("Stop the run after its current step?")
+        click("confirm-yes", page.locator("#confirm-yes"))
         expect(page.locator("#notice")).to_have_text("stopping after the current step")
     finally:
         gate.set()
@@ -164,6 +167,8 @@ def _answer_the_waiting_calls(page, served: Served, click) -> None:
     expect(page.locator("#approval-input")).to_contain_text('"path": "asked/no.txt"')
     assert (root / "asked/yes.txt").read_text() == "yes.txt\n"
     click("approve-no", page.locator("#approve-no"))
+    expect(page.locator("#confirm-text")).to_contain_text("Refuse this call?")
+    click("confirm-yes", page.locator("#confirm-yes"))
     expect(page.locator("#approval-input")).to_contain_text('"path": "asked/always.txt"')
     click("approve-always", page.locator("#approve-always"))
     expect(page.locator("#live-events")).to_contain_text("run finished: end_turn")
@@ -187,6 +192,8 @@ def _diff_rewind_files_and_fork(page, root: Path, click, shots: Shots) -> None:
 
     assert (root / "notes/action-items.md").exists()
     click("Rewind with files", page.locator("#m-5 > header .rewind-files"))
+    expect(page.locator("#confirm-text")).to_contain_text("put back the workspace files")
+    click("confirm-yes", page.locator("#confirm-yes"))
     expect(page.locator("#notice")).to_have_text(
         "head moved from #12 to #5; restored notes/action-items.md")
     expect(page.locator("#m-5")).to_have_class("msg role-tool head")
@@ -213,6 +220,82 @@ def _show_older(page, served: Served, click) -> None:
     click("Show older messages", page.locator("#tree > button.show-older"))
     sync_api.expect(page.locator("#m-1")).to_contain_text("system")
     sync_api.expect(page.locator("#tree > button.show-older")).to_have_count(0)
+
+
+def _compress_and_rewind(page, root: Path, click, shots: Shots) -> None:
+    """Compress the demo, open the summary's originals, rewind to #12 (asked first)."""
+    expect = sync_api.expect
+    click("compress", page.locator("#compress"))
+    expect(page.locator("#notice")).to_have_text(
+        re.compile(r"compressed: summary #19 from agentfs/demo/compression-[0-9a-f]{8}"))
+    summary = page.locator("#m-19")
+    expect(summary).to_have_class("msg role-user summary head")
+    expect(summary).to_contain_text("The user asked for the action items")
+    expect(page.locator("#m-12")).to_have_count(0)  # replaced, folded into the summary
+    assert mask_branch_bases(_last_commit(root)) == (
+        "demo: summary #19 from agentfs/demo/compression-<base>")
+    assert len(git(root, "log", "-1", "--format=%P").split()) == 2  # the branch merged
+    summary.locator("details.originals > summary").click()
+    expect(page.locator("#m-12")).to_contain_text("Done. I wrote")
+    shots.take("compress")
+
+    click("Rewind here", page.locator("#m-12 > header .rewind"))
+    expect(page.locator("#confirm")).to_be_visible()  # asked first; Cancel changes nothing
+    click("confirm-no", page.locator("#confirm-no"))
+    expect(page.locator("#confirm")).to_be_hidden()
+    assert _last_commit(root).startswith("demo: summary #19 ")
+    page.locator("#m-12 > header .rewind").click()
+    click("confirm-yes", page.locator("#confirm-yes"))
+    expect(page.locator("#notice")).to_have_text("head moved from #19 to #12")
+    expect(page.locator("#m-12")).to_have_class("msg role-assistant head")
+    expect(page.locator("#m-19")).to_have_count(0)  # off the path now, folded
+    assert _last_commit(root).startswith("demo: rewind #12 ")
+    shots.take("rewind")
+
+
+def _search_edit_and_create(page, root: Path, click, shots: Shots) -> None:
+    """Search the traces, go to a message found, edit it, compare it with its previous
+    text, and create a trace from the page."""
+    expect = sync_api.expect
+    page.goto(page.url.split("#")[0] + "#trace=demo")
+    page.fill("#search-q", "meeting notes")
+    click("search", page.locator("#search"))
+    hits = page.locator("#search-hits")
+    expect(page.locator("#search-summary")).to_contain_text('holding "meeting notes"')
+    found = hits.locator("a[href='#trace=demo&message=2']")
+    expect(found).to_have_text("demo #2 user")
+    expect(hits).to_contain_text("demo-fork-1 #2 user")  # the fork holds it too
+    shots.take("search")
+    found.click()
+    expect(page.locator("#m-2")).to_be_focused()
+
+    click("Edit", page.locator("#m-2 > header .edit"))
+    expect(page.locator("#editor-versions")).to_have_text("Not edited since it was written.")
+    page.fill("#editor-text", "Read the meeting notes and list the action items.")
+    click("editor-save", page.locator("#editor-save"))
+    expect(page.locator("#notice")).to_have_text("edited #2 (committed as an edit)")
+    expect(page.locator("#m-2")).to_contain_text("list the action items.")
+    assert _last_commit(root) == "demo: edit #5 messages/000000-000999/000002-user.md"
+
+    page.locator("#m-2 > header .edit").click()  # its versions: the change, as a diff
+    version = page.locator("#editor-versions details.version[open]")
+    expect(version.locator("pre.diff .add")).to_have_text(
+        "+Read the meeting notes and list the action items.")
+    expect(version.locator("pre.diff .del")).to_contain_text("-Read the meeting notes in notes/")
+    shots.take("edit-versions")
+    click("editor-cancel", page.locator("#editor-cancel"))
+    expect(page.locator("#editor")).to_be_hidden()
+
+    page.locator("#new-trace-box > summary").click()
+    page.fill("#new-trace-id", "daily")
+    page.fill("#new-trace-text", "Summarise notes/ in one line.")
+    click("new-trace", page.locator("#new-trace"))
+    expect(page.locator("#notice")).to_have_text("created daily: Run starts it")
+    expect(page.locator("#trace-title")).to_have_text("daily")
+    expect(page.locator("#m-2.head.role-user")).to_contain_text("Summarise notes/ in one line.")
+    expect(page.locator("nav a[data-trace=daily] .badge")).to_have_text("idle")
+    assert _last_commit(root) == "daily: user #2 Summarise notes/ in one line."
+    shots.take("new-trace")
 
 
 def test_every_button_of_the_page_does_what_it_says_on_the_demo(
@@ -257,26 +340,7 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
         "demo: user #15 Now list the owners only."]
     shots.take("send-run")
 
-    click("compress", page.locator("#compress"))
-    expect(page.locator("#notice")).to_have_text(
-        re.compile(r"compressed: summary #19 from agentfs/demo/compression-[0-9a-f]{8}"))
-    summary = page.locator("#m-19")
-    expect(summary).to_have_class("msg role-user summary head")
-    expect(summary).to_contain_text("The user asked for the action items")
-    expect(page.locator("#m-12")).to_have_count(0)  # replaced, folded into the summary
-    assert mask_branch_bases(_last_commit(root)) == (
-        "demo: summary #19 from agentfs/demo/compression-<base>")
-    assert len(git(root, "log", "-1", "--format=%P").split()) == 2  # the branch merged
-    summary.locator("details.originals > summary").click()
-    expect(page.locator("#m-12")).to_contain_text("Done. I wrote")
-    shots.take("compress")
-
-    click("Rewind here", page.locator("#m-12 > header .rewind"))
-    expect(page.locator("#notice")).to_have_text("head moved from #19 to #12")
-    expect(page.locator("#m-12")).to_have_class("msg role-assistant head")
-    expect(page.locator("#m-19")).to_have_count(0)  # off the path now, folded
-    assert _last_commit(root).startswith("demo: rewind #12 ")
-    shots.take("rewind")
+    _compress_and_rewind(page, root, click, shots)
 
     _diff_rewind_files_and_fork(page, root, click, shots)
 
@@ -285,6 +349,7 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     seen.update(_button_names(page))
     _answer_the_waiting_calls(page, served, click)
     shots.take("approval")
+    _search_edit_and_create(page, root, click, shots)
     _show_older(page, served, click)
     shots.take("older")
 
@@ -293,5 +358,5 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     assert [p.name for p in shots.taken][1:] == [
         f"{n:02d}-{name}.png" for n, name in enumerate(
             ["send", "run", "send-run", "compress", "rewind", "diff", "rewind-files", "fork",
-             "stop", "approval", "older"], 1)]
+             "stop", "approval", "search", "edit-versions", "new-trace", "older"], 1)]
     assert_git_clean(root)

@@ -1,13 +1,15 @@
 // The trace viewer: lists traces, shows one as a tree (main path, compression
 // summaries with their originals, side branches, messages left off the path
-// by rewinds, goals), follows its events live, and posts, rewinds, compresses.
+// by rewinds, goals), follows its events live, and posts, rewinds, compresses;
+// creates traces, searches messages, edits one in place, asks before what
+// cannot be taken back, and moves between messages with the keyboard.
 // Every piece of trace text goes through textContent or agentfsMarkdown.
 "use strict";
 
 (function () {
   const $ = (id) => document.getElementById(id);
   const state = { trace: null, data: null, follow: null, refreshTimer: null,
-    tail: null, older: [] };
+    tail: null, older: [], rows: new Map() };
 
   // --- the API -----------------------------------------------------------------
   // The browser sends the session cookie the server set when the person opened
@@ -65,22 +67,50 @@
       p.textContent = "No traces yet: agentfs new TRACE -m '...'";
       nav.append(p);
     }
-    for (const row of data.traces) {
-      const a = document.createElement("a");
-      a.href = "#trace=" + encodeURIComponent(row.trace);
-      a.dataset.trace = row.trace;
-      if (row.trace === state.trace) a.className = "current";
-      a.textContent = row.trace + " ";
-      const note = document.createElement("span");
-      note.className = "state";
-      note.textContent = "#" + row.head + (row.running ? " running" : "")
-        + (row.pending_inbox.length ? " · " + row.pending_inbox.length + " waiting" : "")
-        + (row.approval ? " · " + row.approval + " waits for approval" : "")
-        + (row.usage && row.usage.calls ? " · " + row.usage.cost.text : "");
-      if (row.usage) note.title = row.usage.text + (row.updated ? " · last step " + row.updated : "");
-      a.append(note);
-      nav.append(a);
-    }
+    state.rows = new Map(data.traces.map((row) => [row.trace, row]));
+    for (const row of data.traces) nav.append(traceRow(row));
+  }
+
+  // One trace in the list: its title (or id), status, last activity and cost. The
+  // fields of the trace's summary (status, last_activity, messages, title) when the
+  // server sends them, else what `agentfs status --json` has (running, updated, usage).
+  function traceRow(row) {
+    const a = document.createElement("a");
+    a.href = "#trace=" + encodeURIComponent(row.trace);
+    a.dataset.trace = row.trace;
+    if (row.trace === state.trace) a.className = "current";
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = row.title ? row.title : row.trace;
+    if (row.title) name.title = row.trace;
+    const status = row.status || (row.error ? "broken" : row.running ? "running"
+      : row.approval ? "waiting" : row.last_error ? "failed" : "idle");
+    const badge = document.createElement("span");
+    badge.className = "badge status-" + status.replace(/[^a-z]+/gi, "-");
+    badge.textContent = status;
+    const note = document.createElement("span");
+    note.className = "state";
+    const when = row.last_activity || row.updated;
+    note.textContent = "#" + row.head
+      + (row.messages !== undefined ? " · " + row.messages + " messages" : "")
+      + (when ? " · " + ago(when) : "")
+      + (row.pending_inbox && row.pending_inbox.length ? " · " + row.pending_inbox.length + " waiting" : "")
+      + (row.approval ? " · " + row.approval + " waits for approval" : "")
+      + (row.usage && row.usage.calls ? " · " + row.usage.cost.text : "");
+    note.title = (row.usage ? row.usage.text : "") + (when ? " · last step " + when : "");
+    a.append(name, " ", badge, document.createElement("br"), note);
+    return a;
+  }
+
+  // "5 min ago" for an ISO time; the date for what is older than a day.
+  function ago(iso) {
+    const then = new Date(iso);
+    if (isNaN(then)) return iso;
+    const seconds = (Date.now() - then.getTime()) / 1000;
+    if (seconds < 60) return "just now";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min ago";
+    if (seconds < 86400) return Math.floor(seconds / 3600) + " h ago";
+    return then.toISOString().slice(0, 10);
   }
 
   function chosenTrace() {
@@ -198,6 +228,7 @@
     renderGoals(data.goals);
     $("tree").replaceChildren(buildTree(data));
     renderApproval(data.approval);
+    enableActions(data);
   }
 
   function renderApproval(approval) {
@@ -208,6 +239,8 @@
     $("approval-input").textContent = JSON.stringify(approval.input, null, 2);
   }
 
+  // The goal tree: each goal with its state (open, done, abandoned; the focused one
+  // marked), sub-goals nested under their goal.
   function renderGoals(goals) {
     const box = $("goal-tree");
     box.replaceChildren();
@@ -219,13 +252,19 @@
       const ul = document.createElement("ul");
       for (const goal of items) {
         const li = document.createElement("li");
-        const mark = goal.status === "done" ? "[x] " : goal.status === "abandoned" ? "[-] " : "[ ] ";
-        li.textContent = mark + goal.id + " " + goal.title;
-        if (goal.status !== "open") li.className = "goal-done";
-        if (goal.id === goals.focus) li.className = "goal-focus";
+        const focused = goal.id === goals.focus;
+        li.className = "goal goal-" + goal.status + (focused ? " goal-focus" : "");
+        li.dataset.goal = goal.id;
+        const mark = document.createElement("span");
+        mark.className = "goal-state";
+        mark.textContent = focused ? "focus" : goal.status;
+        const title = document.createElement("span");
+        title.className = "goal-title";
+        title.textContent = goal.id + " " + goal.title;
+        li.append(mark, " ", title);
         if (goal.summary) {
           const s = document.createElement("div");
-          s.className = "muted";
+          s.className = "muted goal-summary";
           s.textContent = goal.summary;
           li.append(s);
         }
@@ -376,6 +415,9 @@
         () => rewindTo(m.sequence, true)));
     }
     if (!onBranch) {
+      header.append(actionButton("Edit", "edit",
+        "Change #" + m.sequence + "'s text: committed as an edit, as an edit of its file is",
+        () => openEditor(m)));
       header.append(actionButton("Fork here", "fork",
         "Start a new trace from the main path up to #" + m.sequence + " (this one stays)",
         () => forkAt(m.sequence)));
@@ -457,17 +499,22 @@
     pre.textContent = "Loading…";
     inner.append(pre);
     api("GET", tracePath("/messages/" + sequence + "/diff")).then((data) => {
-      pre.replaceChildren();
-      if (!data.diff) pre.textContent = "(no change to show)";
-      for (const line of data.diff.split("\n")) {
-        const span = document.createElement("span");
-        if (line.startsWith("+") && !line.startsWith("+++")) span.className = "add";
-        else if (line.startsWith("-") && !line.startsWith("---")) span.className = "del";
-        else if (line.startsWith("@@")) span.className = "hunk";
-        span.textContent = line + "\n";
-        pre.append(span);
-      }
+      renderDiff(pre, data.diff);
     }).catch((error) => { pre.textContent = error.message; });
+  }
+
+  // A unified diff into `pre`, its added, removed and hunk lines marked.
+  function renderDiff(pre, diff) {
+    pre.replaceChildren();
+    if (!diff) pre.textContent = "(no change to show)";
+    for (const line of (diff || "").split("\n")) {
+      const span = document.createElement("span");
+      if (line.startsWith("+") && !line.startsWith("+++")) span.className = "add";
+      else if (line.startsWith("-") && !line.startsWith("---")) span.className = "del";
+      else if (line.startsWith("@@")) span.className = "hunk";
+      span.textContent = line + "\n";
+      pre.append(span);
+    }
   }
 
   // --- actions --------------------------------------------------------------------------
@@ -476,7 +523,13 @@
     return "/api/traces/" + encodeURIComponent(state.trace) + suffix;
   }
 
-  function rewindTo(sequence, files) {
+  async function rewindTo(sequence, files) {
+    const sure = await confirmAction(files
+      ? "Make #" + sequence + " the head and put back the workspace files the agent changed "
+        + "after it? Files it created since are deleted."
+      : "Make #" + sequence + " the head? Later messages leave the main path (they stay in "
+        + "the files and in git).", files ? "Rewind with files" : "Rewind");
+    if (!sure) return null;
     return act(() => api("POST", tracePath("/rewind"), { sequence, files }),
       (r) => (r.moved ? "head moved from #" + r.previous + " to #" + r.head : "already there")
         + (r.files.length ? "; restored " + r.files.join(", ") : ""));
@@ -502,12 +555,17 @@
   $("run").addEventListener("click", () => act(() => api("POST", tracePath("/run"), {}),
     (r) => r.status === "running" ? "running" : "run " + (r.stop || r.status)));
   for (const answer of ["yes", "no", "always"]) {
-    $("approve-" + answer).addEventListener("click", () => act(
-      () => api("POST", tracePath("/approval"), { answer }),
-      (r) => r.approval.tool + " answered " + answer));
+    $("approve-" + answer).addEventListener("click", async () => {
+      if (answer === "no" && !await confirmAction("Refuse this call? The model is told it "
+        + "was refused and goes on.", "Refuse")) return;
+      await act(() => api("POST", tracePath("/approval"), { answer }),
+        (r) => r.approval.tool + " answered " + answer);
+    });
   }
-  $("stop").addEventListener("click", () => act(() => api("POST", tracePath("/stop")),
-    () => "stopping after the current step"));
+  $("stop").addEventListener("click", async () => {
+    if (!await confirmAction("Stop the run after its current step?", "Stop")) return;
+    await act(() => api("POST", tracePath("/stop")), () => "stopping after the current step");
+  });
   $("compress").addEventListener("click", () => act(() => api("POST", tracePath("/compress"), {}),
     (r) => r.branches.filter((b) => b.type === "compression")
       .map((b) => "compressed: summary #" + b.messages[b.messages.length - 1] + " from " + b.branch)
@@ -587,6 +645,206 @@
     }
   }
 
+  // --- which buttons can act -------------------------------------------------------------
+  // A button that cannot act now is disabled, its title saying why.
+
+  function enable(button, why) {
+    button.disabled = Boolean(why);
+    button.title = why || button.dataset.title || button.title;
+  }
+
+  function enableActions(data) {
+    for (const button of document.querySelectorAll("#trace button")) {
+      if (button.dataset.title === undefined) button.dataset.title = button.title;
+    }
+    const waits = Boolean(data.approval && data.approval.tool && !data.approval.answer);
+    const busy = data.running ? (data.server_run ? "a run is going: Stop it first"
+      : "another process runs this trace: wait for it or stop it there") : "";
+    const head = data.messages.find((m) => m.sequence === data.head);
+    const row = state.rows.get(data.trace);
+    const inbox = row && row.pending_inbox ? row.pending_inbox.length : 0;
+    const answered = head && head.role === "assistant" && !head.tool_calls.length && !inbox;
+    enable($("run"), busy || (waits ? "a tool call waits for your answer below"
+      : answered ? "nothing to do: the model answered; send a message first" : ""));
+    enable($("send-run"), busy ? "a run is going: Send queues the message for it" : "");
+    enable($("stop"), data.server_run ? "" : data.running
+      ? "another process runs this trace: stop it there (Ctrl-C)" : "no run is going");
+    enable($("compress"), busy);
+    for (const button of document.querySelectorAll("#tree .msg > header button")) enable(button, busy);
+  }
+
+  // --- asking before what cannot be taken back -------------------------------------------
+
+  function confirmAction(text, yes) {
+    const dialog = $("confirm");
+    $("confirm-text").textContent = text;
+    $("confirm-yes").textContent = yes;
+    dialog.returnValue = "";
+    dialog.showModal();
+    $("confirm-no").focus();
+    return new Promise((resolve) => dialog.addEventListener(
+      "close", () => resolve(dialog.returnValue === "yes"), { once: true }));
+  }
+
+  // --- editing a message, and its versions ------------------------------------------------
+
+  function openEditor(m) {
+    const dialog = $("editor");
+    dialog.dataset.sequence = m.sequence;
+    $("editor-title").textContent = "Edit #" + m.sequence + " " + m.role;
+    $("editor-text").value = m.text;
+    const box = $("editor-versions");
+    box.textContent = "Loading its versions…";
+    api("GET", tracePath("/messages/" + m.sequence + "/versions"))
+      .then((data) => showVersions(box, data))
+      .catch((error) => { box.textContent = error.message; });
+    dialog.returnValue = "";
+    dialog.showModal();
+    $("editor-text").focus();
+  }
+
+  // The newest change of the message's text as a diff; older ones folded below it.
+  function showVersions(box, data) {
+    box.replaceChildren();
+    if (!data.edited) {
+      box.textContent = "Not edited since it was written.";
+      return;
+    }
+    data.versions.forEach((version, i) => {
+      if (!version.diff) return;
+      const details = document.createElement("details");
+      details.className = "version";
+      details.open = i === 0;
+      const summary = document.createElement("summary");
+      summary.textContent = (i === 0 ? "Last change" : "Earlier change") + ": "
+        + version.kind + " " + version.commit.slice(0, 8) + ", compared with the text before it";
+      const pre = document.createElement("pre");
+      pre.className = "diff";
+      renderDiff(pre, version.diff);
+      details.append(summary, pre);
+      box.append(details);
+    });
+  }
+
+  // Save: the edit is sent; refused, the dialog opens again with the text typed.
+  $("editor").addEventListener("close", async () => {
+    const dialog = $("editor");
+    if (dialog.returnValue !== "save") return;
+    const sequence = Number(dialog.dataset.sequence);
+    const text = $("editor-text").value;
+    const done = await act(() => api("PUT", tracePath("/messages/" + sequence), { text }),
+      (r) => r.committed ? "edited #" + sequence + " (committed as an edit)"
+        : "#" + sequence + " unchanged");
+    if (done === null) {
+      dialog.returnValue = "";
+      dialog.showModal();
+      $("editor-text").value = text;
+    }
+  });
+
+  // --- search across traces ----------------------------------------------------------------
+
+  $("search-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const q = $("search-q").value;
+    try {
+      const found = await api("GET", "/api/search?" + new URLSearchParams({ q, limit: "50" }));
+      showHits(q, found);
+    } catch (error) {
+      notify(error.message, false);
+    }
+  });
+
+  function showHits(q, found) {
+    const list = $("search-hits");
+    list.replaceChildren();
+    for (const hit of found.hits) {
+      const li = document.createElement("li");
+      const a = document.createElement("a");
+      a.href = "#trace=" + encodeURIComponent(hit.trace) + "&message=" + hit.sequence;
+      a.textContent = hit.trace + " #" + hit.sequence + " " + hit.role
+        + (hit.on_path ? "" : " (off the path)");
+      const excerpt = document.createElement("div");
+      excerpt.className = "muted excerpt";
+      excerpt.textContent = hit.excerpt;
+      li.append(a, excerpt);
+      list.append(li);
+    }
+    const n = found.hits.length;
+    $("search-summary").textContent = (n ? n + (found.more ? "+" : "") : "No") + " message"
+      + (n === 1 ? "" : "s") + " holding " + JSON.stringify(q)
+      + (found.more ? " (the first " + n + ": add words to narrow)" : "");
+    const box = $("search-results");
+    box.hidden = false;
+    box.open = true;
+  }
+
+  // After a search result's link: the message, scrolled to and focused.
+  function revealMessage() {
+    const sequence = new URLSearchParams(location.hash.slice(1)).get("message");
+    if (sequence === null) return;
+    $("search-results").open = false;
+    const card = $("m-" + sequence);
+    if (!card) {
+      notify("#" + sequence + " is off the main path: open the folds below to see it", false);
+      return;
+    }
+    focusCard(card);
+  }
+
+  // --- creating a trace ------------------------------------------------------------------
+
+  $("new-trace-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const id = $("new-trace-id").value;
+    const made = await act(() => api("POST", "/api/traces", { id, text: $("new-trace-text").value }),
+      (r) => "created " + r.trace + ": Run starts it");
+    if (!made) return;
+    $("new-trace-form").reset();
+    $("new-trace-box").open = false;
+    location.hash = "#trace=" + encodeURIComponent(made.trace);
+  });
+
+  // --- the keyboard ------------------------------------------------------------------------
+  // j / k: next / previous message; e: edit it; /: search; Escape: close the results.
+
+  function focusCard(card) {
+    card.tabIndex = -1;
+    card.focus();
+    card.scrollIntoView({ block: "nearest" });
+  }
+
+  function moveFocus(step) {
+    const cards = [...document.querySelectorAll("#tree article.msg")].filter(
+      (c) => c.offsetParent !== null);
+    if (!cards.length) return;
+    const at = cards.indexOf(document.activeElement.closest("article.msg"));
+    const next = at < 0 ? (step > 0 ? 0 : cards.length - 1)
+      : Math.min(cards.length - 1, Math.max(0, at + step));
+    focusCard(cards[next]);
+  }
+
+  document.addEventListener("keydown", (event) => {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const typing = event.target.closest("input, textarea, select, dialog");
+    if (event.key === "Escape" && !typing) {
+      $("search-results").hidden = true;
+      return;
+    }
+    if (typing) return;
+    if (event.key === "/") {
+      event.preventDefault();
+      $("search-q").focus();
+    } else if (event.key === "j" || event.key === "k") {
+      event.preventDefault();
+      moveFocus(event.key === "j" ? 1 : -1);
+    } else if (event.key === "e") {
+      const card = document.activeElement.closest("#tree article.msg");
+      const edit = card && card.querySelector(":scope > header .edit");
+      if (edit && !edit.disabled) { event.preventDefault(); edit.click(); }
+    }
+  });
+
   // --- start ------------------------------------------------------------------------------
 
   async function show(trace) {
@@ -598,6 +856,7 @@
     }
     $("live").hidden = true;
     await refresh();
+    revealMessage();
     follow(trace);
   }
 
