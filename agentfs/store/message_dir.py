@@ -293,6 +293,31 @@ class MessageDir:
             self._merge(found, where, part, part_where, loose=loose)
         return dict(sorted(found.items()))
 
+    def sequences(self, first: int, end: int | None = None) -> list[int]:
+        """The sequences of the message files with `first` <= sequence < `end` (no
+        `end`: up to the newest), in order, from their names alone: only the folders
+        that hold those sequences are listed, and no file is read. What a view counts
+        of the messages it leaves out (`agentfs/store/trace.py:Trace.view`)."""
+        found: list[int] = []
+        try:
+            with os.scandir(self.path) as entries:
+                top = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except (FileNotFoundError, NotADirectoryError):
+            return found
+        names = [name for name, is_dir in top if not is_dir]
+        for name, is_dir in top:
+            start = _first(name) if is_dir and is_shard_name(name) else None
+            if start is None or start + SHARD_SIZE <= first or (end is not None and start >= end):
+                continue
+            try:
+                names.extend(os.listdir(self.path / name))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+        for parsed in map(parse_file_name, names):
+            if parsed is not None and parsed[0] >= first and (end is None or parsed[0] < end):
+                found.append(parsed[0])
+        return sorted(found)
+
     def reader(self, chunk: int, since: int = 0) -> WindowReader:
         """`one` for a walk back through the messages (`WindowReader`)."""
         return WindowReader(self, chunk, since)
