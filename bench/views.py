@@ -114,6 +114,7 @@ async def _measure(root: Path, whole: bool) -> dict[str, float]:
 
     message_dir._parsed.clear()  # a server that has read nothing yet
     message_dir._folders.clear()
+    message_dir._names.clear()
     app = _app(root)
     tree = f"/api/traces/{TRACE}/tree"
     started = time.perf_counter()

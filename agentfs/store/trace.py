@@ -10,7 +10,7 @@ sequences, paths and commits; it knows nothing about models or tools.
 from __future__ import annotations
 
 import shutil
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -355,7 +355,7 @@ class Trace:
         """The first `limit` message files with `first` <= sequence < `end` (to the
         newest without), and the sequence the next ones begin at (None: no more): what
         a `Fold` leaves out, read a page at a time through `MessageDir.window`."""
-        found = self.message_dir.sequences(first, end)
+        found = self.message_dir.sequences(first, end, limit)
         if not found:
             return [], None
         shown = found[:limit]
@@ -669,16 +669,16 @@ class Trace:
 def _folds(path: list[int], files: list[int]) -> tuple[Fold, ...]:
     """The runs of more than `FOLD_AT` of `files` (sorted sequences) off `path`
     between two of its sequences (by sequence order)."""
-    bounds = sorted(path)
-    on_path = set(path)
-    runs: dict[int, list[int]] = {}
-    for sequence in files:
-        if sequence not in on_path:
-            runs.setdefault(bisect_right(bounds, sequence), []).append(sequence)
-    return tuple(
-        Fold(bounds[at - 1] if at else None, bounds[at] if at < len(bounds) else None,
-             run[0], run[-1], len(run))
-        for at, run in sorted(runs.items()) if len(run) > FOLD_AT)
+    bounds = sorted(set(path))
+    folds = []
+    for at in range(len(bounds) + 1):
+        below = bounds[at - 1] if at else None
+        above = bounds[at] if at < len(bounds) else None
+        low = bisect_right(files, below) if below is not None else 0
+        high = bisect_left(files, above) if above is not None else len(files)
+        if high - low > FOLD_AT:
+            folds.append(Fold(below, above, files[low], files[high - 1], high - low))
+    return tuple(folds)
 
 
 def _unfolded(first: int, end: int | None,
