@@ -231,7 +231,7 @@ def trace_view(trace: Trace, limit: int | None, before: int | None) -> TraceView
         raise ApiError(422, exc.message, exc.hint) from None
 
 
-def folded_page(trace: Trace, prices: PriceTable, limit: int | None, first: int | None,
+def folded_page(trace: Trace, prices: PriceTable, *, limit: int | None, first: int | None,
                 end: int | None, before: int | None) -> dict[str, Any]:
     """`/tree?first=&end=&limit=`: the messages of a page's fold (`agentfs/store/trace.py:Fold`),
     `limit` at a time from `first`, and `next` (the `first` of the next page, or None)."""
@@ -392,7 +392,8 @@ def _view_routes(api: APIRouter, server: Server) -> None:
                  first: int | None = None, end: int | None = None) -> JSONResponse:
         trace = server.trace(trace_id)
         if first is not None or end is not None:
-            return JSONResponse(folded_page(trace, project.prices, limit, first, end, before))
+            return JSONResponse(folded_page(trace, project.prices, limit=limit, first=first,
+                                            end=end, before=before))
         view = trace_view(trace, limit, before) if limit is not None or before is not None \
             else None
         return JSONResponse({**trace_tree(trace, project.prices, view),

@@ -51,8 +51,8 @@ def test_the_page_shows_the_tail_and_older_messages_on_demand(served: Served, pa
     expect(page.locator("#tree > article")).to_have_count(100)
 
 
-def test_the_page_reads_a_summarys_originals_and_a_long_fork_when_opened(  # noqa: F811
-        served: Served, page):
+def test_the_page_reads_a_summarys_originals_and_a_long_fork_when_opened(
+        served: Served, page):  # noqa: F811
     project = Project.open(served.root)
     long_trace(project, "t", 170, parents={130: 2})  # #130 continues #2: 3-129 replaced
     trace = project.trace("t")
