@@ -3,11 +3,13 @@ of the main path, reading only those (`MessageDir.one`/`window`, `Trace.path_sli
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, MessageFileError
-from agentfs.store.message_dir import shard_name
+from agentfs.store.message_dir import RACY_NS, shard_name
 from agentfs.store.messages import Message, render_message
 from agentfs.store.trace import Fold, Trace
 from tests.conftest import long_trace as write_long_trace
@@ -108,3 +110,18 @@ def test_a_view_folds_long_runs_off_the_path_without_reading_them(project: Proje
     assert sequences(page) == list(range(1390, 1400)) and following is None
     with pytest.raises(MessageFileError):
         trace.files_from(450, 1400, 100)
+
+
+def test_sequences_come_from_names_and_see_a_folder_change(project: Project) -> None:
+    trace = long_trace(project, 30)
+    folder = trace.messages_dir / shard_name(0)
+    time.sleep(RACY_NS / 1e9 + 0.05)  # the folder's last change settled: its names are kept
+    messages = trace.message_dir
+    assert messages.sequences(5, 9) == [5, 6, 7, 8]
+    assert shard_name(0) in messages._names
+    assert messages.sequences(0, limit=3) == [1, 2, 3, 4]  # the first 3 and the next
+    (folder / "000031-user.md").write_bytes(
+        render_message(Message(id="x", sequence=31, parent_sequence=30, role="user", content="x")))
+    (folder / "notes.txt").write_text("not a message")
+    (folder / "x\n000040-user.md").write_text("a name with a line break is no message")
+    assert messages.sequences(29) == [29, 30, 31]  # listed again: the folder changed
