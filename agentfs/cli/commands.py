@@ -250,7 +250,8 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
             "trace": trace.id,
             "head": trace.meta.head,
             "usage": trace_totals(trace.meta, prices).record(),
-            **({"older": view.older} if tail or since is not None else {}),
+            **({"older": view.older, "folds": [f.record() for f in view.folds]}
+               if tail or since is not None else {}),
             "messages": [message_record(m, p, prices) for m, p in chosen],
         }
         click.echo(json.dumps(body, indent=2, ensure_ascii=False))
@@ -258,6 +259,9 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
         if view.older is not None:
             click.echo(f"… (the main path goes on before #{view.older})\n")
         click.echo(show_text(chosen, prices, full=full))
+        for fold in view.folds if show_all else ():
+            click.echo(f"\n… {fold.count} messages off the path left out, #{fold.first} to "
+                       f"#{fold.last} (all of them: leave out --tail and --from)")
         click.echo(f"\n{trace.id}: {trace_totals(trace.meta, prices).text()}")
 
 

@@ -25,7 +25,7 @@ from agentfs.store.steplog import LoggedStep, file_versions
 from agentfs.store.trace import Trace, TraceView
 from agentfs.store.workspace import GOALS_FILE
 
-__all__ = ["message_record", "step_record", "trace_tree"]
+__all__ = ["folded_records", "message_record", "step_record", "trace_tree"]
 
 
 def message_record(message: Message, on_path: bool,
@@ -88,7 +88,8 @@ def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES,
     if view is not None:
         branches = [b for b in branches if b.from_sequence in messages]
     goals = GoalTree.load(trace.dir / GOALS_FILE)
-    paged = {"older": view.older} if view is not None else {}
+    paged = ({"older": view.older, "folds": [f.record() for f in view.folds]}
+             if view is not None else {})
     return {
         **paged,
         "trace": trace.id,
@@ -105,6 +106,16 @@ def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES,
     }
 
 
+def folded_records(trace: Trace, messages: list[Message],
+                   prices: PriceTable = NO_PRICES) -> list[dict[str, Any]]:
+    """The records of messages a page folded (`agentfs/store/trace.py:Fold`), read
+    on demand: as `trace_tree`'s, off the path, with `replaced_by` None (the fold they
+    were read for tells what they are; finding the summary's originals among them
+    would read all of them)."""
+    return [{**message_record(m, False, prices), "parent": trace.parent(m),
+             "source_branch": m.source_branch, "replaced_by": None} for m in messages]
+
+
 def _replaced(trace: Trace, messages: dict[int, Message], on_path: set[int],
               branches: list[SideBranch]) -> dict[int, int]:
     """Off-path message → the summary that replaced it: the messages of the path the
@@ -119,8 +130,9 @@ def _replaced(trace: Trace, messages: dict[int, Message], on_path: set[int],
 
     replaced: dict[int, int] = {}
     for summary in messages.values():
-        if summary.synthetic != Synthetic.SUMMARY or summary.source_branch not in starts:
-            continue
+        if summary.synthetic != Synthetic.SUMMARY or summary.source_branch not in starts \
+                or starts[summary.source_branch] not in messages:
+            continue  # no originals here (a page folded them, or holds the summary alone)
         try:
             kept, _ = walk_back(get, trace.parent, summary.parent_sequence)
             before, _ = walk_back(get, trace.parent, starts[summary.source_branch],

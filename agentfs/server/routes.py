@@ -25,7 +25,13 @@ from agentfs.core.runner import Runner
 from agentfs.core.search import search_messages
 from agentfs.core.sidequeue import QueueReport
 from agentfs.core.sidework import item_record, pending_by_trace, report_record
-from agentfs.core.tracetree import message_record, step_record, trace_tree, versions_record
+from agentfs.core.tracetree import (
+    folded_records,
+    message_record,
+    step_record,
+    trace_tree,
+    versions_record,
+)
 from agentfs.core.usage import trace_totals
 from agentfs.errors import (
     AgentfsError,
@@ -36,6 +42,7 @@ from agentfs.errors import (
     TraceNotFound,
 )
 from agentfs.models.base import Model
+from agentfs.prices import PriceTable
 from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
 from agentfs.store.approval import Answer, PendingApproval
@@ -241,6 +248,22 @@ def trace_view(trace: Trace, limit: int | None, before: int | None) -> TraceView
         raise ApiError(422, exc.message, exc.hint) from None
 
 
+def folded_page(trace: Trace, prices: PriceTable, *, limit: int | None, first: int | None,
+                end: int | None, before: int | None) -> dict[str, Any]:
+    """`/tree?first=&end=&limit=`: the messages of a page's fold (`agentfs/store/trace.py:Fold`),
+    `limit` at a time from `first`, and `next` (the `first` of the next page, or None)."""
+    if first is None or limit is None or before is not None:
+        raise ApiError(422, "a fold is read with first and limit (and end), without before",
+                       "send a fold's first and its last + 1 as end: ?first=3&end=9962&limit=100")
+    if not 1 <= limit <= PAGE_LIMIT or first < 0 or (end is not None and end <= first):
+        raise ApiError(422, f"limit must be from 1 to {PAGE_LIMIT}, first a sequence and end "
+                       f"above it, not limit={limit}, first={first}, end={end}",
+                       "e.g. ?first=3&end=9962&limit=100; go on with first=<next>")
+    messages, following = trace.files_from(first, end, limit)
+    return {"trace": trace.id, "head": trace.meta.head, "first": first, "end": end,
+            "next": following, "messages": folded_records(trace, messages, prices)}
+
+
 def _trace_routes(api: APIRouter, server: Server) -> None:
     """The traces: list them, create one, one trace's state."""
     project = server.project
@@ -299,7 +322,8 @@ def _message_routes(api: APIRouter, server: Server) -> None:
         view = trace_view(trace, limit, before)
         on_path = {m.sequence for m in view.path}
         prices = server.project.prices
-        paged = {"older": view.older} if limit is not None else {}
+        paged = ({"older": view.older, "folds": [f.record() for f in view.folds]}
+                 if limit is not None else {})
         return JSONResponse({
             "trace": trace.id, "head": trace.meta.head,
             "usage": trace_totals(trace.meta, prices).record(), **paged,
@@ -406,10 +430,14 @@ def _view_routes(api: APIRouter, server: Server) -> None:
     @api.get("/traces/{trace_id}/tree",
              summary="Every message with its place, side branches, goals (the viewer's "
              "data); with limit=N, the last N main-path messages before message `before` "
-             "with what hangs from them, and `older`")
-    def get_tree(trace_id: str, limit: int | None = None,
-                 before: int | None = None) -> JSONResponse:
+             "with what hangs from them (long runs off the path as `folds`), and `older`; "
+             "with first=SEQ&end=SEQ&limit=N, a fold's messages a page at a time, and `next`")
+    def get_tree(trace_id: str, limit: int | None = None, before: int | None = None,
+                 first: int | None = None, end: int | None = None) -> JSONResponse:
         trace = server.trace(trace_id)
+        if first is not None or end is not None:
+            return JSONResponse(folded_page(trace, project.prices, limit=limit, first=first,
+                                            end=end, before=before))
         view = trace_view(trace, limit, before) if limit is not None or before is not None \
             else None
         return JSONResponse({**trace_tree(trace, project.prices, view),

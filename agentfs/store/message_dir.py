@@ -28,7 +28,13 @@ from agentfs.store import parsecache
 from agentfs.store.atomic import atomic_write
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.inbox import is_ignored_name
-from agentfs.store.messages import Message, load_message, parse_file_name, render_message
+from agentfs.store.messages import (
+    FILE_NAME,
+    Message,
+    load_message,
+    parse_file_name,
+    render_message,
+)
 
 __all__ = [
     "COARSE_NS",
@@ -56,6 +62,9 @@ COARSE_NS = 2_000_000_000
 #: moves files, which needs an upgrade (`agentfs/store/upgrade.py`).
 SHARD_SIZE = 1000
 
+#: `agentfs/store/messages.py:FILE_NAME` over lines, the sequence alone.
+_FILE_NAMES = re.compile(FILE_NAME.pattern.replace("(?P<sequence>", "(").replace(
+    "(?P<role>", "(?:").replace("(?P<ext>", "(?:"), re.MULTILINE)
 _SHARD = re.compile(r"^(?P<first>\d{6,})-(?P<last>\d{6,})$")
 
 #: (inode, mtime) of `messages/` and of its newest folder: changes when a file is
@@ -75,6 +84,10 @@ _parsed: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
 #: The folders of each messages directory as last scanned, while all their stamps were
 #: settled: a folder listed again with the same stamps holds the same messages.
 _folders: dict[str, dict[str, _Folder]] = {}
+#: The sequences the file names of each folder tell, by messages directory and folder,
+#: with the folder's (inode, mtime, ctime) when listed, while settled: an entry added,
+#: removed or renamed changes the folder's mtime and ctime.
+_names: dict[str, dict[str, tuple[tuple[int, int, int], list[int]]]] = {}
 
 
 def stamp_of(st: os.stat_result) -> parsecache.Stamp:
@@ -146,6 +159,16 @@ def _first(shard: str) -> int:
     return int(shard.partition("-")[0])
 
 
+def _sequences_of(names: Iterable[str]) -> list[int]:
+    """The sequences of the message file names among `names` (`FILE_NAME`, matched
+    over all of them at once: a folder of 1,000 names in one pass)."""
+    listed = list(names)
+    joined = "\n".join(listed)
+    if joined.count("\n") != max(len(listed) - 1, 0):  # a name holds a line break
+        return [parsed[0] for parsed in map(parse_file_name, listed) if parsed is not None]
+    return [int(n) for n in _FILE_NAMES.findall(joined)]
+
+
 def _highest_below(names: Iterable[str], sequence: int) -> int | None:
     """The highest sequence below `sequence` among message file names, or None."""
     found = [parsed[0] for parsed in map(parse_file_name, names)
@@ -173,6 +196,7 @@ class MessageDir:
         # folder in the process.
         self._cache = _parsed.setdefault(str(path), {})
         self._folders = _folders.setdefault(str(path), {})
+        self._names = _names.setdefault(str(path), {})
         self._snapshot: dict[int, Message] | None = None
         self._snapshot_key: DirKey = None
         # Where each message of the snapshot was found, below messages/.
@@ -292,6 +316,56 @@ class MessageDir:
             part, part_where, _, _ = self._parse_folder(folder, listing[folder], racy_after)
             self._merge(found, where, part, part_where, loose=loose)
         return dict(sorted(found.items()))
+
+    def sequences(self, first: int, end: int | None = None,
+                  limit: int | None = None) -> list[int]:
+        """The sequences of the message files with `first` <= sequence < `end` (no
+        `end`: up to the newest), in order, from their names alone (the first `limit`
+        and the one after them, with `limit`): only the folders that hold those
+        sequences are listed, and no file is read. A folder whose names were listed
+        before and that has not changed since (its stamp, settled) is not listed
+        again (`_names`). What a view counts of the messages it leaves out
+        (`agentfs/store/trace.py:Trace.view`)."""
+        try:
+            with os.scandir(self.path) as entries:
+                top = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        def wanted(sequence: int) -> bool:
+            return sequence >= first and (end is None or sequence < end)
+
+        loose = [n for n in _sequences_of(name for name, is_dir in top if not is_dir)
+                 if wanted(n)]
+        found: list[int] = []  # in order: folder after folder
+        racy_after = time.time_ns() - RACY_NS
+        for name in sorted((name for name, is_dir in top if is_dir and is_shard_name(name)),
+                           key=_first):
+            start = _first(name)
+            if start + SHARD_SIZE <= first or (end is not None and start >= end) \
+                    or (limit is not None and len(found) > limit):
+                continue
+            names = self._names_in(name, racy_after)
+            inside = start >= first and (end is None or start + SHARD_SIZE <= end)
+            found.extend(names if inside else filter(wanted, names))
+        if loose:
+            found = sorted(found + loose)
+        return found if limit is None else found[:limit + 1]
+
+    def _names_in(self, folder: str, racy_after: int) -> list[int]:
+        """The sequences the file names of one folder tell, listed again only if the
+        folder changed since (`_names`)."""
+        path = self.path / folder
+        try:
+            st = os.stat(path)
+            kept = self._names.get(folder)
+            if kept is not None and kept[0] == (st.st_ino, st.st_mtime_ns, st.st_ctime_ns):
+                return kept[1]
+            found = sorted(_sequences_of(os.listdir(path)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        if settled(max(st.st_mtime_ns, st.st_ctime_ns), racy_after):
+            self._names[folder] = ((st.st_ino, st.st_mtime_ns, st.st_ctime_ns), found)
+        return found
 
     def reader(self, chunk: int, since: int = 0) -> WindowReader:
         """`one` for a walk back through the messages (`WindowReader`)."""

@@ -10,6 +10,7 @@ sequences, paths and commits; it knows nothing about models or tools.
 from __future__ import annotations
 
 import shutil
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,7 +57,7 @@ from agentfs.store.workspace import (
     check_trace_id,
 )
 
-__all__ = ["FORMAT_VERSION", "InFlight", "PathSlice", "Rewind", "Trace", "TraceMeta", "TraceView"]
+__all__ = ["FORMAT_VERSION", "Fold", "InFlight", "PathSlice", "Rewind", "Trace", "TraceMeta", "TraceView"]
 
 #: Messages read at once by a walk back without a limit (`Trace.path_slice`).
 WALK_CHUNK = 256
@@ -80,6 +81,31 @@ class PathSlice:
     older: int | None
 
 
+#: A slice's run of more off-path files than this between two path messages is
+#: folded (`Fold`), not read (`Trace.view`).
+FOLD_AT = 20
+
+
+@dataclass(frozen=True)
+class Fold:
+    """Message files a slice leaves out (`Trace.view`): more than `FOLD_AT` off the
+    path with sequences between two of its path messages, such as the originals a
+    compression summary replaced or the messages a rewind left behind."""
+
+    #: The path message below them (by sequence), None if they come before the first.
+    after: int | None
+    #: The path message above them, None if they come after the slice's last.
+    before: int | None
+    #: Their lowest and highest sequence, and how many files they are.
+    first: int
+    last: int
+    count: int
+
+    def record(self) -> dict[str, int | None]:
+        return {"after": self.after, "before": self.before, "first": self.first,
+                "last": self.last, "count": self.count}
+
+
 @dataclass(frozen=True)
 class TraceView:
     """What a view shows of a trace: the main path, or a slice of it (`Trace.view`)."""
@@ -87,10 +113,13 @@ class TraceView:
     #: The main path's messages shown, in order.
     path: list[Message]
     #: Every message file with a sequence in the slice's span, by sequence: the path's,
-    #: and those off the path that hang beside them (all the trace's for a whole view).
+    #: and those off the path that hang beside them (all the trace's for a whole view),
+    #: but for the folded ones.
     messages: dict[int, Message]
     #: As `PathSlice.older`; None for a whole view.
     older: int | None
+    #: The runs of off-path files the slice leaves out (none for a whole view).
+    folds: tuple[Fold, ...] = ()
 
 
 class Trace:
@@ -313,10 +342,25 @@ class Trace:
             return TraceView(self.main_path(messages), messages, None)
         get = self.message_dir.reader((limit or WALK_CHUNK) + 1, since)
         found = self.path_slice(limit, before=before, since=since, get=get)
-        first = found.messages[0].sequence if found.older is not None else 0
-        window = get.window(max(first, since), before)
+        first = max(found.messages[0].sequence if found.older is not None else 0, since)
+        folds = _folds([m.sequence for m in found.messages],
+                       self.message_dir.sequences(first, before))
+        window: dict[int, Message] = {}
+        for start, end in _unfolded(first, before, folds):
+            window.update(get.window(start, end))
         window.update((m.sequence, m) for m in found.messages)
-        return TraceView(found.messages, dict(sorted(window.items())), found.older)
+        return TraceView(found.messages, dict(sorted(window.items())), found.older, folds)
+
+    def files_from(self, first: int, end: int | None, limit: int) -> tuple[list[Message], int | None]:
+        """The first `limit` message files with `first` <= sequence < `end` (to the
+        newest without), and the sequence the next ones begin at (None: no more): what
+        a `Fold` leaves out, read a page at a time through `MessageDir.window`."""
+        found = self.message_dir.sequences(first, end, limit)
+        if not found:
+            return [], None
+        shown = found[:limit]
+        window = self.message_dir.window(shown[0], shown[-1] + 1)
+        return list(window.values()), found[limit] if len(found) > limit else None
 
     def parent(self, message: Message) -> int | None:
         """The message's parent; without `parent_sequence`, the file before it
@@ -620,6 +664,35 @@ class Trace:
         """A file of the trace other than trace.json, messages/ and inbox/."""
         name = path[len(self.rel(self.dir)) + 1:]
         return "/" not in name and name != TRACE_FILE
+
+
+def _folds(path: list[int], files: list[int]) -> tuple[Fold, ...]:
+    """The runs of more than `FOLD_AT` of `files` (sorted sequences) off `path`
+    between two of its sequences (by sequence order)."""
+    bounds = sorted(set(path))
+    folds = []
+    for at in range(len(bounds) + 1):
+        below = bounds[at - 1] if at else None
+        above = bounds[at] if at < len(bounds) else None
+        low = bisect_right(files, below) if below is not None else 0
+        high = bisect_left(files, above) if above is not None else len(files)
+        if high - low > FOLD_AT:
+            folds.append(Fold(below, above, files[low], files[high - 1], high - low))
+    return tuple(folds)
+
+
+def _unfolded(first: int, end: int | None,
+              folds: Sequence[Fold]) -> list[tuple[int, int | None]]:
+    """The spans of sequences from `first` to `end` outside `folds` (in order)."""
+    spans: list[tuple[int, int | None]] = []
+    start = first
+    for fold in folds:
+        if fold.first > start:
+            spans.append((start, fold.first))
+        start = fold.last + 1
+    if end is None or start < end:
+        spans.append((start, end))
+    return spans
 
 
 def _usage_of(messages: Sequence[Message]) -> str:

@@ -4,7 +4,8 @@ Chromium (the fixtures of `tests/server/test_page.py`)."""
 from __future__ import annotations
 
 from agentfs.core.project import Project
-from tests.conftest import long_trace
+from agentfs.store.messages import Message, render_message
+from tests.conftest import git, long_trace
 from tests.server.conftest import Served
 from tests.server.test_page import log_in, page, pytestmark, sync_api  # noqa: F401 -- fixtures
 
@@ -48,3 +49,47 @@ def test_the_page_shows_the_tail_and_older_messages_on_demand(served: Served, pa
     expect(page.locator("#m-200")).to_have_class("msg role-user head")
     expect(older).to_have_attribute("title", "Read the 100 messages of the main path before #101")
     expect(page.locator("#tree > article")).to_have_count(100)
+
+
+def test_the_page_reads_a_summarys_originals_and_a_long_fork_when_opened(
+        served: Served, page):  # noqa: F811
+    project = Project.open(served.root)
+    long_trace(project, "t", 170, parents={130: 2})  # #130 continues #2: 3-129 replaced
+    trace = project.trace("t")
+    summary = Message(id="m130", sequence=130, parent_sequence=2, role="user",
+                      synthetic="summary", content="Summary: what #3-#129 did")
+    trace.message_path(summary).write_bytes(render_message(summary))
+    git(served.root, "add", "-A")
+    git(served.root, "commit", "-q", "-m", "t: 170 messages, #130 a summary")
+    with served.client() as client:  # #141-#170 left off the path
+        assert client.post("/api/traces/t/rewind", json={"sequence": 140}).status_code == 200
+    expect = sync_api.expect
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "first=" in r.url else None)
+    log_in(page, served)
+    page.goto(served.url + "#trace=t")
+
+    opener = page.locator("#m-130 details.originals > summary")
+    expect(opener).to_have_text(
+        "Show the 127 messages before this summary (the originals it replaced), #3–#129")
+    expect(page.locator("#m-3")).to_have_count(0)
+    assert asked == []  # nothing of the fold is read until it is opened
+    opener.focus()  # reachable and usable from the keyboard
+    page.keyboard.press("Enter")
+    expect(page.locator("#m-102")).to_contain_text("#102")
+    expect(page.locator("#m-103")).to_have_count(0)
+    more = page.locator("#m-130 button.show-more")
+    expect(more).to_have_attribute("title", "Read the next 27 of the 27 messages not shown yet")
+    more.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#m-129")).to_contain_text("#129")
+    expect(more).to_have_count(0)  # all read
+    expect(opener).to_be_focused()
+    assert [url.split("?")[1] for url in asked] == [
+        "first=3&end=130&limit=100", "first=103&end=130&limit=100"]
+
+    fork = page.locator("#tree > details.fork > summary")
+    expect(fork).to_have_text("30 messages left off the path (rewound or edited), #141–#170")
+    fork.click()
+    expect(page.locator("#m-170")).to_contain_text("#170")
+    expect(page.locator("#m-141")).to_have_class("msg role-assistant off-path")

@@ -78,3 +78,48 @@ def test_bad_page_values_are_422_with_a_hint(served: Served):
                 assert response.status_code == 422, (route, params, response.text)
                 body = response.json()
                 assert words in body["error"] and body["hint"], (route, params, body)
+
+
+def test_tree_pages_fold_long_runs_off_the_path_and_read_them_on_demand(served: Served):
+    long_trace(Project.open(served.root), "t", 80, parents={30: 2}, commit=True)  # 3-29 off
+    run_cli("rewind", "t", "55", cwd=served.root)  # 56-80 off the path too
+    with served.client() as client:
+        whole = client.get("/api/traces/t/tree").json()
+        tail = client.get("/api/traces/t/tree", params={"limit": 100}).json()
+        messages = client.get("/api/traces/t/messages",
+                              params={"limit": 100, "all": True}).json()
+        pages, at = [], 3
+        while at is not None:
+            page = client.get("/api/traces/t/tree",
+                              params={"first": at, "end": 30, "limit": 10}).json()
+            pages.append(page)
+            at = page["next"]
+        after_head = client.get("/api/traces/t/tree",
+                                params={"first": 56, "limit": 100}).json()
+        bad = [client.get("/api/traces/t/tree", params=params) for params in (
+            {"first": 3}, {"end": 30, "limit": 10}, {"first": 3, "limit": 10, "before": 9},
+            {"first": 30, "end": 3, "limit": 10}, {"first": 3, "limit": 5000})]
+    assert "folds" not in whole  # without limit: as it always was
+    assert tail["path"] == [1, 2, *range(30, 56)] and tail["older"] is None
+    assert tail["folds"] == [
+        {"after": 2, "before": 30, "first": 3, "last": 29, "count": 27},
+        {"after": 55, "before": None, "first": 56, "last": 80, "count": 25}]
+    assert sequences(tail["messages"]) == tail["path"]  # the folded ones are left out
+    assert messages["folds"] == tail["folds"] and messages["messages"] == [
+        {k: v for k, v in m.items() if k not in ("parent", "source_branch", "replaced_by")}
+        for m in tail["messages"]]
+    # the fold's pages hold its messages once each, as the whole tree has them
+    assert [sequences(p["messages"]) for p in pages] == [
+        list(range(3, 13)), list(range(13, 23)), list(range(23, 30))]
+    assert [p["next"] for p in pages] == [13, 23, None]
+    by_sequence = {m["sequence"]: m for m in whole["messages"]}
+    assert [m for p in pages for m in p["messages"]] == [by_sequence[s] for s in range(3, 30)]
+    assert sequences(after_head["messages"]) == list(range(56, 81))
+    for response in bad:
+        assert response.status_code == 422 and response.json()["hint"], response.text
+    # the command line says what its page left out
+    cli = json.loads(run_cli("show", "t", "--tail", "100", "--all", "--json",
+                             cwd=served.root).stdout)
+    assert cli["folds"] == tail["folds"]
+    text = run_cli("show", "t", "--tail", "100", "--all", cwd=served.root).stdout
+    assert "… 27 messages off the path left out, #3 to #29" in text

@@ -3,13 +3,15 @@ of the main path, reading only those (`MessageDir.one`/`window`, `Trace.path_sli
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, MessageFileError
-from agentfs.store.message_dir import shard_name
+from agentfs.store.message_dir import RACY_NS, shard_name
 from agentfs.store.messages import Message, render_message
-from agentfs.store.trace import Trace
+from agentfs.store.trace import Fold, Trace
 from tests.conftest import long_trace as write_long_trace
 
 
@@ -89,3 +91,37 @@ def test_a_loose_file_sharing_a_sequence_is_refused_in_a_window(project: Project
     with pytest.raises(MessageFileError) as info:
         trace.message_dir.window(5, 9)
     assert "also used by" in info.value.message
+
+
+def test_a_view_folds_long_runs_off_the_path_without_reading_them(project: Project) -> None:
+    # #1400 continues #2 (as a summary would): #3-#1399 are off the path
+    trace = long_trace(project, 1500, parents={1400: 2, 1480: 1470})  # and #1471-#1479
+    broken = trace.messages_dir / shard_name(500) / "000500-user.md"
+    broken.write_text("---\nnot: [closed\n")  # inside the fold: never read
+    view = trace.view(200)
+    assert [m.sequence for m in view.path][:3] == [1, 2, 1400]
+    assert view.folds == (Fold(after=2, before=1400, first=3, last=1399, count=1397),)
+    assert sorted(view.messages) == [1, 2, *range(1400, 1501)]  # a run of 9 stays
+    assert trace.message_dir.sequences(995, 1003) == list(range(995, 1003))
+    # the fold is read a page at a time, up to the broken file
+    page, following = trace.files_from(3, 1400, 100)
+    assert sequences(page) == list(range(3, 103)) and following == 103
+    page, following = trace.files_from(1390, 1400, 100)
+    assert sequences(page) == list(range(1390, 1400)) and following is None
+    with pytest.raises(MessageFileError):
+        trace.files_from(450, 1400, 100)
+
+
+def test_sequences_come_from_names_and_see_a_folder_change(project: Project) -> None:
+    trace = long_trace(project, 30)
+    folder = trace.messages_dir / shard_name(0)
+    time.sleep(RACY_NS / 1e9 + 0.05)  # the folder's last change settled: its names are kept
+    messages = trace.message_dir
+    assert messages.sequences(5, 9) == [5, 6, 7, 8]
+    assert shard_name(0) in messages._names
+    assert messages.sequences(0, limit=3) == [1, 2, 3, 4]  # the first 3 and the next
+    (folder / "000031-user.md").write_bytes(
+        render_message(Message(id="x", sequence=31, parent_sequence=30, role="user", content="x")))
+    (folder / "notes.txt").write_text("not a message")
+    (folder / "x\n000040-user.md").write_text("a name with a line break is no message")
+    assert messages.sequences(29) == [29, 30, 31]  # listed again: the folder changed

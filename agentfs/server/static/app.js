@@ -170,6 +170,7 @@
     page.messages = page.messages.filter((m) => m.sequence >= first);
     const held = new Set(page.messages.map((m) => m.sequence));
     page.branches = page.branches.filter((b) => held.has(b.from_sequence));
+    page.folds = (page.folds || []).filter((f) => f.first >= first);
     page.older = first;
   }
 
@@ -187,6 +188,7 @@
       path: pages.flatMap((page) => page.path),
       messages: [...bySeq.values()].sort((a, b) => a.sequence - b.sequence),
       branches: [...branches.values()],
+      folds: pages.flatMap((page) => page.folds || []),
       older: pages[0].older,
     });
   }
@@ -298,9 +300,13 @@
     const ctx = { data, bySeq, children, branchesFrom, onPath, callNames };
     const root = document.createDocumentFragment();
     if (data.older !== null && data.older !== undefined) root.append(olderButton(data));
+    for (const fold of data.folds || []) if (fold.after === null) root.append(foldBox(ctx, fold));
     data.path.forEach((seq, i) => {
       root.append(card(ctx, bySeq.get(seq)));
       attachments(ctx, seq, data.path[i + 1], root);
+      for (const fold of data.folds || []) {
+        if (fold.after === seq && !summaryFold(ctx, fold)) root.append(foldBox(ctx, fold));
+      }
     });
     const top = (children.get(null) || []).filter((s) => !onPath.has(s));
     for (const seq of top) root.append(fork(ctx, seq));
@@ -469,7 +475,11 @@
       const originals = (ctx.children.get(m.parent) || []).filter(
         (s) => s !== m.sequence && ctx.bySeq.get(s).replaced_by === m.sequence);
       const count = ctx.data.messages.filter((x) => x.replaced_by === m.sequence).length;
-      if (originals.length) {
+      const fold = (ctx.data.folds || []).find((f) => f.before === m.sequence);
+      if (fold && m.on_path) {
+        article.append(foldBox(ctx, fold, "Show the " + fold.count + " messages before this "
+          + "summary (the originals it replaced), #" + fold.first + "–#" + fold.last));
+      } else if (originals.length) {
         article.append(folded("originals", "Show the " + count + " messages this summary replaced",
           (inner) => { for (const s of originals) chain(ctx, s, inner); }));
       } else if (m.on_path === false) {
@@ -480,6 +490,64 @@
       }
     }
     return article;
+  }
+
+  // --- folds: long runs of messages off the path a page of the tree left out ------------
+  // (GET .../tree?first=&end=&limit=), read a page at a time when their fold is opened.
+
+  const foldPages = new Map();  // what was read of each fold, kept across redraws
+
+  // A fold the server made just before a summary on the path holds its originals:
+  // the summary's card shows it.
+  function summaryFold(ctx, fold) {
+    const next = ctx.bySeq.get(fold.before);
+    return Boolean(next && next.synthetic === "summary" && next.on_path);
+  }
+
+  function foldBox(ctx, fold, title) {
+    const label = title || fold.count + " messages left off the path (rewound or edited), #"
+      + fold.first + "–#" + fold.last;
+    const cls = title ? "originals" : "fork";
+    return folded(cls, label, (inner) => {
+      const key = state.trace + "\u0000" + fold.first + "\u0000" + fold.last + "\u0000" + fold.count;
+      if (!foldPages.has(key)) foldPages.set(key, { messages: [], next: fold.first });
+      const read = foldPages.get(key);
+      const draw = () => drawFold(ctx, fold, read, inner, more);
+      const more = async () => {
+        const page = await api("GET", tracePath("/tree?first=" + read.next + "&end="
+          + (fold.last + 1) + "&limit=" + PAGE));
+        read.messages.push(...page.messages);
+        read.next = page.next;
+        draw();
+      };
+      if (read.messages.length) draw();
+      else more().catch((e) => { inner.textContent = e.message; });
+    });
+  }
+
+  // The messages of a fold read so far, as chains by parent (a sub-tree of their own),
+  // and "Show more" while the fold holds more.
+  function drawFold(ctx, fold, read, inner, more) {
+    const bySeq = new Map(read.messages.map((m) => [m.sequence, m]));
+    const children = new Map();
+    for (const m of read.messages) {
+      if (!children.has(m.parent)) children.set(m.parent, []);
+      children.get(m.parent).push(m.sequence);
+    }
+    const sub = Object.assign({}, ctx, { bySeq, children });
+    const hadFocus = inner.contains(document.activeElement);
+    inner.replaceChildren();
+    for (const m of read.messages) if (!bySeq.has(m.parent)) chain(sub, m.sequence, inner);
+    if (read.next !== null) {
+      const left = fold.count - read.messages.length;
+      const button = actionButton("Show more", "show-more",
+        "Read the next " + Math.min(PAGE, left) + " of the " + left + " messages not shown yet",
+        () => more().catch((e) => notify(e.message, false)));
+      inner.append(button);
+      if (hadFocus) button.focus();
+    } else if (hadFocus) {
+      inner.parentElement.querySelector("summary").focus();
+    }
   }
 
   function actionButton(label, cls, title, action) {
