@@ -29,10 +29,11 @@ STATIC = Path(__file__).resolve().parents[2] / "agentfs" / "server" / "static"
 CLICKED = {"send", "run", "send-run", "compress", "Rewind here", "Rewind with files",
            "Fork here", "stop", "approve-yes", "approve-no", "approve-always", "confirm-yes",
            "confirm-no", "Edit", "editor-save", "editor-cancel", "search", "new-trace",
-           "Show older messages"}
+           "Show older messages", "Show more"}
 
 #: The buttons scripts make, by label: each `actionButton("label", ...)` in static/.
-MADE_BY_SCRIPT = {"Rewind here", "Rewind with files", "Fork here", "Edit", "Show older messages"}
+MADE_BY_SCRIPT = {"Rewind here", "Rewind with files", "Fork here", "Edit", "Show older messages",
+                  "Show more"}
 
 HELD_TRACE = "held"
 ASKS_TRACE = "asks"
@@ -222,6 +223,26 @@ def _show_older(page, served: Served, click) -> None:
     sync_api.expect(page.locator("#tree > button.show-older")).to_have_count(0)
 
 
+def _long_traces(page, served: Served, click, shots: Shots) -> None:
+    """The buttons that read more of a long trace: older pages, a fold's next page."""
+    _show_older(page, served, click)
+    shots.take("older")
+    _show_more(page, served, click)
+    shots.take("fold")
+
+
+def _show_more(page, served: Served, click) -> None:
+    """A long run off the path is a fold, read 100 messages at a time when opened."""
+    long_trace(Project.open(served.root), "forked", 140, parents={130: 2}, commit=True)
+    page.goto(served.url + "#trace=forked")
+    fold = page.locator("#tree > details.fork")
+    fold.locator("> summary").click()  # 3-129 left off the path: the first 100 now
+    sync_api.expect(page.locator("#m-102")).to_contain_text("#102")
+    click("Show more", fold.locator("button.show-more"))
+    sync_api.expect(page.locator("#m-129")).to_contain_text("#129")
+    sync_api.expect(fold.locator("button.show-more")).to_have_count(0)
+
+
 def _compress_and_rewind(page, root: Path, click, shots: Shots) -> None:
     """Compress the demo, open the summary's originals, rewind to #12 (asked first)."""
     expect = sync_api.expect
@@ -350,13 +371,12 @@ def test_every_button_of_the_page_does_what_it_says_on_the_demo(
     _answer_the_waiting_calls(page, served, click)
     shots.take("approval")
     _search_edit_and_create(page, root, click, shots)
-    _show_older(page, served, click)
-    shots.take("older")
+    _long_traces(page, served, click, shots)
 
     assert seen == CLICKED, "the page shows a button this test does not click"
     assert clicked == CLICKED
     assert [p.name for p in shots.taken][1:] == [
         f"{n:02d}-{name}.png" for n, name in enumerate(
             ["send", "run", "send-run", "compress", "rewind", "diff", "rewind-files", "fork",
-             "stop", "approval", "search", "edit-versions", "new-trace", "older"], 1)]
+             "stop", "approval", "search", "edit-versions", "new-trace", "older", "fold"], 1)]
     assert_git_clean(root)
