@@ -7,8 +7,8 @@ lease expired), the push fails as a whole and no step of the job reaches the
 remote. No other worker moves a trace's ref, so steps of different traces never
 race. The job's last push folds its steps into `main`, with the backlog of
 unclaimed trace refs, deletes those refs and releases the claims, together; when
-`main` keeps moving, it gives up on `main` after a few tries and leaves the steps
-on the ref for the next fold.
+that fold loses the race for `main`, it leaves the steps on the ref for the next
+fold.
 """
 
 from __future__ import annotations
@@ -37,8 +37,12 @@ FETCH = (f"+{MAIN_REF}:{SEEN_MAIN}", f"+{TRACES}*:{SEEN_TRACES}*", f"+{CLAIMS}*:
 
 #: Pushes lost in a row before giving up for now (a trace ref races only with folds).
 RACES = 50
-#: Tries to fold a job's steps into main at its end before leaving them on the trace ref.
-FOLDS = 2
+#: Tries to fold a job's steps into main at its end before leaving them on the trace ref:
+#: one, since a fold lost is lost to another fold, which the next one (any job's
+#: release takes the backlog along) makes up for without another race.
+FOLDS = 1
+#: Unclaimed trace refs a job's release folds along at most (a push's refs stay few).
+BACKLOG = 16
 
 
 def fetch(remote: GitRemote) -> str | None:
@@ -159,7 +163,8 @@ class Publisher:
             return False
         self.main = main
         refs = seen_traces(self.remote)
-        self.backlog = {t: sha for t, sha in backlog(refs, seen).items() if t != self.trace_id}
+        left = sorted(backlog(refs, seen).items())
+        self.backlog = dict([(t, sha) for t, sha in left if t != self.trace_id][:BACKLOG])
         ref = refs.get(self.trace_id or "")
         if ref is None and self.ref is not None:  # folded by someone else
             self.ref, self.remote_tip = None, main.encode()

@@ -14,7 +14,6 @@ more at once. See docs/remote.md.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import socket
@@ -28,7 +27,7 @@ from typing import Any
 from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceNotFound
 from agentfs.models.base import Model
-from agentfs.remote.claims import Claims, Held, new_trace_claim
+from agentfs.remote.claims import Claims, Held, new_trace_claim, rank, spread
 from agentfs.remote.publish import Publisher, fetch
 from agentfs.remote.tracerefs import backlog, fold, seen_traces
 from agentfs.store.git.lockfiles import clear_stale
@@ -192,7 +191,7 @@ class Worker:
         folds it: between one and two leases, like a dead worker's claim, at a point
         in between that differs by worker and by ref, so that idle workers seldom fold
         the same backlog at once."""
-        return self.lease * (1 + int.from_bytes(self._rank(sha)[:4], "big") / 2**32)
+        return self.lease * (1 + spread(self.name, sha))
 
     def jobs(self) -> list[tuple[str, str | None]]:
         """(claim name, trace id or None for a new trace's file) of the work in the
@@ -219,12 +218,7 @@ class Worker:
                 found.append((trace_id, trace_id))
         if project is not None:
             project.repo.close()
-        return sorted(found, key=lambda job: self._rank(job[0]))
-
-    def _rank(self, key: str) -> bytes:
-        """A hash of this worker's name and `key`: an order, or a point in time, that
-        differs from worker to worker without any of them talking to another."""
-        return hashlib.sha1(f"{self.name} {key}".encode(), usedforsecurity=False).digest()
+        return sorted(found, key=lambda job: rank(self.name, job[0]))
 
     def _trace_trees(self) -> dict[str, str]:
         """Trace id → the tree of its folder at HEAD, for every trace folder."""

@@ -107,7 +107,7 @@ def test_expired_claims_on_finished_work_are_reaped_and_live_ones_kept(remote):
     clock = Clock(100.0)
     judge = Claims(client, "judge", 5, clock=clock)
     assert judge.reap(look(client, judge), wanted={"busy"}) == []  # not expired yet
-    clock.now += 6
+    clock.now += 10  # two leases: past the point, within them, where this judge reaps
     assert judge.reap(look(client, judge), wanted={"busy"}) == ["new-0123456789abcdef0123"]
     refs = git(bare, "for-each-ref", "--format=%(refname)", CLAIMS)
     assert refs.split() == [CLAIMS + "busy"]
