@@ -98,15 +98,13 @@ class Worker:
 
     def take_one(self) -> bool:
         """Mirror the remote, claim one job and run it. False if there was none (then
-        the backlog of unclaimed steps may be folded); True also when a take was lost,
-        since the look that showed the job free is stale: look again before the next."""
+        expired claims on finished work are reaped and the backlog of unclaimed steps
+        may be folded); True also when a take was lost, since the look that showed the
+        job free is stale: look again before the next."""
         if self.mirror() is None:
             return False
         seen = self.claims.seen()
         jobs = self.jobs()
-        reaped = self.claims.reap(seen, {name for name, _ in jobs})
-        if reaped:
-            self.log("reaped", {"claims": reaped})
         for name, target in jobs:
             expect = self.claims.free(name, seen)
             if expect is False:
@@ -117,6 +115,9 @@ class Worker:
             self.log("claimed", {"claim": name, "took_over": expect is not None})
             self._job(held, target)
             return True
+        reaped = self.claims.reap(seen, {name for name, _ in jobs})
+        if reaped:
+            self.log("reaped", {"claims": reaped})
         self.fold_idle(seen)
         return False
 
