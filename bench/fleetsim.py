@@ -54,6 +54,7 @@ class Outcome:
     cpu: float  # CPU seconds of this process and its git subprocesses during the run
     problems: list[str]
     kinds: dict[str, list[int]]  # what each push did (`_kind`) → [pushes, refused]
+    events: dict[str, int]  # the workers' log: claimed, took_over, claim_lost, folded, ...
 
     @property
     def rate(self) -> float:
@@ -139,6 +140,12 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
 
     pushes = _Pushes()
     pushes.install()
+    events: Counter = Counter()
+
+    def log(event: str, data: dict) -> None:
+        with pushes.lock:
+            events[event] += 1
+            events["took_over"] += bool(data.get("took_over"))
     folder.mkdir(parents=True, exist_ok=True)
     with GitServer(folder / "server") as server:
         url = server.create("ws")
@@ -155,7 +162,7 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
             clone = folder / f"w{i:03d}"
             _git(folder, "clone", "-q", url, str(clone))
             fleet.append(Worker(clone, "origin", lambda m, p: FunctionModel(respond),
-                                lambda e, d: None, lease=lease, poll=poll, name=f"sim-{i}"))
+                                log, lease=lease, poll=poll, name=f"sim-{i}"))
         bare = server.base / "ws.git"
         threads = [threading.Thread(target=w.run_forever, daemon=True) for w in fleet]
         started, cpu_before = time.monotonic(), _cpu()
@@ -177,7 +184,7 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
                    pushes.counts["main_pushes"], pushes.counts["main_refused"],
                    pushes.counts["trace_pushes"], pushes.counts["trace_refused"],
                    pushes.counts["take_pushes"], pushes.counts["take_refused"], answered,
-                   cpu, problems, _kinds(pushes.counts))
+                   cpu, problems, _kinds(pushes.counts), dict(events))
 
 
 def _kinds(counts: Counter) -> dict[str, list[int]]:

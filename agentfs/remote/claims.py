@@ -9,7 +9,8 @@ still holds what its holder set (compare and swap on the server,
 one.
 
 A lease is judged on one clock, the judge's own: a claim is expired once this
-clone has seen the same claim commit for longer than its `seconds`. Each
+clone has seen the same claim commit for longer than its `seconds` (and up to
+half as long again, a point of this worker's own). Each
 renewal is a new commit (the counter moves), so a live holder's claim never
 stays the same that long; the holder's clock is never read. What this clone saw
 and when is kept in `.git/agentfs/claims-seen.json`, so a worker started anew
@@ -119,11 +120,17 @@ class Claims:
     def free(self, name: str, seen: dict[str, tuple[str, Lease | None]],
              ) -> str | None | Literal[False]:
         """False if a live lease holds `name`; else the value a take must expect
-        (None: no claim; a sha: an expired or broken one, taken over)."""
+        (None: no claim; a sha: an expired or broken one, taken over).
+
+        A lease is expired for this worker once this clone has seen the claim
+        unchanged for its `seconds` and up to half as long again, at a point that
+        differs by worker (`spread`): the idle workers of a fleet all see a dead
+        worker's claim, and all but the first to take it over would lose the race."""
         if name not in seen:
             return None
         sha, lease = seen[name]
-        if lease is not None and self._looks.unchanged_for(name, sha) < lease.seconds:
+        if lease is not None and self._looks.unchanged_for(name, sha) < lease.seconds * (
+                1 + spread(self.worker, sha) / 2):
             return False
         return sha
 
