@@ -43,11 +43,6 @@ RACES = 50
 FOLDS = 1
 #: Unclaimed trace refs a job's release folds along at most (a push's refs stay few).
 BACKLOG = 16
-#: A release folds when it finds no backlog (a quiet fleet: each job's steps reach main
-#: at its end) or at least BATCH - 1 refs in it (a busy fleet, where releases that
-#: each folded raced each other for main: one fold for about BATCH jobs); in between,
-#: it leaves its steps on the ref, and the backlog grows towards the next fold.
-BATCH = 4
 
 
 def fetch(remote: GitRemote) -> str | None:
@@ -137,15 +132,13 @@ class Publisher:
     def _steps(self, ref_tip: str | None, *, fold_them: bool) -> list[RefUpdate]:
         """The updates that put the trace's steps (`ref_tip`) where they go at release:
         folded into main with the ref deleted, or (`fold_them` False, or a path changed
-        on main too, or a backlog too short for a fold: `BATCH`) left on the trace ref.
-        The fold takes the backlog of unclaimed trace refs along (each deleted on the
-        value folded), so that leftovers reach main with a later job's end, and idle
-        workers seldom have any to fold."""
+        on main too) left on the trace ref. The fold takes the backlog of unclaimed
+        trace refs along (each deleted on the value folded), so that leftovers reach
+        main with the next job's end, and idle workers seldom have any to fold."""
         self.left_on_ref = False
         if ref_tip is None:
             return []
-        batched = not self.backlog or len(self.backlog) >= BATCH - 1
-        if (fold_them and batched) or self.trace_id is None:  # no trace: main only
+        if fold_them or self.trace_id is None:  # no trace (a rejected file): main only
             own = self.trace_id or ""
             folded = fold(self.repo, self.main, {**self.backlog, own: ref_tip})
             if own in folded.taken:

@@ -85,10 +85,9 @@ def test_workers_take_jobs_in_orders_of_their_own(tmp_path, server):
     assert orders == {("a", "b"), ("b", "a")}
 
 
-def test_a_jobs_release_folds_the_unclaimed_backlog_along(tmp_path, server, monkeypatch):
+def test_a_jobs_release_folds_the_unclaimed_backlog_along(tmp_path, server):
     person, url = two_traces(tmp_path, server)
     _, left = left_on_its_ref(tmp_path, url, person)
-    monkeypatch.setattr(publish, "BATCH", 2)  # a backlog of one is enough for a fold
     assert remote_refs(server, "refs/agentfs/traces/") == f"refs/agentfs/traces/{left}"
     events: list = []
     w2 = worker(worker_clone(tmp_path, url, "w2"), GatedModel(person / "script.json",
@@ -117,22 +116,3 @@ def test_an_idle_worker_folds_anothers_leftover_steps_only_after_a_lease(tmp_pat
     assert remote_refs(server, "refs/agentfs/") == ""
     assert [e for e, _ in owner_events if e == "folded"] == []
     check_remote(person, server, ["a: hello"])
-
-
-def test_a_release_that_finds_a_short_backlog_leaves_its_steps_for_a_batch(tmp_path, server,
-                                                                           monkeypatch):
-    """One ref waits unclaimed; with BATCH 3 the next release does not race for main
-    with it alone: its steps join the backlog, and its worker, idle, folds both."""
-    person, url = two_traces(tmp_path, server)
-    left_on_its_ref(tmp_path, url, person)
-    monkeypatch.setattr(publish, "BATCH", 3)
-    events: list = []
-    w2 = worker(worker_clone(tmp_path, url, "w2"), GatedModel(person / "script.json",
-                                                              lambda: None), events, lease=30)
-    assert w2.take_one()
-    assert len(remote_refs(server, "refs/agentfs/traces/").split()) == 2
-    assert not w2.take_one()  # idle: its own leftover is folded at once, with the other
-    assert [(e, d) for e, d in events if e == "folded"] == [("folded",
-                                                             {"traces": ["a", "b"]})]
-    assert remote_refs(server, "refs/agentfs/") == ""
-    check_remote(person, server, ["a: hello", "b: hello"])
