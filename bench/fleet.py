@@ -4,8 +4,10 @@ with a model that waits 1–2 s per call:
 - throughput: 1, 2, 4 and 8 workers on the same jobs, jobs per second and the
   speed-up over one worker (the model waits, so N workers should be near N×);
 - contention: many workers at once, pushes refused because a ref moved (a compare
-  and swap lost), with per-trace refs and with the protocol before them (every step
-  a compare and swap on `main`: agentfs at commit `OLD`, exported with `git archive`).
+  and swap lost), by what they did (`bench/fleetsim.py:_kind`): 50 workers on 100
+  jobs; and 20 workers on 40 jobs with this protocol and with the one before
+  per-trace refs (every step a compare and swap on `main`: agentfs at commit `OLD`,
+  exported with `git archive`), which at 50 workers did not finish in 15 minutes.
 
 Each run is a subprocess `python -m bench.fleetsim` and is checked there: every job
 answered exactly once, nothing left waiting, `git fsck --strict` clean.
@@ -40,10 +42,12 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
                     "jobs/s", f"{out['rate'] / first:.2f}x one worker")
         results.add("fleet", f"{workers} worker(s): CPU per job", out["cpu"] / jobs, "s",
                     "agentfs and git, all workers")
-    workers, jobs = (20, 40) if quick else (50, 100)
     old = _export_old(scratch / "old")
-    runs = [("per-trace refs", None)] + ([("every step on main", old)] if old else [])
-    for label, code in runs:
+    runs: list[tuple[tuple[int, int], str, Path | None]] = [
+        ((10, 20) if quick else (20, 40), "per-trace refs", None)]
+    runs += [(runs[0][0], "every step on main", old)] if old else []
+    runs += [] if quick else [((50, 100), "per-trace refs", None)]
+    for (workers, jobs), label, code in runs:
         out = _simulate(scratch / f"c-{workers}-{bool(code)}", workers, jobs, code,
                         complete=False)
         name = f"{workers} workers, {jobs} jobs, {label}"
@@ -55,6 +59,8 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
                     f"of {out['main_pushes']}")
         results.add("fleet", f"{name}: pushes to trace refs refused", out["trace_refused"],
                     "pushes", f"of {out['trace_pushes']}")
+        results.add("fleet", f"{name}: claim takes refused", out["take_refused"], "pushes",
+                    f"of {out['take_pushes']}")
         results.add("fleet", f"{name}: throughput", out["rate"], "jobs/s")
 
 

@@ -53,6 +53,8 @@ class Outcome:
     answered: int  # assistant steps on main
     cpu: float  # CPU seconds of this process and its git subprocesses during the run
     problems: list[str]
+    kinds: dict[str, list[int]]  # what each push did (`_kind`) → [pushes, refused]
+    events: dict[str, int]  # the workers' log: claimed, took_over, claim_lost, folded, ...
 
     @property
     def rate(self) -> float:
@@ -80,6 +82,7 @@ class _Pushes:
 
         def push(remote, updates):
             ok = original(remote, updates)
+            kind = _kind(updates)
             main = any(u.ref == "refs/heads/main" for u in updates)
             trace = any(u.ref.startswith("refs/agentfs/traces/") and u.new for u in updates)
             take = len(updates) == 1 and updates[0].ref.startswith("refs/agentfs/claims/") \
@@ -93,9 +96,29 @@ class _Pushes:
                 counts["trace_refused"] += trace and not ok
                 counts["take_pushes"] += take
                 counts["take_refused"] += take and not ok
+                counts[f"{kind} pushes"] += 1
+                counts[f"{kind} refused"] += not ok
             return ok
 
         GitRemote.push = push  # type: ignore[method-assign]
+
+
+def _kind(updates) -> str:
+    """What a push did, by its refs: `fold` (moved main; `release` with it if it also
+    deleted claims), `steps` (moved a trace ref, renewing claims), `take` (created or
+    took over one claim, or renewed it alone), `reap` (deleted one claim alone: a reap, or
+    the release of a job that stopped early), `release` (deleted claims, leaving the
+    steps on the ref), else `other`."""
+    main = any(u.ref == "refs/heads/main" for u in updates)
+    claims = [u for u in updates if u.ref.startswith("refs/agentfs/claims/")]
+    deleted = any(u.new is None for u in claims)
+    if main:
+        return "release+fold" if deleted else "fold"
+    if any(u.ref.startswith("refs/agentfs/traces/") and u.new for u in updates) and not deleted:
+        return "steps"
+    if len(updates) == 1 and claims:
+        return "reap" if deleted else "take"
+    return "release" if deleted else "other"
 
 
 def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
@@ -117,6 +140,12 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
 
     pushes = _Pushes()
     pushes.install()
+    events: Counter = Counter()
+
+    def log(event: str, data: dict) -> None:
+        with pushes.lock:
+            events[event] += 1
+            events["took_over"] += bool(data.get("took_over"))
     folder.mkdir(parents=True, exist_ok=True)
     with GitServer(folder / "server") as server:
         url = server.create("ws")
@@ -133,7 +162,7 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
             clone = folder / f"w{i:03d}"
             _git(folder, "clone", "-q", url, str(clone))
             fleet.append(Worker(clone, "origin", lambda m, p: FunctionModel(respond),
-                                lambda e, d: None, lease=lease, poll=poll, name=f"sim-{i}"))
+                                log, lease=lease, poll=poll, name=f"sim-{i}"))
         bare = server.base / "ws.git"
         threads = [threading.Thread(target=w.run_forever, daemon=True) for w in fleet]
         started, cpu_before = time.monotonic(), _cpu()
@@ -155,7 +184,12 @@ def simulate(folder: Path, workers: int, jobs: int, delay: tuple[float, float],
                    pushes.counts["main_pushes"], pushes.counts["main_refused"],
                    pushes.counts["trace_pushes"], pushes.counts["trace_refused"],
                    pushes.counts["take_pushes"], pushes.counts["take_refused"], answered,
-                   cpu, problems)
+                   cpu, problems, _kinds(pushes.counts), dict(events))
+
+
+def _kinds(counts: Counter) -> dict[str, list[int]]:
+    kinds = sorted({key.split(" ")[0] for key in counts if " " in key})
+    return {kind: [counts[f"{kind} pushes"], counts[f"{kind} refused"]] for kind in kinds}
 
 
 def _cpu() -> float:

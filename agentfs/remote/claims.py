@@ -9,7 +9,8 @@ still holds what its holder set (compare and swap on the server,
 one.
 
 A lease is judged on one clock, the judge's own: a claim is expired once this
-clone has seen the same claim commit for longer than its `seconds`. Each
+clone has seen the same claim commit for longer than its `seconds` (and up to
+half as long again, a point of this worker's own). Each
 renewal is a new commit (the counter moves), so a live holder's claim never
 stays the same that long; the holder's clock is never read. What this clone saw
 and when is kept in `.git/agentfs/claims-seen.json`, so a worker started anew
@@ -29,7 +30,8 @@ from typing import Literal
 
 from agentfs.store.git.remote import GitRemote, RefUpdate
 
-__all__ = ["CLAIMS", "SEEN_CLAIMS", "SEEN_MAIN", "Claims", "Held", "Lease", "Looks", "new_trace_claim"]
+__all__ = ["CLAIMS", "SEEN_CLAIMS", "SEEN_MAIN", "Claims", "Held", "Lease", "Looks", "new_trace_claim",
+           "rank", "spread"]
 
 CLAIMS = "refs/agentfs/claims/"
 #: What the last fetch saw on the remote, kept in the clone.
@@ -41,6 +43,18 @@ def new_trace_claim(inbox_path: str) -> str:
     """The claim name for a file of the workspace `inbox/` (a trace still to create):
     its path hashed, since any file name must give a valid ref."""
     return "new-" + hashlib.sha1(inbox_path.encode(), usedforsecurity=False).hexdigest()[:20]
+
+
+def rank(worker: str, key: str) -> bytes:
+    """A hash of a worker's name and `key`: an order of jobs, or a point in time, that
+    differs from worker to worker without any of them talking to another, so that
+    workers acting on the same look of the remote seldom race for the same ref."""
+    return hashlib.sha1(f"{worker} {key}".encode(), usedforsecurity=False).digest()
+
+
+def spread(worker: str, key: str) -> float:
+    """`rank` as a fraction in [0, 1): where, in a wait, this worker acts."""
+    return int.from_bytes(rank(worker, key)[:4], "big") / 2**32
 
 
 @dataclass(frozen=True)
@@ -106,11 +120,17 @@ class Claims:
     def free(self, name: str, seen: dict[str, tuple[str, Lease | None]],
              ) -> str | None | Literal[False]:
         """False if a live lease holds `name`; else the value a take must expect
-        (None: no claim; a sha: an expired or broken one, taken over)."""
+        (None: no claim; a sha: an expired or broken one, taken over).
+
+        A lease is expired for this worker once this clone has seen the claim
+        unchanged for its `seconds` and up to half as long again, at a point that
+        differs by worker (`spread`): the idle workers of a fleet all see a dead
+        worker's claim, and all but the first to take it over would lose the race."""
         if name not in seen:
             return None
         sha, lease = seen[name]
-        if lease is not None and self._looks.unchanged_for(name, sha) < lease.seconds:
+        if lease is not None and self._looks.unchanged_for(name, sha) < lease.seconds * (
+                1 + spread(self.worker, sha) / 2):
             return False
         return sha
 
@@ -140,10 +160,17 @@ class Claims:
              limit: int = 20) -> list[str]:
         """Delete expired claims on nothing there is still work for (a killed worker's,
         whose job was finished or whose inbox file is gone), at most `limit` per call,
-        each only if it still holds the expired value. Returns the names deleted."""
+        each only if it still holds the expired value. Returns the names deleted.
+
+        A claim is reaped once this clone has seen it unchanged for between one and
+        two of this worker's leases, at a point that differs by worker (`spread`):
+        the idle workers of a fleet all look at the same claims, and all but the
+        first to reap one would lose the race."""
         stale = [RefUpdate(CLAIMS + name, None, sha) for name in sorted(seen)
                  if name not in wanted
-                 and (sha := self.free(name, seen)) is not False and sha is not None]
+                 and (sha := self.free(name, seen)) is not False and sha is not None
+                 and self._looks.unchanged_for(name, sha)
+                 >= self.lease_seconds * (1 + spread(self.worker, sha))]
         reaped = []
         for update in stale[:limit]:
             if self.remote.push([update]):

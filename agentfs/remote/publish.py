@@ -5,9 +5,10 @@ Steps go to the trace's own ref, `refs/agentfs/traces/<trace-id>`
 the job holds in one atomic push: if another worker took a claim over (the
 lease expired), the push fails as a whole and no step of the job reaches the
 remote. No other worker moves a trace's ref, so steps of different traces never
-race. The job's last push folds its steps into `main`, deletes the trace ref and
-releases the claims, together; when `main` keeps moving, it gives up on `main`
-after a few tries and leaves the steps on the ref for the next fold.
+race. The job's last push folds its steps into `main`, with the backlog of
+unclaimed trace refs, deletes those refs and releases the claims, together; when
+that fold loses the race for `main`, it leaves the steps on the ref for the next
+fold.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ import time
 
 from agentfs.errors import MergeConflict, RemoteError
 from agentfs.remote.claims import CLAIMS, SEEN_CLAIMS, SEEN_MAIN, Claims, Held
-from agentfs.remote.tracerefs import MAIN_REF, SEEN_TRACES, TRACES, fold, seen_traces, trace_ref
+from agentfs.remote.tracerefs import (
+    MAIN_REF,
+    SEEN_TRACES,
+    TRACES,
+    backlog,
+    fold,
+    seen_traces,
+    trace_ref,
+)
 from agentfs.store.git.carry import carry, new_commits
 from agentfs.store.git.remote import GitRemote, RefUpdate
 from agentfs.store.git.repo import GitRepo
@@ -28,8 +37,12 @@ FETCH = (f"+{MAIN_REF}:{SEEN_MAIN}", f"+{TRACES}*:{SEEN_TRACES}*", f"+{CLAIMS}*:
 
 #: Pushes lost in a row before giving up for now (a trace ref races only with folds).
 RACES = 50
-#: Tries to fold a job's steps into main at its end before leaving them on the trace ref.
-FOLDS = 2
+#: Tries to fold a job's steps into main at its end before leaving them on the trace ref:
+#: one, since a fold lost is lost to another fold, which the next one (any job's
+#: release takes the backlog along) makes up for without another race.
+FOLDS = 1
+#: Unclaimed trace refs a job's release folds along at most (a push's refs stay few).
+BACKLOG = 16
 
 
 def fetch(remote: GitRemote) -> str | None:
@@ -58,6 +71,8 @@ class Publisher:
         self.done = base.encode()  # the last local commit whose steps are on the remote
         self.remote_tip = base.encode()  # what the next steps are carried onto
         self.lost = False
+        self.left_on_ref = False  # the release left the steps on the ref, not on main
+        self.backlog: dict[str, str] = {}  # other traces' unclaimed refs, as last fetched
         self.renewed_at = time.monotonic()
 
     def close(self) -> None:
@@ -117,18 +132,22 @@ class Publisher:
     def _steps(self, ref_tip: str | None, *, fold_them: bool) -> list[RefUpdate]:
         """The updates that put the trace's steps (`ref_tip`) where they go at release:
         folded into main with the ref deleted, or (`fold_them` False, or a path changed
-        on main too) left on the trace ref."""
+        on main too) left on the trace ref. The fold takes the backlog of unclaimed
+        trace refs along (each deleted on the value folded), so that leftovers reach
+        main with the next job's end, and idle workers seldom have any to fold."""
+        self.left_on_ref = False
         if ref_tip is None:
             return []
         if fold_them or self.trace_id is None:  # no trace (a rejected file): main only
-            folded = fold(self.repo, self.main, {self.trace_id or "": ref_tip})
-            if folded.taken:
-                moves = [RefUpdate(MAIN_REF, folded.tip, self.main)] if folded.tip != self.main \
-                    else []
-                return moves + ([RefUpdate(trace_ref(self.trace_id), None, self.ref)]
-                                if self.ref is not None and self.trace_id else [])
+            own = self.trace_id or ""
+            folded = fold(self.repo, self.main, {**self.backlog, own: ref_tip})
+            if own in folded.taken:
+                others = [u for u in folded.updates() if u.ref != trace_ref(own)]
+                return others + ([RefUpdate(trace_ref(own), None, self.ref)]
+                                 if self.ref is not None and self.trace_id else [])
             if self.trace_id is None:
-                raise MergeConflict(next(iter(folded.left.values())), [])
+                raise MergeConflict(folded.left[own], [])
+        self.left_on_ref = True
         return [self._move(ref_tip)] if ref_tip != self.ref else []
 
     def _refresh(self) -> bool:
@@ -143,7 +162,10 @@ class Publisher:
             self.lost = True
             return False
         self.main = main
-        ref = seen_traces(self.remote).get(self.trace_id or "")
+        refs = seen_traces(self.remote)
+        left = sorted(backlog(refs, seen).items())
+        self.backlog = dict([(t, sha) for t, sha in left if t != self.trace_id][:BACKLOG])
+        ref = refs.get(self.trace_id or "")
         if ref is None and self.ref is not None:  # folded by someone else
             self.ref, self.remote_tip = None, main.encode()
         elif ref != self.ref:  # only the holder moves a trace ref: ours was lost

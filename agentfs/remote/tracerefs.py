@@ -10,6 +10,7 @@ docs/remote.md, "Folds".
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from agentfs.errors import MergeConflict
@@ -17,8 +18,8 @@ from agentfs.store.git.carry import carry
 from agentfs.store.git.remote import GitRemote, RefUpdate, git
 from agentfs.store.git.repo import GitRepo
 
-__all__ = ["MAIN_REF", "SEEN_TRACES", "TRACES", "Folded", "fold", "seen_traces", "trace_ref",
-           "unfolded"]
+__all__ = ["MAIN_REF", "SEEN_TRACES", "TRACES", "Folded", "backlog", "fold", "seen_traces",
+           "trace_ref", "unfolded"]
 
 MAIN_REF = "refs/heads/main"
 TRACES = "refs/agentfs/traces/"
@@ -33,6 +34,14 @@ def trace_ref(trace_id: str) -> str:
 def seen_traces(remote: GitRemote, prefix: str = SEEN_TRACES) -> dict[str, str]:
     """Trace id → the value of its trace ref as the last fetch saw it under `prefix`."""
     return {ref[len(prefix):]: sha for ref, (sha, _) in remote.local_refs(prefix).items()}
+
+
+def backlog(refs: dict[str, str], claimed: Iterable[str]) -> dict[str, str]:
+    """The trace refs (trace id → value) no claim holds: steps whose job ended without
+    folding them (its release lost the race for `main`), or a killed worker's once its
+    claim was reaped. Any fold may take them."""
+    taken = set(claimed)
+    return {t: sha for t, sha in refs.items() if t not in taken}
 
 
 def unfolded(repo: GitRepo, main: str, tips: dict[str, str]) -> dict[str, list[bytes]]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import shutil
 import socket
 import threading
@@ -28,9 +27,9 @@ from typing import Any
 from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceNotFound
 from agentfs.models.base import Model
-from agentfs.remote.claims import Claims, Held, new_trace_claim
+from agentfs.remote.claims import Claims, Held, new_trace_claim, rank, spread
 from agentfs.remote.publish import Publisher, fetch
-from agentfs.remote.tracerefs import fold, seen_traces
+from agentfs.remote.tracerefs import backlog, fold, seen_traces
 from agentfs.store.git.lockfiles import clear_stale
 from agentfs.store.git.remote import GitRemote, git, identity
 from agentfs.store.git.repo import GitRepo
@@ -71,6 +70,8 @@ class Worker:
         self.main: str | None = None  # the remote's main, as last fetched
         self.trace_refs: dict[str, str] = {}  # trace id → its ref on the remote, as last fetched
         self._looked: dict[str, tuple[str, bool]] = {}  # trace → (tree, had work) last look
+        self._waiting: dict[str, tuple[str, float]] = {}  # backlog: trace → (ref, seen since)
+        self._left: set[str] = set()  # traces whose steps this worker's release left on refs
 
     # --- the loop ---------------------------------------------------------------
 
@@ -96,26 +97,28 @@ class Worker:
         return False
 
     def take_one(self) -> bool:
-        """Mirror the remote, claim one job and run it. False if there was none."""
+        """Mirror the remote, claim one job and run it. False if there was none (then
+        expired claims on finished work are reaped and the backlog of unclaimed steps
+        may be folded); True also when a take was lost, since the look that showed the
+        job free is stale: look again before the next."""
         if self.mirror() is None:
             return False
         seen = self.claims.seen()
-        if self.fold_idle(seen):  # a backlog of unclaimed steps, folded first
-            self.mirror()
         jobs = self.jobs()
-        reaped = self.claims.reap(seen, {name for name, _ in jobs})
-        if reaped:
-            self.log("reaped", {"claims": reaped})
         for name, target in jobs:
             expect = self.claims.free(name, seen)
             if expect is False:
                 continue
             held = self.claims.take(name, expect)
             if held is None:
-                continue
+                return True
             self.log("claimed", {"claim": name, "took_over": expect is not None})
             self._job(held, target)
             return True
+        reaped = self.claims.reap(seen, {name for name, _ in jobs})
+        if reaped:
+            self.log("reaped", {"claims": reaped})
+        self.fold_idle(seen)
         return False
 
     def mirror(self, scope: str = EVERY) -> str | None:
@@ -157,11 +160,22 @@ class Worker:
         return view
 
     def fold_idle(self, seen: dict) -> bool:
-        """Fold into main the trace refs of traces nobody claims (a job whose release
-        gave up on main, a killed worker's steps): one try, a lost race is no loss.
+        """Fold into main the trace refs of traces nobody claims, when this worker has
+        no job: at once if its own release left some there, else once the backlog has
+        waited `Worker.fold_after` (any job's release folds the backlog along, so in a
+        busy fleet it seldom waits that long). One try, a lost race is no loss.
         True if this worker's fold moved main."""
-        refs = {t: sha for t, sha in self.trace_refs.items() if t not in seen}
-        if not refs or self.main is None:
+        refs = backlog(self.trace_refs, seen)
+        now = time.monotonic()
+        waiting = {}
+        for trace_id, sha in refs.items():
+            earlier = self._waiting.get(trace_id)
+            waiting[trace_id] = earlier if earlier and earlier[0] == sha else (sha, now)
+        self._waiting = waiting
+        self._left &= set(refs)
+        if self.main is None or not any(
+                t in self._left or now - since >= self.fold_after(sha)
+                for t, (sha, since) in waiting.items()):
             return False
         repo = GitRepo(self.root)
         try:
@@ -173,10 +187,18 @@ class Worker:
             return True
         return False
 
+    def fold_after(self, sha: str) -> float:
+        """Seconds another's leftover trace ref at `sha` waits before this idle worker
+        folds it: between one and two leases, like a dead worker's claim, at a point
+        in between that differs by worker and by ref, so that idle workers seldom fold
+        the same backlog at once."""
+        return self.lease * (1 + spread(self.name, sha))
+
     def jobs(self) -> list[tuple[str, str | None]]:
         """(claim name, trace id or None for a new trace's file) of the work in the
         clone: files in the workspace `inbox/`, traces with files in their inbox or
-        left unanswered. Shuffled, so that workers do not all race for the first.
+        left unanswered. In an order of this worker's own (by a hash of its name and
+        the job's), so that workers do not all race for the same first job.
 
         A trace is looked at only when its tree changed since the last look (the clone
         is a mirror: the same tree, the same answer), so an idle poll of a workspace
@@ -197,8 +219,7 @@ class Worker:
                 found.append((trace_id, trace_id))
         if project is not None:
             project.repo.close()
-        random.shuffle(found)
-        return found
+        return sorted(found, key=lambda job: rank(self.name, job[0]))
 
     def _trace_trees(self) -> dict[str, str]:
         """Trace id → the tree of its folder at HEAD, for every trace folder."""
@@ -368,6 +389,8 @@ class Worker:
             try:
                 if publisher.publish(release=True):
                     self.log("released", {"claims": names})
+                    if publisher.left_on_ref and publisher.trace_id:
+                        self._left.add(publisher.trace_id)
                     return
             except RemoteError as exc:
                 if time.monotonic() > deadline or self.stopping.is_set():

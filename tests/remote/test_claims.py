@@ -55,7 +55,7 @@ def test_a_lease_is_judged_on_the_judges_clock_not_the_holders(remote):
     assert judge.free("t", seen) is False  # the holder's clock says nothing
     clock.now += 29
     assert judge.free("t", look(client, judge)) is False
-    clock.now += 2  # seen unchanged for longer than the lease: expired
+    clock.now += 16  # seen unchanged for one and a half leases: expired for any judge
     assert judge.free("t", look(client, judge)) == seen["t"][0]
 
 
@@ -75,7 +75,7 @@ def test_a_renewed_claim_counts_from_the_renewal_and_a_new_process_remembers(rem
     clock.now += 8  # 16 s since the first look, 8 since the renewal was seen
     again = Claims(client, "judge", 10, clock=clock)  # a new process of the same clone
     assert again.free("t", look(client, again)) is False
-    clock.now += 3
+    clock.now += 8  # 16 s since the renewal: past one and a half leases
     again = Claims(client, "judge", 10, clock=clock)
     assert again.free("t", look(client, again)) == held.sha
 
@@ -107,7 +107,7 @@ def test_expired_claims_on_finished_work_are_reaped_and_live_ones_kept(remote):
     clock = Clock(100.0)
     judge = Claims(client, "judge", 5, clock=clock)
     assert judge.reap(look(client, judge), wanted={"busy"}) == []  # not expired yet
-    clock.now += 6
+    clock.now += 10  # two leases: past the point, within them, where this judge reaps
     assert judge.reap(look(client, judge), wanted={"busy"}) == ["new-0123456789abcdef0123"]
     refs = git(bare, "for-each-ref", "--format=%(refname)", CLAIMS)
     assert refs.split() == [CLAIMS + "busy"]
