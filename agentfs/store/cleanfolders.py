@@ -9,7 +9,7 @@ The memory of a trace is also saved beside its parse cache, in the folder
 `agentfs/store/workspace.py:Workspace.clean_marks`, so a new process (each
 `agentfs run`) starts from it: `folders.json` keeps each folder as its tree id
 and a digest of its files' stamps (about a hundred bytes whatever the folder
-holds, so reading it costs the number of folders), and `<folder>.json` the
+holds, so reading it costs the number of folders), and `stamps-<folder>.json` the
 stamps themselves, read only for a folder whose digest no longer matches: the
 files that kept their stamps still hold the remembered tree's blobs, and only
 the others are read (`agentfs/store/recovery.py:_since_remembered`). Derived
@@ -27,7 +27,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from agentfs.store.atomic import replace_derived
+from agentfs.store.atomic import purge_stale_temps, replace_derived
 from agentfs.store.parsecache import Stamp
 
 __all__ = ["CleanFolders", "Remembered", "load_stamps", "save_stamps", "stamps_digest"]
@@ -104,6 +104,7 @@ class CleanFolders:
             os.path.relpath(folder, trace_dir): [tree.hex(), digest.hex()]
             for folder, (tree, digest) in sorted(folders.items())
         }}).encode()
+        purge_stale_temps(marks)  # left by killed processes (no saved name starts with digits)
         _write(marks / FOLDERS, data)
 
     def trace_dirs(self) -> list[str]:
@@ -115,7 +116,7 @@ class CleanFolders:
 def save_stamps(marks: Path, folder: str, tree: bytes, stamps: dict[str, Stamp]) -> None:
     """Save in `marks` the stamps of the files of `folder` (a name in `messages/`)
     found to hold the tree `tree`."""
-    _write(marks / f"{folder}.json", json.dumps(
+    _write(marks / f"stamps-{folder}.json", json.dumps(
         {"format": FORMAT, "tree": tree.hex(), "stamps": stamps}).encode())
 
 
@@ -123,7 +124,7 @@ def load_stamps(marks: Path, folder: str, tree: bytes) -> tuple[bytes, dict[str,
     """(`tree`, the stamps `save_stamps` saved with it for `folder`), or None (none
     saved with that tree, or unreadable)."""
     try:
-        data = json.loads((marks / f"{folder}.json").read_bytes())
+        data = json.loads((marks / f"stamps-{folder}.json").read_bytes())
         if data.get("format") != FORMAT or data.get("tree") != tree.hex():
             return None
         return tree, {name: (int(m), int(c), int(size), int(ino))

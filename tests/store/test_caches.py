@@ -296,7 +296,7 @@ def test_a_new_process_recovers_from_the_clean_folders_the_last_one_saved(
 
     assert recover_in_new_process() == []  # through the index; the marks are saved
     assert sorted(p.name for p in project.workspace.clean_marks("long").iterdir()) == [
-        "000000-000999.json", "001000-001999.json", "folders.json"]
+        "folders.json", "stamps-000000-000999.json", "stamps-001000-001999.json"]
     index_loads: list[GitRepo] = []
     real_stat_cache = GitRepo.stat_cache
     monkeypatch.setattr(GitRepo, "stat_cache",
