@@ -23,6 +23,7 @@ from dulwich.objects import Blob
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.branches import queue_step_files
+from agentfs.store.cleanfolders import load_stamps, save_stamps, stamps_digest
 from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.git.index import StatCache
@@ -256,8 +257,12 @@ def _committed_files(
     return files
 
 #: A folder checked file by file that may be remembered as clean if nothing in it
-#: changed: (its path below the workspace, its absolute path, tree id, stamps).
-_Checked = tuple[str, str, bytes, dict[str, Stamp]]
+#: changed: (its path below the workspace, its absolute path, tree id, digest of
+#: stamps, the stamps).
+_Checked = tuple[str, str, bytes, bytes, dict[str, Stamp]]
+#: A folder of at most this many files, and bytes, not remembered clean is read and
+#: hashed rather than loading the index (whose size grows with the repository).
+FEW_FILES, FEW_BYTES = 16, 1 << 20
 
 
 def _worktree_files(
@@ -277,15 +282,23 @@ def _worktree_files(
 
     A folder of `messages/` whose files all have the stamps (mtime, ctime, size,
     inode) they had when an earlier recovery through the same repository object
-    found the folder to hold the same tree as now (`GitRepo.clean_folders`) is
-    not looked at further: every file is still stat'ed (an edit in place
-    changes a file's ctime, not its folder's mtime), but none is looked up in
-    the index or read, and the folder's committed tree is not walked. Only
-    folders whose stamps were all settled (older than the last clock ticks, by
-    mtime and ctime) are remembered.
+    found the folder to hold the same tree as now (`GitRepo.clean_folders`,
+    saved for the next process by `recover`) is not looked at further: every
+    file is still stat'ed (an edit in place changes a file's ctime, not its
+    folder's mtime), but none is looked up in the index or read, and the
+    folder's committed tree is not walked. Only folders whose stamps were all
+    settled (older than the last clock ticks, by mtime and ctime) are
+    remembered. A remembered folder whose stamps changed since (the newest
+    one, where the last run wrote) is compared file by file with the stamps
+    saved then: only the files with new stamps are read. The index, whose
+    load grows with the repository, is read only for the folders left (none
+    remembered, as after a copy) unless they hold a few small files, which are
+    read instead (the trace's own folder: `trace.json`).
     """
     prefix = trace.rel(trace.dir)
-    known = trace.repo.stat_cache()
+    marks = trace.workspace.clean_marks(trace.id)
+    trace.repo.clean_folders.load(str(trace.dir), marks)
+    known: list[StatCache] = []  # the index's stat data, loaded when first needed
     files: dict[str, bytes] = {}
     reread: dict[str, tuple[os.stat_result, bytes]] = {}  # read although the index knew them
     messages_key = trace.message_dir.key()
@@ -301,9 +314,9 @@ def _worktree_files(
         parent, _, name = rel_dir.rpartition("/")
         folder = "" if rel_dir == messages_rel else (
             name if parent == messages_rel and is_shard_name(name) else None)
-        found, stamps, plain, kept = _scan(directory, rel_dir, pending)
+        found, stamps, plain, kept, linked = _scan(directory, rel_dir, pending)
         if listing is not None and (folder is not None or rel_dir.startswith(messages_rel + "/")):
-            if any(stat.S_ISLNK(st.st_mode) for _, st in found):
+            if linked:
                 listing = None  # let the scan of messages/ report it
             elif folder is not None:
                 listing[folder] = ({n: s for n, s in stamps.items() if n != KEEP} if kept
@@ -311,13 +324,21 @@ def _worktree_files(
         tree = trees.get(folder) if folder else None
         if tree is not None and plain:
             remembered = trace.repo.clean_folders.get(str(trace.dir), directory)
-            if remembered is not None and remembered == (tree[1], stamps):
+            digest = stamps_digest(stamps)
+            if remembered is not None and remembered == (tree[1], digest):
                 clean.add(rel_dir)
                 continue
             trace.repo.clean_folders.forget(str(trace.dir), directory)
             if all(settled(max(s[0], s[1]), racy_after) for s in stamps.values()):
-                checked.append((rel_dir, directory, tree[1], stamps))
-        _blob_ids(found, rel_dir, known, files, reread)
+                checked.append((rel_dir, directory, tree[1], digest, stamps))
+            if remembered is not None and _since_remembered(
+                    trace, found, rel_dir, files, saved=load_stamps(marks, name, remembered[0])):
+                continue
+        if not known and _read_few(found, rel_dir, files):
+            continue
+        if not known:
+            known.append(trace.repo.stat_cache())
+        _blob_ids(found, rel_dir, known[0], files, reread)
     trace.repo.refresh_stat(reread)  # so the next run stats them instead of reading
     if listing is not None and trace.message_dir.key() == messages_key:
         trace.message_dir.hint(messages_key, listing)
@@ -325,9 +346,9 @@ def _worktree_files(
 
 
 #: A folder's files as scanned: (entry, its stat) of each file and symlink, the stamps
-#: of those, whether they are all regular files with no subfolder, and whether a
-#: `.gitkeep` is among them.
-_Scan = tuple[list[tuple[os.DirEntry[str], os.stat_result]], dict[str, Stamp], bool, bool]
+#: of those, whether they are all regular files with no subfolder, whether a
+#: `.gitkeep` is among them, and whether a symlink is.
+_Scan = tuple[list[tuple[os.DirEntry[str], os.stat_result]], dict[str, Stamp], bool, bool, bool]
 
 
 def _scan(directory: str, rel_dir: str, pending: list[tuple[str, str]]) -> _Scan:
@@ -336,6 +357,7 @@ def _scan(directory: str, rel_dir: str, pending: list[tuple[str, str]]) -> _Scan
     stamps: dict[str, Stamp] = {}
     plain = True  # regular files only
     kept = False  # a `.gitkeep`: a file here, not a message file
+    linked = False  # a symlink among the files
     with os.scandir(directory) as entries:
         for entry in entries:  # once per file of the trace: kept lean
             name = entry.name
@@ -352,9 +374,41 @@ def _scan(directory: str, rel_dir: str, pending: list[tuple[str, str]]) -> _Scan
                 plain = False
                 if not stat.S_ISLNK(st.st_mode):
                     continue  # a FIFO or device: Git does not track it, and reading could block
+                linked = True
             found.append((entry, st))
             stamps[name] = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
-    return found, stamps, plain, kept
+    return found, stamps, plain, kept, linked
+
+
+def _since_remembered(trace: Trace, found: list[tuple[os.DirEntry[str], os.stat_result]],
+                      rel_dir: str, files: dict[str, bytes], *,
+                      saved: tuple[bytes, dict[str, Stamp]] | None) -> bool:
+    """Into `files`: the blob id of each file of a folder once remembered clean, as
+    `saved` (tree id, stamps of its files then): the tree's blob for a file that
+    kept its stamp, else read. False (nothing done) without them or the tree."""
+    if saved is None:
+        return False
+    entries = trace.repo.tree_entries(saved[0])
+    if not entries:
+        return False
+    saved_stamps = saved[1]
+    for entry, st in found:
+        name = entry.name
+        kept = entries.get(name) if saved_stamps.get(name) == (
+            st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino) else None
+        files[f"{rel_dir}/{name}"] = kept[1] if kept is not None else _read_blob_id(entry)
+    return True
+
+
+def _read_few(found: list[tuple[os.DirEntry[str], os.stat_result]], rel_dir: str,
+              files: dict[str, bytes]) -> bool:
+    """Into `files`: the blob id of each file found, read, if they are a few small
+    ones (`FEW_FILES`, `FEW_BYTES`); False (nothing done) otherwise."""
+    if len(found) > FEW_FILES or sum(st.st_size for _, st in found) > FEW_BYTES:
+        return False
+    for entry, _ in found:
+        files[f"{rel_dir}/{entry.name}"] = _read_blob_id(entry)
+    return True
 
 
 def _blob_ids(found: list[tuple[os.DirEntry[str], os.stat_result]], rel_dir: str,
@@ -367,22 +421,30 @@ def _blob_ids(found: list[tuple[os.DirEntry[str], os.stat_result]], rel_dir: str
         blob_id = known.blob_id(rel, st)
         if blob_id is not None:
             files[rel] = blob_id
-        elif entry.is_symlink():
-            files[rel] = Blob.from_string(os.readlink(entry.path).encode()).id
-        else:
-            with open(entry.path, "rb") as f:
-                files[rel] = Blob.from_string(f.read()).id
-            if known.has(rel):
-                reread[rel] = (st, files[rel])
+            continue
+        files[rel] = _read_blob_id(entry)
+        if not entry.is_symlink() and known.has(rel):
+            reread[rel] = (st, files[rel])
+
+
+def _read_blob_id(entry: os.DirEntry[str]) -> bytes:
+    """The blob id of a file (of its target's name, for a symlink, as Git stores it)."""
+    if entry.is_symlink():
+        return Blob.from_string(os.readlink(entry.path).encode()).id
+    with open(entry.path, "rb") as f:
+        return Blob.from_string(f.read()).id
 
 
 def _remember_clean(trace: Trace, checked: list[_Checked], changed: list[str]) -> None:
     """Remember the folders checked file by file in which nothing changed
     (`agentfs/store/cleanfolders.py:CleanFolders`, held by the workspace's repository)."""
-    for rel_dir, directory, tree, stamps in checked:
+    marks = trace.workspace.clean_marks(trace.id)
+    for rel_dir, directory, tree, digest, stamps in checked:
         start = bisect.bisect_left(changed, rel_dir + "/")
         if start == len(changed) or not changed[start].startswith(rel_dir + "/"):
-            trace.repo.clean_folders.remember(str(trace.dir), directory, (tree, stamps))
+            save_stamps(marks, rel_dir.rpartition("/")[2], tree, stamps)
+            trace.repo.clean_folders.remember(str(trace.dir), directory, (tree, digest))
+    trace.repo.clean_folders.save(str(trace.dir), marks)
 
 
 def _ignored(name: str) -> bool:

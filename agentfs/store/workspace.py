@@ -76,6 +76,11 @@ class Workspace:
         """Where a trace's parsed message files are kept (`agentfs/store/parsecache.py`)."""
         return self.state_dir / "cache" / f"{trace_id}.pickle"
 
+    def clean_marks(self, trace_id: str) -> Path:
+        """The folder where recovery saves the folders of a trace's `messages/` it found
+        clean (`agentfs/store/cleanfolders.py:CleanFolders.save`)."""
+        return self.state_dir / "cache" / f"{trace_id}.clean"
+
     def summary_path(self, trace_id: str) -> Path:
         """The folder of a trace's summary for the trace list (`agentfs/store/summary.py`)."""
         return self.state_dir / "summaries" / trace_id

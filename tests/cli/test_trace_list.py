@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentfs.store import message_dir
-from tests.conftest import git, replay_workspace, run_cli
+from tests.conftest import git, long_trace, replay_workspace, run_cli
 
 SCRIPT = {"turns": [
     {"text": "Looking.", "tool_calls": [{"name": "read_file", "input": {"path": "notes.md"}}]},
@@ -121,3 +121,50 @@ def test_message_dir_one_reads_one_file_by_sequence(ws):
     loose.write_text("by hand\n")
     assert trace.message_dir.one(3).text == "by hand"
     assert trace.message_dir.roles() == {1: "system", 2: "user", 3: "user"}
+
+
+def test_a_resumed_run_on_a_long_trace_reads_only_the_files_the_last_run_added(
+    tmp_path: Path, monkeypatch
+):
+    """A run with a file in the inbox, in a new process after an earlier run: the
+    folders of messages/ found clean last time are known by their stamps, so no
+    message file is read or parsed but the ones the last run wrote, and the index
+    is not loaded to compare them; the run answers as usual."""
+    from agentfs.core.project import Project
+    from agentfs.store import recovery
+    from agentfs.store.git.repo import GitRepo
+
+    monkeypatch.setattr(recovery, "RACY_NS", 0)  # the files written moments ago count as settled
+    ws = replay_workspace(tmp_path / "ws", {"turns": [{"text": "Noted."}] * 600})
+    long_trace(Project.open(ws), "long", 1_010, commit=True)  # two folders of messages/
+    inbox = ws / "traces" / "long" / "inbox"
+    (inbox / "first.md").write_text("A first question.\n")
+    before = set(message_files(ws, "long"))
+    assert "Noted." in run_cli("run", "long", cwd=ws).stdout
+    added = {p.name for p in set(message_files(ws, "long")) - before}
+    assert len(added) == 2  # the question and the answer
+
+    message_dir._parsed.clear()  # a new process: nothing parsed in memory
+    parsed: list[str] = []
+    load = message_dir.load_message
+    monkeypatch.setattr(message_dir, "load_message",
+                        lambda path: (parsed.append(Path(path).name), load(path))[1])
+    opened: list[str] = []
+    real_open = open
+    messages = str(ws / "traces" / "long" / "messages")
+
+    def tracking_open(file, *args, **kwargs):
+        if str(file).startswith(messages):
+            opened.append(Path(file).name)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", tracking_open)
+    index_loads: list[GitRepo] = []
+    stat_cache = GitRepo.stat_cache
+    monkeypatch.setattr(GitRepo, "stat_cache",
+                        lambda self: (index_loads.append(self), stat_cache(self))[1])
+    (inbox / "second.md").write_text("A second question.\n")
+    assert "Noted." in run_cli("run", "long", cwd=ws).stdout
+    assert set(opened) <= added and set(parsed) <= added
+    assert index_loads == []
+    assert listed(rows(ws)["long"])[1] == 1_014

@@ -15,7 +15,7 @@ from agentfs.store import message_dir as message_dir_module
 from agentfs.store import parsecache
 from agentfs.store.cleanfolders import CleanFolders
 from agentfs.store.trace import Trace
-from tests.conftest import assert_git_clean, git, user
+from tests.conftest import assert_git_clean, git, long_trace, user
 
 
 @pytest.fixture
@@ -119,11 +119,11 @@ def files_opened_under(folder: Path, monkeypatch) -> list[str]:
 def test_recover_reads_only_files_whose_stat_changed(
     project: Project, trace: Trace, monkeypatch
 ) -> None:
-    read = files_opened_under(trace.dir, monkeypatch)
+    read = files_opened_under(trace.messages_dir, monkeypatch)
     fresh = new_process(project)
     with fresh.lock():
         assert fresh.recover() == []
-    assert read == []  # every file matched its index entry
+    assert read == []  # every file matched its index entry (trace.json, small, is read)
     (trace.messages_dir / "000000-000999/000004-user.md").write_text("---\nrole: user\n---\nchanged\n")
     with fresh.lock():
         assert fresh.recover() == ["edit"]
@@ -221,14 +221,7 @@ def test_a_folder_found_clean_is_still_checked_for_edits_in_place(
 
     assert recover() == []
     assert remembered.get(str(trace.dir), folder) is not None
-    looked_up: list[str] = []
-    real = recovery.Blob.from_string
-
-    def counting(data: bytes):
-        looked_up.append("read")
-        return real(data)
-
-    monkeypatch.setattr(recovery.Blob, "from_string", counting)
+    looked_up = files_opened_under(trace.messages_dir, monkeypatch)
     assert recover() == []
     assert looked_up == []
     path = trace.messages_dir / "000000-000999/000005-assistant.md"
@@ -278,4 +271,72 @@ def test_recovery_remembers_at_most_the_bound_of_traces(project: Project, monkey
         assert first.recover() == ["edit"]
         assert first.recover() == []  # clean again: remembered, the oldest other goes
     assert project.repo.clean_folders.trace_dirs() == [str(traces[2].dir), str(first.dir)]
+    assert_git_clean(project.workspace.root)
+
+
+def test_a_new_process_recovers_from_the_clean_folders_the_last_one_saved(
+    project: Project, monkeypatch
+) -> None:
+    """The folders of messages/ found clean are saved beside the parse cache: a new
+    process stats every file but reads none and loads no index for a folder that
+    kept its stamps, reads only the files a run added to the newest folder, and an
+    edit in place in an old folder (same size, mtime put back) is still an edit."""
+    from agentfs.store import recovery
+    from agentfs.store.git.repo import GitRepo
+
+    monkeypatch.setattr(recovery, "RACY_NS", 0)  # every file counts as settled
+    long_trace(project, "long", 1_010, commit=True)  # two folders
+    root = project.workspace.root
+    messages = project.trace("long").messages_dir
+
+    def recover_in_new_process() -> list[str]:
+        message_dir_module._parsed.clear()
+        fresh = Project.open(root).trace("long")
+        with fresh.lock():
+            return fresh.recover()
+
+    assert recover_in_new_process() == []  # through the index; the marks are saved
+    assert sorted(p.name for p in project.workspace.clean_marks("long").iterdir()) == [
+        "folders.json", "stamps-000000-000999.json", "stamps-001000-001999.json"]
+    index_loads: list[GitRepo] = []
+    real_stat_cache = GitRepo.stat_cache
+    monkeypatch.setattr(GitRepo, "stat_cache",
+                        lambda self: (index_loads.append(self), real_stat_cache(self))[1])
+    opened = files_opened_under(messages, monkeypatch)
+    assert recover_in_new_process() == []
+    assert (opened, index_loads) == ([], [])
+    trace = Project.open(root).trace("long")
+    with trace.lock():  # a run adds a message to the newest folder
+        trace.commit_step("user", [trace.new_message("user", "one more")])
+    assert recover_in_new_process() == []
+    assert (opened, index_loads) == (["001011-user.md"], [])
+    opened.clear()
+    path = messages / "000000-000999/000005-assistant.md"
+    before = os.stat(path)
+    path.write_bytes(path.read_bytes().replace(b"\n#5\n", b"\n#X\n"))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert recover_in_new_process() == ["edit"]
+    assert opened == ["000005-assistant.md"]
+    assert git(root, "show", "HEAD:traces/long/messages/000000-000999/000005-assistant.md"
+               ).endswith("#X\n")
+    assert recover_in_new_process() == []
+    assert_git_clean(root)
+
+
+def test_damaged_clean_marks_are_ignored(project: Project, trace: Trace, monkeypatch) -> None:
+    """The saved marks are derived data: unreadable ones only cost a check through the index."""
+    from agentfs.store import recovery
+
+    monkeypatch.setattr(recovery, "RACY_NS", 0)
+    with new_process(project).lock():
+        assert new_process(project).recover() == []
+    marks = project.workspace.clean_marks("demo")
+    for path in marks.iterdir():
+        path.write_bytes(b"{not json")
+    path = trace.messages_dir / "000000-000999/000004-user.md"
+    path.write_text(path.read_text().replace("user number", "USER number"))
+    fresh = new_process(project)
+    with fresh.lock():
+        assert fresh.recover() == ["edit"]
+        assert fresh.recover() == []
     assert_git_clean(project.workspace.root)

@@ -218,8 +218,16 @@ class GitRepo:
         found = self.tree_lookup(commit_sha, directory)
         if found is None or not stat.S_ISDIR(found[0]):
             return {}
-        tree = self.objects[found[1]]
-        assert isinstance(tree, Tree)
+        return self.tree_entries(found[1])
+
+    def tree_entries(self, tree_sha: bytes) -> dict[str, tuple[int, bytes]]:
+        """The entries of a tree object: name → (mode, sha); {} if there is no such tree."""
+        try:
+            tree = self.objects[tree_sha]
+        except KeyError:
+            return {}
+        if not isinstance(tree, Tree):
+            return {}
         return {e.path.decode(): (e.mode, e.sha) for e in tree.iteritems()}
 
     def walk(self, commit_sha: bytes | None, prefix: str,
