@@ -45,7 +45,7 @@ NOT_RUN = {
     "tests/tools/test_mcp.py::test_the_readme_s_mcp_example_runs_as_written runs it",
     "agentfs tools --mcp": "as agentfs trust",
     'agentfs run sums -m "What is 2 + 3?" --model replay:mcp-script.json': "as agentfs trust",
-    ".venv/bin/python -m pytest": "it is this suite",
+    ".venv/bin/python -m pytest -n auto --dist worksteal": "it is this suite",
     ".venv/bin/python -m bench": "the benchmarks take minutes; tests/test_bench.py runs "
     "each of them at a tiny size",
     ".venv/bin/agentfs serve": "it serves until stopped; tests/server/test_page_tour.py "
