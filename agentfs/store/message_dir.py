@@ -251,7 +251,8 @@ class MessageDir:
         what a run follows its main path through, reading the path's files and not
         the others. The same object while, as for `current`, the folder only gains
         files this object writes (`agentfs/store/history.py:PathMemo` relies on it);
-        a listing (`current`) or a change made by someone else makes a new one."""
+        a refresh (`current(refresh=True)`, as recovery does when it finds an edit)
+        or a file added, removed or renamed by someone else makes a new one."""
         key = self.key()
         if self._lookup is None or key != self._lookup_key:
             self._lookup, self._lookup_key = MessageLookup(self), key
