@@ -23,6 +23,7 @@ from agentfs.core.toolset import build_tools
 from agentfs.errors import AgentfsError, ConfigError
 from agentfs.models.base import ModelRequest, ModelResponse, ToolSpec
 from agentfs.skills import load_skills
+from agentfs.store.history import is_model_turn
 from agentfs.store.messages import Message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
@@ -31,11 +32,6 @@ if TYPE_CHECKING:
     from agentfs.core.project import Project
 
 __all__ = ["Budget", "RequestBuilder", "is_model_turn", "preview_request"]
-
-
-def is_model_turn(message: Message) -> bool:
-    """A turn of the model on the main history: what a request's `call_index` counts."""
-    return message.role == "assistant" and message.synthetic is None and message.branch_type is None
 
 
 def _is_system(message: Message) -> int:
@@ -78,7 +74,8 @@ class RequestBuilder:
         """The request that continues `path` (a main path, system message first).
 
         Its `call_index` counts the model's turns in the message files, so it stays
-        right after a crash (a counter in `trace.json` could lag behind them).
+        right after a crash (a counter in `trace.json` could lag behind them); the
+        count is kept with the trace's summary (`agentfs/store/trace.py:Trace.model_turns`).
         """
         system = path[0].text if path[0].role == "system" else ""
         messages = self._to_send(trace, system, self._conversation(path), tools)
@@ -86,7 +83,7 @@ class RequestBuilder:
             system=system,
             messages=messages,
             tools=tools,
-            call_index=trace.count(is_model_turn),
+            call_index=trace.model_turns(),
             max_tokens=self.config.max_tokens,
             thinking_budget=self.config.thinking_budget,
         )

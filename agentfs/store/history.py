@@ -13,15 +13,19 @@ as at message 100 (docs/performance.md).
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Mapping, Sequence
+from typing import Protocol
 
 from agentfs.errors import AgentfsError
 from agentfs.store.messages import Message, ToolCall
 
 __all__ = [
     "BrokenPath",
+    "Lookup",
     "PathMemo",
     "Tally",
     "answered_ids",
+    "is_final_answer",
+    "is_model_turn",
     "last_assistant",
     "parent_of",
     "path_to",
@@ -103,6 +107,11 @@ def is_final_answer(message: Message) -> bool:
     return message.role == "assistant" and not message.tool_calls
 
 
+def is_model_turn(message: Message) -> bool:
+    """A turn of the model on the main history: what a request's `call_index` counts."""
+    return message.role == "assistant" and message.synthetic is None and message.branch_type is None
+
+
 def last_assistant(path: Sequence[Message]) -> int:
     """Index of the last assistant message on `path`, or -1."""
     return next((i for i in range(len(path) - 1, -1, -1) if path[i].role == "assistant"), -1)
@@ -146,44 +155,62 @@ def step_end(path: Sequence[Message], messages: Mapping[int, Message]) -> int | 
     return current
 
 
-class PathMemo:
-    """The main path of a growing mapping, found again by walking only what changed.
+class Lookup(Protocol):
+    """Messages by sequence: a mapping, or one that reads each file when asked
+    (`agentfs/store/message_dir.py:MessageLookup`)."""
 
-    The mapping must follow one rule, which `agentfs/store/message_dir.py:MessageDir.current`
-    does: while it is the same object, it only gains messages newer than all it
-    held, and the messages in it never change. Any other change comes as a new
-    mapping, and the path is then walked from scratch. Between two calls with the
-    same mapping, the new head is walked back only until it meets the path found
-    last time: a step that appended messages costs those messages, a rewind to a
-    message on the path costs nothing, and Level 2 compression (a summary whose
-    parent is the first user message) costs one message.
+    def get(self, sequence: int, /) -> Message | None: ...
+
+
+class PathMemo:
+    """The main path of growing messages, found again by walking only what changed.
+
+    The messages (a mapping, or a lookup that reads files as asked) must follow
+    one rule, which `agentfs/store/message_dir.py:MessageDir.current` and
+    `MessageDir.lookup` do: while they are the same object, they only gain
+    messages newer than all they held, and the messages in them never change. Any
+    other change comes as a new object, and the path is then walked from scratch,
+    asking only for the messages on it. Between two calls with the same object,
+    the new head is walked back only until it meets the path found last time: a
+    step that appended messages costs those messages, a rewind to a message on
+    the path costs nothing, and Level 2 compression (a summary whose parent is the
+    first user message) costs one message.
     """
 
     def __init__(self) -> None:
-        self._messages: Mapping[int, Message] | None = None
+        self._messages: Lookup | None = None
         self._path: list[Message] = []
         self._position: dict[int, int] = {}  # sequence -> index on _path
 
-    def path(self, messages: Mapping[int, Message], head: int | None, *,
+    def path(self, messages: Lookup, head: int | None, *,
+             parent: Callable[[Message], int | None] | None = None,
              where: str = "") -> list[Message]:
-        """`path_to(messages, head)` (a new list each call)."""
+        """`path_to(messages, head)` (a new list each call). `parent` tells the parent
+        of a message without `parent_sequence`; without it, `messages` must be a
+        mapping holding every message (`parent_of`)."""
         if messages is self._messages and self._extend(messages, head):
             return list(self._path)
         self._messages = None  # if the walk below raises, nothing half-known is kept
-        path = path_to(messages, head, where=where)
+        if parent is None:
+            assert isinstance(messages, Mapping)
+            path = path_to(messages, head, where=where)
+        else:
+            path, _ = walk_back(messages.get, parent, head, where=where)
         self._messages = messages
         self._path = path
         self._position = {m.sequence: i for i, m in enumerate(path)}
         return list(path)
 
-    def _extend(self, messages: Mapping[int, Message], head: int | None) -> bool:
+    def _extend(self, messages: Lookup, head: int | None) -> bool:
         """Bring the path to `head` from the last one; False when it must be walked anew."""
         walked: list[Message] = []
+        seen: set[int] = set()
         current = head
         while current not in self._position:
             message = messages.get(current) if current is not None else None
-            if message is None or message.parent_sequence is None or len(walked) > len(messages):
+            if message is None or message.parent_sequence is None or current in seen:
                 return False  # not back to the known path (or a cycle): walk it all
+            seen.add(message.sequence)
             walked.append(message)
             current = message.parent_sequence
         at = self._position[current]

@@ -43,6 +43,7 @@ __all__ = [
     "DirKey",
     "Listing",
     "MessageDir",
+    "MessageLookup",
     "WindowReader",
     "folders",
     "is_shard_name",
@@ -88,6 +89,15 @@ _folders: dict[str, dict[str, _Folder]] = {}
 #: with the folder's (inode, mtime, ctime) when listed, while settled: an entry added,
 #: removed or renamed changes the folder's mtime and ctime.
 _names: dict[str, dict[str, tuple[tuple[int, int, int], list[int]]]] = {}
+#: The `_parsed` dict of each messages directory into which its on-disk parse cache
+#: was loaded: a dict that only a window filled (`MessageDir.window`) still loads it.
+_loaded: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
+
+#: The most sequences a `MessageLookup` reads at once: a path that goes on below
+#: that many consecutive ones is read whole.
+LOOKUP_RUN = 32
+#: Above every sequence: `MessageDir.previous` of it is the highest one.
+_NO_SEQUENCE = 10**18
 
 
 def stamp_of(st: os.stat_result) -> parsecache.Stamp:
@@ -206,6 +216,9 @@ class MessageDir:
         # Recovery stats every file anyway; the next scan reuses that listing if
         # the folder has not changed since: (folder key, listing).
         self._stat_hint: tuple[DirKey, Listing] | None = None
+        # Messages read only when asked for (`lookup`), with the key they are valid for.
+        self._lookup: MessageLookup | None = None
+        self._lookup_key: DirKey = None
 
     def messages(self, *, refresh: bool = False) -> dict[int, Message]:
         """Every message file by sequence (a copy).
@@ -228,12 +241,27 @@ class MessageDir:
         key = self.key()
         if not refresh and self._snapshot is not None and key == self._snapshot_key:
             return self._snapshot
+        if refresh:
+            self._lookup = None  # what it read may predate an edit in place seen now
         with gc_paused():
             return self._scan(key)
 
+    def lookup(self) -> MessageLookup:
+        """The messages by sequence, each read when first asked for (`MessageLookup`):
+        what a run follows its main path through, reading the path's files and not
+        the others. The same object while, as for `current`, the folder only gains
+        files this object writes (`agentfs/store/history.py:PathMemo` relies on it);
+        a refresh (`current(refresh=True)`, as recovery does when it finds an edit)
+        or a file added, removed or renamed by someone else makes a new one."""
+        key = self.key()
+        if self._lookup is None or key != self._lookup_key:
+            self._lookup, self._lookup_key = MessageLookup(self), key
+        return self._lookup
+
     def highest(self) -> int:
-        """The highest sequence of any message file, or 0."""
-        return next(reversed(self.current()), 0)
+        """The highest sequence of any message file, or 0, from the names in the newest
+        folders (no file is read)."""
+        return self.previous(_NO_SEQUENCE) or 0
 
     def path_of(self, message: Message) -> Path:
         """Where `message` is stored: where its file was found, else in its folder."""
@@ -396,10 +424,14 @@ class MessageDir:
         return best
 
     def write(self, message: Message) -> Path:
-        """Write one message file atomically, keeping the snapshot current."""
+        """Write one message file atomically, keeping the snapshot and the lookup current
+        (a file written again makes a new lookup)."""
         path = self.path_of(message)
         self._stat_hint = None
-        was_current = self._snapshot is not None and self._snapshot_key == self.key()
+        key = self.key()
+        was_current = self._snapshot is not None and self._snapshot_key == key
+        lookup = self._lookup if key == self._lookup_key and not os.path.lexists(path) else None
+        self._lookup = None
         atomic_write(path, render_message(message), tmp_dir=self.tmp_dir, sync_dir=self.durable)
         rel = path.relative_to(self.path).as_posix()
         folder = rel.rpartition("/")[0]
@@ -412,6 +444,9 @@ class MessageDir:
             if not is_last:  # new messages come last; only a rewrite can be out of order
                 self._snapshot = dict(sorted(self._snapshot.items()))
             self._snapshot_key = self.key()
+        if lookup is not None:
+            lookup.add(message)
+            self._lookup, self._lookup_key = lookup, self.key()
         return path
 
     def hint(self, key: DirKey, listing: Listing) -> None:
@@ -436,9 +471,16 @@ class MessageDir:
             return None
         return max(shards, key=_first, default=None)
 
+    def _load_cache(self) -> None:
+        """Add the on-disk parse cache to the parsed files, once per dict of them (a
+        window may have put a few in before)."""
+        if _loaded.get(str(self.path)) is not self._cache:
+            for rel, entry in parsecache.load(self.cache_path).items():
+                self._cache.setdefault(rel, entry)
+            _loaded[str(self.path)] = self._cache
+
     def _scan(self, key: DirKey) -> dict[int, Message]:
-        if not self._cache:
-            self._cache.update(parsecache.load(self.cache_path))
+        self._load_cache()
         found: dict[int, Message] = {}
         where: dict[int, str] = {}
         parsed = 0
@@ -497,8 +539,7 @@ class MessageDir:
         """Every message file that cannot be read or breaks a path rule, each with what
         to fix (`agentfs doctor`); `messages()` stops at the first. Files whose stamp
         is in the parse cache are not read again."""
-        if not self._cache:
-            self._cache.update(parsecache.load(self.cache_path))
+        self._load_cache()
         found: list[MessageFileError] = []
         listing = self._list(found)
         where: dict[int, str] = {}
@@ -641,3 +682,56 @@ class WindowReader:
 
     def _covers(self, first: int, end: int) -> bool:
         return any(a <= first and end <= b for a, b in self._covered)
+
+
+class MessageLookup:
+    """A trace's messages by sequence, each read when first asked for: the files of a
+    walk back along the main path (`agentfs/store/history.py:PathMemo`) and few
+    others, so a run on a compressed trace reads its path, not the trace.
+
+    A sequence not read yet reads one file; each next one asked for just below
+    the last read reads twice as many at once (`MessageDir.window`), up to
+    `LOOKUP_RUN`: a path that jumps (a compression summary's parent) reads little
+    besides its own files. A walk that goes on below that many consecutive
+    sequences is an uncompressed path, which the request holds whole anyway: it
+    takes every message at once (`MessageDir.current`, through the parse cache).
+    Messages the `MessageDir` writes while this is its lookup are added
+    (`MessageDir.lookup` tells when it is)."""
+
+    def __init__(self, messages: MessageDir) -> None:
+        self.messages = messages
+        self._read: dict[int, Message] = {}
+        self._covered: list[tuple[int, int]] = []  # windows read: first, end
+        self._size = 1  # sequences the last window read
+        self._below: int | None = None  # the sequence just below it
+        self._whole: dict[int, Message] | None = None
+
+    def get(self, sequence: int) -> Message | None:
+        """Message `sequence`, or None if no file has that sequence.
+
+        Raises:
+            MessageFileError: a file read for it cannot be read.
+        """
+        found = self._read.get(sequence)
+        if found is not None:
+            return found
+        if self._whole is not None:
+            return self._whole.get(sequence)
+        if any(first <= sequence < end for first, end in self._covered):
+            return None
+        size = self._size * 2 if sequence == self._below else 1
+        if size > LOOKUP_RUN:
+            self._whole = dict(self.messages.current())
+            self._whole.update(self._read)  # those written meanwhile are the newest
+            return self._whole.get(sequence)
+        first = max(sequence - size + 1, 0)
+        self._read.update(self.messages.window(first, sequence + 1))
+        self._covered.append((first, sequence + 1))
+        self._size, self._below = size, first - 1
+        return self._read.get(sequence)
+
+    def add(self, message: Message) -> None:
+        """A message just written (newer than every file read)."""
+        self._read[message.sequence] = message
+        if self._whole is not None:
+            self._whole[message.sequence] = message

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from agentfs.store.history import (
     PathMemo,
     Tally,
     is_final_answer,
+    is_model_turn,
     last_assistant,
     path_to,
     step_end,
@@ -289,12 +290,13 @@ class Trace:
 
         Without `messages`, of the message files as they are now, found again from
         the path of the last call (`agentfs/store/history.py:PathMemo`), so a run
-        pays for the messages it added, not for the whole trace.
+        pays for the messages it added, not for the whole trace; a new run reads
+        only the files on the path (`agentfs/store/message_dir.py:MessageDir.lookup`).
         """
         if messages is not None:
             return self.path_to(self.meta.head, messages)
-        return self._path_memo.path(self.message_dir.current(), self.meta.head,
-                                    where=str(self.messages_dir))
+        return self._path_memo.path(self.message_dir.lookup(), self.meta.head,
+                                    parent=self.parent, where=str(self.messages_dir))
 
     def path_slice(self, limit: int | None = None, *, before: int | None = None,
                    since: int = 0, get: WindowReader | None = None) -> PathSlice:
@@ -374,6 +376,20 @@ class Trace:
         since the last call with the same `test` (`agentfs/store/history.py:Tally`)."""
         tally = self._tallies.setdefault(test, Tally(test))
         return tally.count(self.message_dir.current())
+
+    def model_turns(self) -> int:
+        """How many message files are turns of the model
+        (`agentfs/store/history.py:is_model_turn`): a request's `call_index`. Kept
+        with the trace's summary from step to step (`agentfs/store/summary.py`), so
+        a new run reads no message file for it; counted over every file (`count`)
+        when no summary kept for this `trace.json` holds it, or when the newest file
+        is not the one it counted (a hand edit, a pull, files a crash left)."""
+        meta = self._meta_bytes()
+        summary = self.summary_file.read(meta) if meta is not None else None
+        if (summary is not None and summary.model_turns is not None
+                and summary.highest == self.message_dir.highest()):
+            return summary.model_turns
+        return self.count(is_model_turn)
 
     def next_sequence(self) -> int:
         return max(self.meta.next_sequence, self.message_dir.highest() + 1)
@@ -468,6 +484,8 @@ class Trace:
                     last = None
             summary = previous.after(committed, final=last is not None and is_final_answer(last),
                                      at=now())
+        if summary.model_turns is None:  # counted once, then carried step to step
+            summary = replace(summary, model_turns=self.count(is_model_turn))
         self.summary_file.write(summary, after, replaces=before)
 
     def count_usage(self, messages: Iterable[Message]) -> None:

@@ -125,7 +125,7 @@ def test_loop_start_from_the_end_finds_what_the_forward_scan_found(roles):
 @contextlib.contextmanager
 def checked():
     """Make every carried value be compared with the one found from scratch."""
-    real_main_path, real_count = Trace.main_path, Trace.count
+    real_main_path, real_count, real_turns = Trace.main_path, Trace.count, Trace.model_turns
     real_bound, real_request = TokenCounter.upper_bound, TokenCounter.request
     real_conversation = RequestBuilder._conversation
     real_to_send = RequestBuilder._to_send
@@ -137,13 +137,19 @@ def checked():
             calls["main_path"] += 1
             expected = self.path_to(self.meta.head, self.messages())
             assert [m.sequence for m in got] == [m.sequence for m in expected]
-            assert all(a is b for a, b in zip(got, expected, strict=True))
+            assert got == expected  # read one by one (MessageDir.lookup): equal, not shared
         return got
 
     def count(self, test):
         calls["count"] += 1
         got = real_count(self, test)
         assert got == sum(1 for m in self.messages().values() if test(m))
+        return got
+
+    def model_turns(self):  # kept with the summary: equal to a count over every file
+        calls["count"] += 1
+        got = real_turns(self)
+        assert got == sum(1 for m in self.messages().values() if is_model_turn(m))
         return got
 
     def upper_bound(self, system, messages, tools):
@@ -172,6 +178,7 @@ def checked():
         patch.setattr(RequestBuilder, "_to_send", to_send)
         patch.setattr(Trace, "main_path", main_path)
         patch.setattr(Trace, "count", count)
+        patch.setattr(Trace, "model_turns", model_turns)
         patch.setattr(TokenCounter, "upper_bound", upper_bound)
         patch.setattr(TokenCounter, "request", request)
         patch.setattr(RequestBuilder, "_conversation", conversation)
