@@ -667,7 +667,7 @@ class WindowReader:
         self._covered: list[tuple[int, int]] = []
 
     def __call__(self, sequence: int) -> Message | None:
-        if sequence in self._read or self._covers(sequence, sequence + 1):
+        if self.holds(sequence):
             return self._read.get(sequence)
         first = max(self.since, sequence - self.chunk + 1, 0)
         self._read.update(self.messages.window(first, sequence + 1))
@@ -679,6 +679,18 @@ class WindowReader:
         if end is not None and self._covers(first, end):
             return {n: m for n, m in sorted(self._read.items()) if first <= n < end}
         return self.messages.window(first, end)
+
+    def holds(self, sequence: int) -> bool:
+        """Whether `sequence` was read, or found to have no file, already."""
+        return sequence in self._read or self._covers(sequence, sequence + 1)
+
+    def read(self) -> dict[int, Message]:
+        """The messages read so far (and added)."""
+        return self._read
+
+    def add(self, message: Message) -> None:
+        """A message just written (newer than every file read)."""
+        self._read[message.sequence] = message
 
     def _covers(self, first: int, end: int) -> bool:
         return any(a <= first and end <= b for a, b in self._covered)
@@ -700,10 +712,8 @@ class MessageLookup:
 
     def __init__(self, messages: MessageDir) -> None:
         self.messages = messages
-        self._read: dict[int, Message] = {}
-        self._covered: list[tuple[int, int]] = []  # windows read: first, end
-        self._size = 1  # sequences the last window read
-        self._below: int | None = None  # the sequence just below it
+        self._windows = WindowReader(messages, chunk=1, since=0)  # chunk: the last window's
+        self._below: int | None = None  # the sequence just below the last window
         self._whole: dict[int, Message] | None = None
 
     def get(self, sequence: int) -> Message | None:
@@ -712,26 +722,21 @@ class MessageLookup:
         Raises:
             MessageFileError: a file read for it cannot be read.
         """
-        found = self._read.get(sequence)
-        if found is not None:
-            return found
         if self._whole is not None:
             return self._whole.get(sequence)
-        if any(first <= sequence < end for first, end in self._covered):
-            return None
-        size = self._size * 2 if sequence == self._below else 1
-        if size > LOOKUP_RUN:
-            self._whole = dict(self.messages.current())
-            self._whole.update(self._read)  # those written meanwhile are the newest
-            return self._whole.get(sequence)
-        first = max(sequence - size + 1, 0)
-        self._read.update(self.messages.window(first, sequence + 1))
-        self._covered.append((first, sequence + 1))
-        self._size, self._below = size, first - 1
-        return self._read.get(sequence)
+        windows = self._windows
+        if not windows.holds(sequence):
+            size = windows.chunk * 2 if sequence == self._below else 1
+            if size > LOOKUP_RUN:
+                # those read or written meanwhile are the newest
+                self._whole = {**self.messages.current(), **windows.read()}
+                return self._whole.get(sequence)
+            windows.chunk = size
+            self._below = max(sequence - size + 1, 0) - 1
+        return windows(sequence)
 
     def add(self, message: Message) -> None:
         """A message just written (newer than every file read)."""
-        self._read[message.sequence] = message
+        self._windows.add(message)
         if self._whole is not None:
             self._whole[message.sequence] = message

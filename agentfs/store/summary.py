@@ -62,7 +62,9 @@ class Summary:
     def after(self, messages: Iterable[Message], *, final: bool, at: str) -> Summary:
         """This summary once a step committed `messages` (new ones counted, rewrites
         not) and left a head that is a final answer or not."""
+        # imported here: it imports pydantic, which `agentfs status` never loads
         from agentfs.store.history import is_model_turn
+
 
         new = [m for m in messages if m.sequence > self.highest]
         turns = self.model_turns
