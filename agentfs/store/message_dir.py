@@ -181,9 +181,7 @@ def _sequences_of(names: Iterable[str]) -> list[int]:
 
 def _highest_below(names: Iterable[str], sequence: int) -> int | None:
     """The highest sequence below `sequence` among message file names, or None."""
-    found = [parsed[0] for parsed in map(parse_file_name, names)
-             if parsed is not None and parsed[0] < sequence]
-    return max(found, default=None)
+    return max((n for n in _sequences_of(names) if n < sequence), default=None)
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
