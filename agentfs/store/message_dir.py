@@ -11,12 +11,15 @@ folder. Every path of a message file is built and parsed here
 
 Parsed files are kept per process and on disk (`agentfs/store/parsecache.py`),
 keyed by each file's stat, so a long trace opens fast and a run re-reads only
-what changed. Message files are read through `agentfs/store/messages.py`, the
-one reader and writer of their format.
+what changed. The sequences each folder's file names tell are kept too, per process
+and on disk (`agentfs/store/foldernames.py`), so a view of a long compressed trace
+lists no folder that did not change. Message files are read through
+`agentfs/store/messages.py`, the one reader and writer of their format.
 """
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import time
@@ -24,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from agentfs.errors import MessageFileError
-from agentfs.store import parsecache
+from agentfs.store import foldernames, parsecache
 from agentfs.store.atomic import atomic_write
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.inbox import is_ignored_name
@@ -88,7 +91,9 @@ _folders: dict[str, dict[str, _Folder]] = {}
 #: The sequences the file names of each folder tell, by messages directory and folder,
 #: with the folder's (inode, mtime, ctime) when listed, while settled: an entry added,
 #: removed or renamed changes the folder's mtime and ctime.
-_names: dict[str, dict[str, tuple[tuple[int, int, int], list[int]]]] = {}
+_names: dict[str, foldernames.Names] = {}
+#: The `_names` dict of each messages directory into which its saved names were loaded.
+_names_loaded: dict[str, foldernames.Names] = {}
 #: The `_parsed` dict of each messages directory into which its on-disk parse cache
 #: was loaded: a dict that only a window filled (`MessageDir.window`) still loads it.
 _loaded: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
@@ -169,6 +174,11 @@ def _first(shard: str) -> int:
     return int(shard.partition("-")[0])
 
 
+def _bounds(name: str) -> tuple[int, int] | None:
+    """The first and last sequence folder `name` holds, or None if it is no folder of messages."""
+    return (_first(name), _first(name) + SHARD_SIZE - 1) if is_shard_name(name) else None
+
+
 def _sequences_of(names: Iterable[str]) -> list[int]:
     """The sequences of the message file names among `names` (`FILE_NAME`, matched
     over all of them at once: a folder of 1,000 names in one pass)."""
@@ -195,9 +205,11 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 class MessageDir:
     """The message files of one trace, by sequence."""
 
-    def __init__(self, path: Path, cache_path: Path, tmp_dir: Path, *, durable: bool) -> None:
+    def __init__(self, path: Path, cache_path: Path, tmp_dir: Path, *, durable: bool,
+                 names_path: Path | None = None) -> None:
         self.path = path
         self.cache_path = cache_path
+        self.names_path = names_path  # where `_names` is saved (`foldernames`), if anywhere
         self.tmp_dir = tmp_dir
         self.durable = durable
         # Parsed files by path below messages/, shared by every MessageDir of this
@@ -350,7 +362,9 @@ class MessageDir:
         and the one after them, with `limit`): only the folders that hold those
         sequences are listed, and no file is read. A folder whose names were listed
         before and that has not changed since (its stamp, settled) is not listed
-        again (`_names`). What a view counts of the messages it leaves out
+        again (`_names`), in this process or, through the names saved at `names_path`
+        when a call listed a folder anew, in the next (`agentfs/store/foldernames.py`).
+        What a view counts of the messages it leaves out
         (`agentfs/store/trace.py:Trace.view`)."""
         try:
             with os.scandir(self.path) as entries:
@@ -364,34 +378,57 @@ class MessageDir:
                  if wanted(n)]
         found: list[int] = []  # in order: folder after folder
         racy_after = time.time_ns() - RACY_NS
-        for name in sorted((name for name, is_dir in top if is_dir and is_shard_name(name)),
-                           key=_first):
+        shards = sorted((name for name, is_dir in top if is_dir and is_shard_name(name)),
+                        key=_first)
+        self._load_names()
+        listed = False
+        for name in shards:
             start = _first(name)
             if start + SHARD_SIZE <= first or (end is not None and start >= end) \
                     or (limit is not None and len(found) > limit):
                 continue
-            names = self._names_in(name, racy_after)
+            names, anew = self._names_in(name, racy_after)
+            listed = listed or anew
             inside = start >= first and (end is None or start + SHARD_SIZE <= end)
             found.extend(names if inside else filter(wanted, names))
+        if listed or not self._names.keys() <= set(shards):
+            self._save_names(shards)
         if loose:
             found = sorted(found + loose)
         return found if limit is None else found[:limit + 1]
 
-    def _names_in(self, folder: str, racy_after: int) -> list[int]:
-        """The sequences the file names of one folder tell, listed again only if the
-        folder changed since (`_names`)."""
+    def _names_in(self, folder: str, racy_after: int) -> tuple[list[int], bool]:
+        """The sequences the file names of one folder tell, in order, listed again only
+        if the folder changed since (`_names`); and whether they were listed and kept
+        anew (what is worth saving)."""
         path = self.path / folder
         try:
             st = os.stat(path)
             kept = self._names.get(folder)
             if kept is not None and kept[0] == (st.st_ino, st.st_mtime_ns, st.st_ctime_ns):
-                return kept[1]
+                return kept[1], False
             found = sorted(_sequences_of(os.listdir(path)))
         except (FileNotFoundError, NotADirectoryError):
-            return []
+            return [], False
         if settled(max(st.st_mtime_ns, st.st_ctime_ns), racy_after):
             self._names[folder] = ((st.st_ino, st.st_mtime_ns, st.st_ctime_ns), found)
-        return found
+            return found, True
+        return found, False
+
+    def _load_names(self) -> None:
+        """Add the saved names (`names_path`) to `_names`, once per dict of them."""
+        if self.names_path is not None and _names_loaded.get(str(self.path)) is not self._names:
+            for folder, entry in foldernames.load(self.names_path, _bounds).items():
+                self._names.setdefault(folder, entry)
+            _names_loaded[str(self.path)] = self._names
+
+    def _save_names(self, shards: list[str]) -> None:
+        """Save `_names` at `names_path`, without the folders no longer among `shards`
+        (the folders of `messages/`)."""
+        for gone in self._names.keys() - set(shards):
+            self._names.pop(gone, None)
+        if self.names_path is not None:
+            foldernames.save(self.names_path, dict(self._names))
 
     def reader(self, chunk: int, since: int = 0) -> WindowReader:
         """`one` for a walk back through the messages (`WindowReader`)."""
@@ -399,7 +436,9 @@ class MessageDir:
 
     def previous(self, sequence: int) -> int | None:
         """The highest sequence of a message file below `sequence`, or None; from
-        the names in its folder and the ones before it (no file is read). What a
+        the names in its folder and the ones before it (no file is read), kept as
+        `sequences` keeps them (`_names`) but not saved: a run asks for the highest
+        (`highest`) at every step, when its newest folder has just changed. What a
         file without `parent_sequence` follows (`agentfs/store/history.py:parent_of`)."""
         try:
             with os.scandir(self.path) as entries:
@@ -409,16 +448,15 @@ class MessageDir:
         best = _highest_below((name for name, is_dir in top if not is_dir), sequence)
         shards = sorted((name for name, is_dir in top if is_dir and is_shard_name(name)
                          and _first(name) < sequence), key=_first, reverse=True)
+        self._load_names()
+        racy_after = time.time_ns() - RACY_NS
         for shard in shards:
             if best is not None and best >= _first(shard) + SHARD_SIZE - 1:
                 break
-            try:
-                names = os.listdir(self.path / shard)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            found = _highest_below(names, sequence)
-            if found is not None:
-                return max(found, best) if best is not None else found
+            names, _ = self._names_in(shard, racy_after)
+            below = bisect.bisect_left(names, sequence)
+            if below:
+                return max(names[below - 1], best) if best is not None else names[below - 1]
         return best
 
     def write(self, message: Message) -> Path:

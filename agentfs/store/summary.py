@@ -168,7 +168,8 @@ def listed_summary(file: SummaryFile, workspace: Workspace, trace_id: str, meta_
         from agentfs.store.workspace import MESSAGES_DIR
 
         messages = MessageDir(workspace.trace_dir(trace_id) / MESSAGES_DIR,
-                              workspace.parse_cache(trace_id), file.tmp_dir, durable=False)
+                              workspace.parse_cache(trace_id), file.tmp_dir, durable=False,
+                              names_path=workspace.folder_names(trace_id))
         summary = build_summary(messages, head, at=at)
         file.write(summary, meta_bytes, replaces=None)
     return summary

@@ -140,7 +140,7 @@ class Trace:
         self._meta: TraceMeta | None = None
         self.message_dir = MessageDir(
             self.messages_dir, workspace.parse_cache(self.id),
-            self.tmp_dir, durable=repo.durable,
+            self.tmp_dir, durable=repo.durable, names_path=workspace.folder_names(self.id),
         )
         self.summary_file = SummaryFile(workspace.summary_path(self.id), self.tmp_dir)
         self._in_flight = InFlightRecord(

@@ -76,6 +76,11 @@ class Workspace:
         """Where a trace's parsed message files are kept (`agentfs/store/parsecache.py`)."""
         return self.state_dir / "cache" / f"{trace_id}.pickle"
 
+    def folder_names(self, trace_id: str) -> Path:
+        """Where the sequences of each folder of a trace's `messages/` are saved
+        (`agentfs/store/foldernames.py`), beside its parse cache."""
+        return self.state_dir / "cache" / f"{trace_id}.names"
+
     def clean_marks(self, trace_id: str) -> Path:
         """The folder where recovery saves the folders of a trace's `messages/` it found
         clean (`agentfs/store/cleanfolders.py:CleanFolders.save`)."""
