@@ -19,7 +19,7 @@ whose stamp no longer matches is listed again.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from agentfs.store.atomic import replace_derived
@@ -34,8 +34,11 @@ FolderStamp = tuple[int, int, int]
 Names = dict[str, tuple[FolderStamp, list[int]]]
 
 
-def runs(sequences: Iterable[int]) -> list[list[int]]:
-    """Sequences in increasing order as runs `[first, last]` of consecutive ones."""
+def runs(sequences: list[int]) -> list[list[int]]:
+    """Sequences in order as runs `[first, last]` of consecutive ones (a sequence two
+    files share makes two runs that `load` refuses: that folder is listed again)."""
+    if sequences and sequences == list(range(sequences[0], sequences[-1] + 1)):
+        return [[sequences[0], sequences[-1]]]  # a dense folder, told in C
     found: list[list[int]] = []
     for sequence in sequences:
         if found and found[-1][1] == sequence - 1:

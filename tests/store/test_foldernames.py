@@ -178,7 +178,9 @@ def test_a_names_entry_of_the_wrong_shape_is_listed_again(
 def test_runs() -> None:
     assert foldernames.runs([]) == []
     assert foldernames.runs([1, 2, 3, 5, 7, 8]) == [[1, 3], [5, 5], [7, 8]]
-    assert foldernames.runs(range(1000)) == [[0, 999]]
+    assert foldernames.runs(list(range(1000))) == [[0, 999]]
+    assert foldernames.runs([0, 1, 2, 3, 5]) == [[0, 3], [5, 5]]
+    assert foldernames.runs([1, 1, 3]) == [[1, 1], [1, 1], [3, 3]]
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -197,6 +199,9 @@ def test_sparse_folders_give_the_same_answers_with_and_without_saved_names(
              ).touch()
         present.extend(chosen)
     (messages / shard_name(0) / "notes.txt").touch()
+    (messages / shard_name(3000) / "003007-user.md").touch()  # a sequence two files share
+    (messages / shard_name(3000) / "003007-assistant.md").touch()
+    present = sorted([*(n for n in present if n != 3007), 3007, 3007])
     settle()
 
     def opened(names: Path | None) -> MessageDir:
