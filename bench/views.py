@@ -113,7 +113,7 @@ async def _folded(root: Path) -> dict[str, float]:
     [fold] = json.loads(body)["folds"]
     query = f"first={fold['first']}&end={fold['last'] + 1}&limit={PAGE}"
     figures["fold_ms"] = await _median_ms(app, f"/api/traces/{TRACE}/tree", query)
-    trace.workspace.folder_names(TRACE).unlink()
+    trace.workspace.folder_names(TRACE).unlink(missing_ok=True)
     _, unsaved, _ = await _first_paint(root)
     figures["unsaved_ms"] = unsaved["first_ms"]
     return figures
