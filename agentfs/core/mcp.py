@@ -3,10 +3,12 @@
 A server's tools are listed once per trace and recorded in trace.json
 (`context.mcp_tools`, committed with the run's next step); later runs offer
 the recorded list and start the server only when the model calls one of its
-tools. A server that says its tools changed (`notifications/tools/list_changed`),
-or lists other tools when it is started for a call, is listed again at the
-next step boundary (`McpTools.take_changes`, before a request is built), and
-the new list is recorded: the tool list changes between steps, never inside
+tools. A server whose tools were called in a step, or that says its tools
+changed (`notifications/tools/list_changed`), is listed again at the next step
+boundary (`McpTools.take_changes`, before a request is built), and a new list
+is recorded: an announcement may travel apart from the call's result and
+arrive late, so a server a step used is asked rather than trusted to have
+spoken in time. The tool list changes between steps, never inside
 one, and never without trace.json saying so.
 
 A server that cannot start is reported once (a `mcp_failed` event naming the
@@ -92,7 +94,7 @@ class McpTools:
         #: Servers that could not start in this run, and why.
         self.failed: dict[str, McpFailure] = {}
         self._connections: dict[str, ServerConnection] = {}
-        #: Servers started for a call, whose list is compared at the next boundary.
+        #: Servers started or called in this step, whose list is compared at the next boundary.
         self._to_check: set[str] = set()
         self._lock = threading.Lock()
 
@@ -163,7 +165,10 @@ class McpTools:
         return connection
 
     def _call(self, server: str, tool: str, arguments: dict[str, Any]) -> Any:
-        return self.connection(server).call_tool(tool, arguments)
+        connection = self.connection(server)
+        with self._lock:
+            self._to_check.add(server)  # a call may change the tools (see the docstring)
+        return connection.call_tool(tool, arguments)
 
     def _tool(self, server: str, record: ToolRecord) -> McpTool:
         return tool_of(server, record, partial(self._call, server))

@@ -7,7 +7,7 @@
 Its tools cover what a client must handle: `echo` (read-only), `add`, `image`
 (a PNG), `authorization` (the request's Authorization header), `fail` (an error result), `crash` (the process exits), `hang` (never
 answers) and `grow` (adds a tool, `extra`, and tells the client the list
-changed). It has one resource (`notes://readme`), one resource template
+changed, unless called with `announce` false). It has one resource (`notes://readme`), one resource template
 (`notes://{name}`) and one prompt (`review`). `McpHttpServer` runs it over
 HTTP on a free port for the length of a `with` block.
 """
@@ -86,11 +86,13 @@ def _add_tools(server: MCPServer) -> None:
         return (ctx.headers or {}).get("authorization", "(none)")
 
     @server.tool()
-    async def grow(ctx: Context) -> str:
-        """Add the tool `extra` and tell the client the tool list changed."""
+    async def grow(ctx: Context, announce: bool = True) -> str:
+        """Add the tool `extra`, and tell the client the tool list changed unless
+        `announce` is false."""
         if "extra" not in {tool.name for tool in await server.list_tools()}:
             server.add_tool(_extra, name="extra", description="A tool added by grow.")
-            await ctx.notify_tools_changed()
+            if announce:
+                await ctx.notify_tools_changed()
         return "added the tool extra"
 
 

@@ -288,13 +288,19 @@ def test_the_tool_list_stays_byte_identical_across_turns_runs_and_a_restarted_se
     assert tool_results(root)[2] == ("2", False)  # after the crash: restarted
 
 
+@pytest.mark.parametrize("announce", [True, False], ids=["announced", "unannounced"])
 def test_a_changed_tool_list_is_taken_at_the_next_step_and_recorded_in_trace_json(
-        tmp_path, http_server):
-    root = mcp_workspace(tmp_path / "ws", [], http_table(http_server.url, "g"))
-    with FakeAnthropicServer() as server:
+        tmp_path, announce):
+    # Announced or not, the change is offered at the next request: a server the
+    # step called is listed again at the boundary, so a late announcement (it
+    # travels apart from the result) cannot make the new tool one step late.
+    # A server of its own: `grow` changes the server for good.
+    with McpHttpServer() as http, FakeAnthropicServer() as server:
+        root = mcp_workspace(tmp_path / "ws", [], http_table(http.url, "g"))
         server.enqueue(
             {"text": "Echo.", "tool_calls": [{"name": "g__echo", "input": {"text": "x"}}]},
-            {"text": "Grow.", "tool_calls": [{"name": "g__grow", "input": {}}]},
+            {"text": "Grow.", "tool_calls": [{"name": "g__grow",
+                                               "input": {"announce": announce}}]},
             {"text": "Extra.", "tool_calls": [{"name": "g__extra", "input": {}}]},
             {"text": "Done."},
         )
