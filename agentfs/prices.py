@@ -9,6 +9,7 @@ the rest of agentfs.
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -93,6 +94,12 @@ class PriceTable:
             if matches:
                 return table[max(matches, key=len)], estimated
         return None
+
+    def fingerprint(self) -> str:
+        """What tells two tables apart (the workspace's prices and the estimates), for
+        costs kept on disk (`agentfs/core/listcache.py:ListCache`)."""
+        table = repr((sorted(self.given.items()), sorted(DEFAULT_PRICES.items())))
+        return hashlib.blake2b(table.encode(), digest_size=16).hexdigest()
 
     @classmethod
     def in_config(cls, path: Path) -> PriceTable:

@@ -57,8 +57,8 @@ def test_sqlite_peer_stores_a_checkpoint_with_every_message_per_step(tmp_path):
 
 def test_listing_times_the_trace_list_and_runs_with_nothing_to_do(tmp_path):
     figures = listing.measure_listing(tmp_path / "list", 1, traces=3)
-    assert {"first", "status --json", "GET /api/traces", "workspace_status in process",
-            "bare"} <= set(figures)
+    assert {"first", "status --json", "status", "GET /api/traces",
+            "workspace_status in process", "kept rows in process", "bare"} <= set(figures)
     assert all(value > 0 for value in figures.values())
     rows = json.loads(_show_status(tmp_path / "list"))["traces"]
     assert [(r["status"], r["messages"], r["title"]) for r in rows] == [

@@ -14,6 +14,7 @@ import click
 
 from agentfs.cli.context import (
     choose_model,
+    echo_json,
     model_to_record,
     open_project,
     start_notices,
@@ -26,8 +27,8 @@ from agentfs.cli.options import approve_option, run_options
 from agentfs.cli.terminal import Terminal
 
 if TYPE_CHECKING:
+    from agentfs.core.listcache import Listing
     from agentfs.core.project import Project
-    from agentfs.core.status import WorkspaceStatus
     from agentfs.models.base import Model
     from agentfs.store.workspace import Workspace
 
@@ -254,7 +255,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
                if tail or since is not None else {}),
             "messages": [message_record(m, p, prices) for m, p in chosen],
         }
-        click.echo(json.dumps(body, indent=2, ensure_ascii=False))
+        echo_json(body)
     else:
         if view.older is not None:
             click.echo(f"… (the main path goes on before #{view.older})\n")
@@ -293,8 +294,7 @@ def log(trace_ref: str, max_count: int | None, patch: bool, as_json: bool) -> No
             record = {**record, **step_diff(repo, step.commit, outside=own).record()}
         steps.append((step, record))
     if as_json:
-        click.echo(json.dumps({"trace": trace.id, "steps": [r for _, r in steps]}, indent=2,
-                              ensure_ascii=False))
+        echo_json({"trace": trace.id, "steps": [r for _, r in steps]})
         return
     for step, record in steps:
         click.echo(log_text(step, project.prices))
@@ -371,7 +371,7 @@ def search(words: tuple[str, ...], limit: int, as_json: bool) -> None:
 
     found = search_messages(open_project(), " ".join(words), limit)
     if as_json:
-        click.echo(json.dumps(found.record(), indent=2, ensure_ascii=False))
+        echo_json(found.record())
         return
     for hit in found.hits:
         place = "" if hit.on_path else " (off the path)"
@@ -395,7 +395,7 @@ def status(as_json: bool, check: bool) -> None:
     read is listed as broken, with what is wrong; the command then exits 1.
     """
     from agentfs.core.doctor import check_config
-    from agentfs.core.status import workspace_status
+    from agentfs.core.listcache import ListCache
     from agentfs.prices import PriceTable
     from agentfs.store.workspace import find_workspace
 
@@ -403,16 +403,15 @@ def status(as_json: bool, check: bool) -> None:
     if check:
         _doctor(workspace)
     check_config(workspace)
-    report = workspace_status(workspace, PriceTable.in_config(workspace.config_path))
-    broken = any(row.error for row in report.traces)
+    cache = ListCache(workspace, PriceTable.in_config(workspace.config_path),
+                      saved=workspace.trace_list)
+    listing = cache.listed()
+    cache.save()
     if as_json:
-        click.echo(json.dumps({"workspace": str(workspace.root),
-                               "traces": [row.record() for row in report.traces],
-                               "inbox": report.inbox, "inbox_rejected": report.inbox_rejected},
-                              indent=2))
+        echo_json(listing.document(str(workspace.root)))
     else:
-        _status_text(report)
-    if broken:
+        _status_text(listing)
+    if listing.broken:
         raise click.exceptions.Exit(1)
 
 
@@ -441,35 +440,44 @@ def _doctor(workspace: Workspace) -> None:
                "file(s), the index under traces/")
 
 
-def _status_text(report: WorkspaceStatus) -> None:
-    if not report.traces:
-        click.echo("no traces yet: agentfs new TRACE -m '...'")
-    for row in report.traces:
-        state = {"approval": f"waits for approval of {row.approval} (agentfs approve {row.trace})",
-                 "waiting": "waits for a user message"}.get(row.status, str(row.status))
-        pending = f", {len(row.pending_inbox)} in inbox" if row.pending_inbox else ""
-        if row.rejected:
-            pending += f", {len(row.rejected)} rejected (inbox/.rejected/)"
-        if row.messages is not None:
-            pending += f", {row.messages} messages"
-        if row.error:
-            click.echo(f"{row.trace:<24} BROKEN  {row.error}")
-            continue
-        error = ""
-        if row.last_error and not row.running:
-            error += f"  last run: {row.last_error.splitlines()[0][:120]}"
-        used = ""
-        if row.usage is not None and row.usage.calls:
-            used = f"  {row.usage.calls} calls"
-            if row.usage.counted:
-                tokens = row.usage.input_tokens + row.usage.output_tokens
-                used += f", {tokens:,} tokens, {row.usage.cost.text()}"
-        title = f"  {row.title!r}" if row.title else ""
-        click.echo(f"{row.trace:<24} head #{row.head}  {state}{pending}{used}{title}{error}")
-    if report.inbox:
-        click.echo(f"inbox/: {len(report.inbox)} file(s) waiting")
-    if report.inbox_rejected:
-        click.echo(f"inbox/.rejected/: {len(report.inbox_rejected)} file(s) that could not be used")
+def _status_text(listing: Listing) -> None:
+    """The list as lines, from the rows `--json` prints (`TraceStatus.record()`)."""
+    lines = [_status_line(row) for row in listing.rows()]
+    if not lines:
+        lines.append("no traces yet: agentfs new TRACE -m '...'")
+    if listing.inbox:
+        lines.append(f"inbox/: {len(listing.inbox)} file(s) waiting")
+    if listing.inbox_rejected:
+        lines.append(f"inbox/.rejected/: {len(listing.inbox_rejected)} file(s) that could "
+                     "not be used")
+    click.echo("\n".join(lines))  # one write: a line each is 1,000 writes
+
+
+def _status_line(row: dict[str, Any]) -> str:
+    """One trace's line of `agentfs status`."""
+    trace = row["trace"]
+    if "error" in row:
+        return f"{trace:<24} BROKEN  {row['error']}"
+    state = {"approval": f"waits for approval of {row.get('approval')} "
+                         f"(agentfs approve {trace})",
+             "waiting": "waits for a user message"}.get(row["status"], row["status"])
+    pending = f", {len(row['pending_inbox'])} in inbox" if row["pending_inbox"] else ""
+    if row["rejected"]:
+        pending += f", {len(row['rejected'])} rejected (inbox/.rejected/)"
+    if row["messages"] is not None:
+        pending += f", {row['messages']} messages"
+    error = ""
+    if row.get("last_error") and not row["running"]:
+        error += f"  last run: {row['last_error'].splitlines()[0][:120]}"
+    used = ""
+    usage = row["usage"]
+    if usage is not None and usage["calls"]:
+        used = f"  {usage['calls']} calls"
+        tokens = usage["input_tokens"] + usage["output_tokens"]
+        if tokens:
+            used += f", {tokens:,} tokens, {usage['cost']['text']}"
+    title = f"  {row['title']!r}" if row["title"] else ""
+    return f"{trace:<24} head #{row['head']}  {state}{pending}{used}{title}{error}"
 
 
 @cli.command()
@@ -485,7 +493,7 @@ def goals(trace_ref: str, summaries: bool, as_json: bool) -> None:
     trace = project.trace(trace_ref)
     tree = GoalTree.load(trace.dir / GOALS_FILE)
     if as_json:
-        click.echo(json.dumps(tree.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        echo_json(tree.model_dump(mode="json"))
         return
     click.echo(tree.to_prompt(include_summary=summaries))
     click.echo(tree.focus_reminder())
@@ -503,11 +511,11 @@ def skills(as_json: bool) -> None:
     project = open_project()
     catalog = load_skills(project.workspace.skills_dir)
     if as_json:
-        click.echo(json.dumps({
+        echo_json({
             "skills": [{"name": s.name, "description": s.description, "origin": s.origin,
                         "path": str(s.path)} for s in catalog],
             "errors": [str(e) for e in catalog.errors],
-        }, indent=2))
+        })
     else:
         for skill in catalog:
             note = f" (overrides {skill.overrides})" if skill.overrides else ""

@@ -7,12 +7,11 @@ running it again, and never merges anything twice.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from agentfs.cli.context import choose_model, open_project, start_notices
+from agentfs.cli.context import choose_model, echo_json, open_project, start_notices
 from agentfs.cli.terminal import echo_report
 
 if TYPE_CHECKING:
@@ -101,7 +100,7 @@ def knowledge(ctx: click.Context, status_filter: str | None, as_json: bool) -> N
     items = [i for i in load_items(project.workspace.knowledge_dir)
              if status_filter is None or i.status == status_filter]
     if as_json:
-        click.echo(json.dumps([item_record(i) for i in items], indent=2))
+        echo_json([item_record(i) for i in items])
         return
     if not items:
         click.echo("no knowledge items")
@@ -131,7 +130,7 @@ def evaluate(trace_ref: str | None, model: str | None, as_json: bool) -> None:
     if not groups:
         click.echo("no pending knowledge items: nothing to evaluate", err=True)
         if as_json:
-            click.echo(json.dumps({"traces": []}, indent=2))
+            echo_json({"traces": []})
         return
     records, trusted = [], start_notices(project)
     for trace_id, ids in groups.items():
@@ -140,7 +139,7 @@ def evaluate(trace_ref: str | None, model: str | None, as_json: bool) -> None:
         record["branches"] = [b for b in record["branches"] if b["type"] == KNOWLEDGE_EVAL]
         records.append(record)
     if as_json:
-        click.echo(json.dumps({"traces": records}, indent=2, ensure_ascii=False))
+        echo_json({"traces": records})
         return
     for record in records:
         echo_report(record, False)

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from agentfs.cli.context import echo_json
+
 if TYPE_CHECKING:
     from agentfs.store.approval import Answer
     from agentfs.store.messages import ToolCall
@@ -135,7 +137,7 @@ def echo_report(record: dict[str, Any], as_json: bool) -> None:
     """Print what side work did (`agentfs/core/sidework.py:report_record`): the summary
     each branch wrote, the knowledge items it filed."""
     if as_json:
-        click.echo(json.dumps(record, indent=2, ensure_ascii=False))
+        echo_json(record)
         return
     for branch in record["branches"]:
         if branch["messages"]:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import click
 
-from agentfs.cli.context import mcp_environment, open_project, trust_store
+from agentfs.cli.context import echo_json, mcp_environment, open_project, trust_store
 
 
 @click.command()
@@ -36,8 +35,7 @@ def tools(everything: bool, as_json: bool) -> None:
     finally:
         shutdown_mcp()
     if as_json:
-        click.echo(json.dumps({"mcp_servers": [_as_json(s) for s in listings]}, indent=2,
-                              ensure_ascii=False))
+        echo_json({"mcp_servers": [_as_json(s) for s in listings]})
     elif not listings:
         click.echo("no MCP servers: declare them in agentfs.toml as [mcp_servers.NAME]")
     for listing in listings if not as_json else []:

@@ -25,14 +25,15 @@ from agentfs.core.usage import Totals
 from agentfs.errors import AgentfsError
 from agentfs.prices import PriceTable
 from agentfs.store.approval import APPROVAL_FILE, read_pending
-from agentfs.store.inbox import rejected_names, waiting
+from agentfs.store.inbox import inbox_names, rejected_names, waiting
 from agentfs.store.metafile import read_meta_file
 from agentfs.store.spent import Spent
 from agentfs.store.summary import SummaryFile, listed_summary
 from agentfs.store.tracelock import is_locked
 from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, TRACES_DIR, Workspace
 
-__all__ = ["TraceState", "TraceStatus", "WorkspaceStatus", "trace_state", "workspace_status"]
+__all__ = ["RowMaker", "TraceState", "TraceStatus", "WorkspaceStatus", "row_maker", "trace_state",
+           "workspace_status"]
 
 
 class TraceState(StrEnum):
@@ -112,24 +113,24 @@ class WorkspaceStatus:
 RowMaker = Callable[[str], TraceStatus]
 
 
-def workspace_status(workspace: Workspace, prices: PriceTable, *,
-                     rows: Callable[[str, RowMaker], TraceStatus] | None = None,
-                     ) -> WorkspaceStatus:
-    """Every trace and both kinds of inbox; a broken trace.json is reported, not raised.
+def workspace_status(workspace: Workspace, prices: PriceTable) -> WorkspaceStatus:
+    """Every trace and both kinds of inbox, read afresh; a broken trace.json is
+    reported, not raised (`agentfs/core/listcache.py:ListCache` keeps rows that
+    did not change, in a process and across processes)."""
+    make = row_maker(workspace, prices)
+    return WorkspaceStatus([make(trace_id) for trace_id in workspace.trace_ids()],
+                           *inbox_names(workspace.inbox_dir))
 
-    `rows`, when given, is asked for each trace's row with the function that makes it
-    (a long-lived process keeps rows whose files did not change:
-    `agentfs/core/listcache.py:ListCache`)."""
+
+def row_maker(workspace: Workspace, prices: PriceTable) -> RowMaker:
+    """What makes one trace's row of the list, from its files."""
     places = _Places(workspace.traces_dir, workspace.lock_dir,
                      workspace.summary_path("_").parent, workspace.state_dir / "tmp")
 
     def make(trace_id: str) -> TraceStatus:
         return _trace_status(workspace, trace_id, prices, places)
 
-    return WorkspaceStatus([rows(trace_id, make) if rows is not None else make(trace_id)
-                            for trace_id in workspace.trace_ids()],
-                           [p.name for p in waiting(workspace.inbox_dir)],
-                           rejected_names(workspace.inbox_dir))
+    return make
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentfs.core.actions import edit_message, fork, post_message, rewind
@@ -80,7 +80,8 @@ class Server:
     listing: ListCache = field(init=False)
 
     def __post_init__(self) -> None:
-        self.listing = ListCache(self.project.workspace, self.project.prices)
+        self.listing = ListCache(self.project.workspace, self.project.prices,
+                                 saved=self.project.workspace.trace_list)
 
     def trace(self, trace_id: str) -> Trace:
         """An existing trace by id (never a path), or 404."""
@@ -269,14 +270,12 @@ def _trace_routes(api: APIRouter, server: Server) -> None:
     project = server.project
 
     @api.get("/traces", summary="Traces with their status (`agentfs status --json`)")
-    def list_traces() -> JSONResponse:
-        report = server.listing.status()
-        # JSONResponse: FastAPI's encoder would walk 1,000 rows again (docs/api.md)
-        return JSONResponse({
-            "workspace": str(project.workspace.root),
-            "traces": [{**row.record(), "server_run": server.runs.running(row.trace)}
-                       for row in report.traces],
-            "inbox": report.inbox, "inbox_rejected": report.inbox_rejected})
+    def list_traces() -> Response:
+        listing = server.listing.listed()
+        server.listing.save()  # for the next `agentfs status` (or server), if rows changed
+        # The rows' JSON texts joined: FastAPI's encoder would walk 1,000 rows (docs/api.md)
+        return Response(listing.document(str(project.workspace.root), lambda trace: {
+            "server_run": server.runs.running(trace)}), media_type="application/json")
 
     @api.post("/traces", status_code=201, summary="Create a trace (`agentfs new`)")
     def create_trace(body: NewTrace) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from agentfs.store.atomic import purge_stale_temps, replace_derived
-from agentfs.store.parsecache import Stamp
+from agentfs.store.stamps import Stamp
 
 __all__ = ["CleanFolders", "Remembered", "load_stamps", "save_stamps", "stamps_digest"]
 

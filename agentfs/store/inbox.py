@@ -22,8 +22,6 @@ import fnmatch
 import json
 import os
 import re
-import secrets
-import shutil
 import stat
 import time
 from dataclasses import dataclass, field
@@ -38,6 +36,7 @@ __all__ = [
     "SettleClock",
     "Staged",
     "exclude_temp_names",
+    "inbox_names",
     "inbox_problem",
     "is_hidden_drop",
     "is_ignored_name",
@@ -192,13 +191,13 @@ def stage(source: Path, folder: Path, sequence: int, origin: str) -> Staged | No
     target = folder / f"{sequence:06d}"
     folder.mkdir(parents=True, exist_ok=True)
     if target.exists():
-        shutil.rmtree(target)  # a claim that never happened (see `staged_in`)
+        _remove(target, ignore_errors=False)  # a claim that never happened (`staged_in`)
     target.mkdir()
     atomic_write(target / ORIGIN, json.dumps({"origin": origin}).encode())
     try:  # a symlink moves as itself, never followed
         os.rename(source, target / _content_name(origin))
     except FileNotFoundError:
-        shutil.rmtree(target, ignore_errors=True)
+        _remove(target)
         return None
     fsync_dir(target)
     return Staged(target, sequence, origin)
@@ -222,7 +221,7 @@ def staged_in(folder: Path) -> list[Staged]:
             origin = ""
         origin = origin if isinstance(origin, str) else ""
         if not os.path.lexists(path / _content_name(origin)):
-            shutil.rmtree(path, ignore_errors=True)
+            _remove(path)
             continue
         found.append(Staged(path, int(name), origin))
     return found
@@ -230,8 +229,15 @@ def staged_in(folder: Path) -> list[Staged]:
 
 def unstage(staged: Staged) -> None:
     """Remove a claim whose message is committed (or whose file was rejected)."""
-    shutil.rmtree(staged.dir, ignore_errors=True)
+    _remove(staged.dir)
     fsync_dir(staged.dir.parent)
+
+
+def _remove(claim: Path, *, ignore_errors: bool = True) -> None:
+    """Remove a claim's folder and what it holds (a dropped folder too)."""
+    import shutil  # here: the trace list imports this module and removes nothing
+
+    shutil.rmtree(claim, ignore_errors=ignore_errors)
 
 
 def save_in_inbox(folder: Path, text: str, *, tmp_dir: Path | None = None,
@@ -239,9 +245,15 @@ def save_in_inbox(folder: Path, text: str, *, tmp_dir: Path | None = None,
     """Write `text` atomically as a new file of the inbox `folder`, named by the
     time, so files are taken in the order they were written; returns its path."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")
-    path = folder / f"{stamp}-{secrets.token_hex(4)}.md"
+    path = folder / f"{stamp}-{os.urandom(4).hex()}.md"  # not `secrets`: the trace list imports this
     atomic_write(path, text.encode(), tmp_dir=tmp_dir, sync_dir=durable)
     return path
+
+
+def inbox_names(inbox: Path) -> tuple[list[str], list[str]]:
+    """The names of the files waiting in an inbox folder, and of those put aside in
+    its `.rejected/`."""
+    return [p.name for p in waiting(inbox)], rejected_names(inbox)
 
 
 def rejected_names(inbox: Path) -> list[str]:

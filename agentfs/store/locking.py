@@ -135,7 +135,7 @@ class FileLock(Lock):
             self.fd = None
 
 
-def is_held(path: Path) -> bool:
+def is_held(path: Path | str) -> bool:
     """True while some process holds an flock on `path` (a file left behind does not
     count)."""
     try:

@@ -38,10 +38,9 @@ from agentfs.store.messages import (
     parse_file_name,
     render_message,
 )
+from agentfs.store.stamps import RACY_NS, Stamp, settled, stamp_of
 
 __all__ = [
-    "COARSE_NS",
-    "RACY_NS",
     "SHARD_SIZE",
     "DirKey",
     "Listing",
@@ -52,15 +51,8 @@ __all__ = [
     "is_shard_name",
     "message_relpath",
     "parse_message_relpath",
-    "settled",
     "shard_name",
-    "stamp_of",
 ]
-
-#: A file modified this recently (ns) may change again without its stamp changing;
-#: with whole-second timestamps (a coarse filesystem), this much more.
-RACY_NS = 100_000_000
-COARSE_NS = 2_000_000_000
 
 #: Sequences per folder of `messages/`. Part of the trace format: changing it
 #: moves files, which needs an upgrade (`agentfs/store/upgrade.py`).
@@ -77,14 +69,14 @@ DirKey = tuple[tuple[int, int] | None, tuple[int, int] | None] | None
 
 #: The files of `messages/` as listed: folder (`""` for `messages/` itself, else the
 #: name of one of its folders) → file name → stamp.
-Listing = dict[str, dict[str, parsecache.Stamp]]
+Listing = dict[str, dict[str, Stamp]]
 
 #: A folder's files as last scanned: their stamps, and the messages by sequence
 #: (in order) with where each was found, below `messages/`.
-_Folder = tuple[dict[str, parsecache.Stamp], dict[int, Message], dict[int, str]]
+_Folder = tuple[dict[str, Stamp], dict[int, Message], dict[int, str]]
 
 #: Parsed message files of each messages directory this process has read.
-_parsed: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
+_parsed: dict[str, dict[str, tuple[Stamp, Message]]] = {}
 #: The folders of each messages directory as last scanned, while all their stamps were
 #: settled: a folder listed again with the same stamps holds the same messages.
 _folders: dict[str, dict[str, _Folder]] = {}
@@ -96,31 +88,13 @@ _names: dict[str, foldernames.Names] = {}
 _names_loaded: dict[str, foldernames.Names] = {}
 #: The `_parsed` dict of each messages directory into which its on-disk parse cache
 #: was loaded: a dict that only a window filled (`MessageDir.window`) still loads it.
-_loaded: dict[str, dict[str, tuple[parsecache.Stamp, Message]]] = {}
+_loaded: dict[str, dict[str, tuple[Stamp, Message]]] = {}
 
 #: The most sequences a `MessageLookup` reads at once: a path that goes on below
 #: that many consecutive ones is read whole.
 LOOKUP_RUN = 32
 #: Above every sequence: `MessageDir.previous` of it is the highest one.
 _NO_SEQUENCE = 10**18
-
-
-def stamp_of(st: os.stat_result) -> parsecache.Stamp:
-    """What tells that a file changed: (mtime, ctime, size, inode). ctime is set by
-    the system on every change and cannot be set back by a program."""
-    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
-
-
-def settled(changed_ns: int, racy_after: int) -> bool:
-    """True if a file last changed at `changed_ns`, seen after `racy_after` (ns), cannot
-    change again without its stamp changing: the change is older than the last clock
-    ticks (`RACY_NS`, or `COARSE_NS` with whole-second timestamps), as Git decides
-    for its index's "racily clean" entries. A parsed file is kept by its mtime; a
-    whole folder (`_folders`, recovery's clean folders) by the later of its files'
-    mtime and ctime, which a program cannot set back."""
-    return changed_ns < racy_after and bool(
-        changed_ns % 1_000_000_000 or changed_ns < racy_after - COARSE_NS
-    )
 
 
 def shard_name(sequence: int) -> str:
@@ -597,7 +571,7 @@ class MessageDir:
         return found
 
     def _parse_folder(
-        self, folder: str, stamps: dict[str, parsecache.Stamp], racy_after: int,
+        self, folder: str, stamps: dict[str, Stamp], racy_after: int,
         problems: list[MessageFileError] | None = None,
     ) -> tuple[dict[int, Message], dict[int, str], bool, int]:
         """The messages of one folder's files by sequence (in order), where each was

@@ -23,13 +23,13 @@ from typing import Any
 import pydantic
 
 from agentfs.store.atomic import purge_stale_temps, replace_derived
+from agentfs.store.stamps import Stamp
 
 #: Bumped when what is pickled changes shape (the versions below are checked too).
 FORMAT = 5
 #: Save after a scan that parsed at least this many files.
 SAVE_AFTER = 32
 
-Stamp = tuple[int, int, int, int]  # (mtime_ns, ctime_ns, size, inode)
 
 
 def load(path: Path) -> dict[str, tuple[Stamp, Any]]:

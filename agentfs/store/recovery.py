@@ -28,16 +28,10 @@ from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.git.index import StatCache
 from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
-from agentfs.store.message_dir import (
-    RACY_NS,
-    Listing,
-    is_shard_name,
-    parse_message_relpath,
-    settled,
-)
+from agentfs.store.message_dir import Listing, is_shard_name, parse_message_relpath
 from agentfs.store.messages import Message, parse_message
 from agentfs.store.meta import parse_meta
-from agentfs.store.parsecache import Stamp
+from agentfs.store.stamps import RACY_NS, Stamp, settled
 from agentfs.store.upgrade import upgrade
 from agentfs.store.workspace import INBOX_DIR
 

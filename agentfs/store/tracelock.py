@@ -45,9 +45,9 @@ class TraceLock(Lock):
         self._lock.release()
 
 
-def is_locked(lock_dir: Path, trace_id: str) -> bool:
+def is_locked(lock_dir: Path | str, trace_id: str) -> bool:
     """True while some process holds the trace's lock (a stale file does not count)."""
-    return is_held(lock_dir / f"{trace_id}.lock")
+    return is_held(f"{lock_dir}/{trace_id}.lock")  # a string: the trace list asks per trace
 
 
 def read_holder(path: Path) -> dict | None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +88,13 @@ class Workspace:
         clean (`agentfs/store/cleanfolders.py:CleanFolders.save`)."""
         return self.state_dir / "cache" / f"{trace_id}.clean"
 
+    @property
+    def trace_list(self) -> Path:
+        """Where the rows of the trace list are kept between processes
+        (`agentfs/core/listcache.py:ListCache`), beside the caches of the traces
+        (no trace's cache ends in `.list`)."""
+        return self.state_dir / "cache" / "traces.list"
+
     def summary_path(self, trace_id: str) -> Path:
         """The folder of a trace's summary for the trace list (`agentfs/store/summary.py`)."""
         return self.state_dir / "summaries" / trace_id
@@ -99,13 +108,28 @@ class Workspace:
 
     def trace_ids(self) -> list[str]:
         """Ids of the traces in `traces/` (directories holding a `trace.json`), sorted."""
-        if not self.traces_dir.is_dir():
+        return [trace_id for trace_id, _ in self.trace_files()]
+
+    def trace_files(self) -> list[tuple[str, os.stat_result]]:
+        """Each trace's id with the `stat` of its `trace.json`, by id: the entries of
+        `traces/` named like a trace id that hold a `trace.json` file (the trace list
+        keeps its rows by that stat, `agentfs/core/listcache.py:ListCache`)."""
+        try:
+            entries = os.scandir(self.traces_dir)
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(
-            entry.name
-            for entry in self.traces_dir.iterdir()
-            if TRACE_ID.fullmatch(entry.name) and (entry / TRACE_FILE).is_file()
-        )
+        found = []
+        with entries:  # strings, not pathlib: the trace list of 1,000 traces calls this
+            for entry in entries:
+                if not TRACE_ID.fullmatch(entry.name):
+                    continue
+                try:
+                    st = os.stat(f"{entry.path}/{TRACE_FILE}")
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    found.append((entry.name, st))
+        return sorted(found, key=lambda pair: pair[0])
 
     def resolve_trace(self, ref: str) -> str:
         """Trace id from an id or a path to a trace directory (or a file inside it)."""

@@ -1,18 +1,22 @@
-"""The server's trace list keeps each row while the files it was made from keep their
-stamps, and makes it again when one changes (`agentfs/core/listcache.py:ListCache`)."""
+"""The trace list keeps each row while the files it was made from keep their stamps,
+in a process and, through the saved file, from one process to the next; it makes a
+row again when one of them changes (`agentfs/core/listcache.py:ListCache`)."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from agentfs.core import status
+from agentfs.core import listcache, status
 from agentfs.core.listcache import ListCache
 from agentfs.core.project import Project
-from agentfs.store.message_dir import RACY_NS
+from agentfs.prices import Price, PriceTable
+from agentfs.store.stamps import RACY_NS
 from tests.conftest import replay_workspace, run_cli
 
 SCRIPT = {"turns": [{"text": "Done."}]}
@@ -38,42 +42,60 @@ def settle() -> None:
     time.sleep(2 * RACY_NS / 1e9)
 
 
-def test_rows_are_kept_until_one_of_their_files_changes(tmp_path: Path, made: list[str]):
+def afresh(project: Project) -> list[dict]:
+    """The list made from the files, with nothing kept."""
+    return [row.record() for row in status.workspace_status(project.workspace,
+                                                            project.prices).traces]
+
+
+def two_traces(tmp_path: Path) -> tuple[Path, Project]:
     ws = replay_workspace(tmp_path / "ws", SCRIPT)
     run_cli("run", "t", "-m", "Answer me", cwd=ws)
     run_cli("new", "u", "-m", "Later", cwd=ws)
-    project = Project.open(ws)
-    cache = ListCache(project.workspace, project.prices)
     settle()
+    return ws, Project.open(ws)
 
-    def listed() -> dict[str, status.TraceStatus]:
+
+def lister(project: Project, made: list[str], cache: ListCache):
+    def listed() -> dict[str, dict]:
         made.clear()
-        rows = {row.trace: row for row in cache.status().traces}
+        rows = cache.listed().rows()
         by_cache = list(made)
-        assert list(rows.values()) == status.workspace_status(
-            project.workspace, project.prices).traces  # the same as the list made afresh
+        assert rows == afresh(project)  # the same as the list made afresh
         made[:] = by_cache
-        return rows
+        return {row["trace"]: row for row in rows}
+
+    return listed
+
+
+def new_process(project: Project, prices: PriceTable | None = None) -> ListCache:
+    """What a new `agentfs status` starts with: the saved rows, nothing in memory."""
+    return ListCache(project.workspace, prices or project.prices,
+                     saved=project.workspace.trace_list)
+
+
+def test_rows_are_kept_until_one_of_their_files_changes(tmp_path: Path, made: list[str]):
+    ws, project = two_traces(tmp_path)
+    listed = lister(project, made, ListCache(project.workspace, project.prices))
 
     assert set(listed()) == {"t", "u"} and sorted(made) == ["t", "u"]
     rows = listed()
-    assert made == [] and rows["t"].status == status.TraceState.WAITING
+    assert made == [] and rows["t"]["status"] == "waiting"
 
     (ws / "traces/u/inbox/more.md").write_text("more\n")
     settle()
-    assert listed()["u"].pending_inbox == ["more.md"] and made == ["u"]
+    assert listed()["u"]["pending_inbox"] == ["more.md"] and made == ["u"]
 
     (ws / "traces/t/approval.json").write_text("{not json")
     settle()
-    assert listed()["t"].approval is not None and made == ["t"]
+    assert listed()["t"].get("approval") is not None and made == ["t"]
 
     with project.trace("t").lock():
-        assert listed()["t"].status == status.TraceState.RUNNING and made == ["t"]
-    assert listed()["t"].status != status.TraceState.RUNNING
+        assert listed()["t"]["status"] == "running" and made == ["t"]
+    assert listed()["t"]["status"] != "running"
 
     shutil.rmtree(ws / "traces/u")
     assert set(listed()) == {"t"} and made == []
-    assert set(cache._rows) == {"t"}  # the row of a trace that is gone is dropped
 
 
 def test_a_row_made_from_a_file_changed_just_now_is_made_again(tmp_path: Path, made: list[str]):
@@ -82,6 +104,193 @@ def test_a_row_made_from_a_file_changed_just_now_is_made_again(tmp_path: Path, m
     project = Project.open(ws)
     cache = ListCache(project.workspace, project.prices)
     (ws / "traces/t/inbox/now.md").write_text("now\n")  # may change again unseen
-    cache.status()
-    cache.status()
+    cache.listed()
+    cache.listed()
     assert made == ["t", "t"]
+
+
+def test_a_new_process_lists_from_the_saved_rows_and_sees_every_change_since(
+        tmp_path: Path, made: list[str]):
+    ws, project = two_traces(tmp_path)
+    first = new_process(project)
+    first.listed()
+    assert first.save() and not first.save()  # written once; nothing changed since
+    assert sorted(made) == ["t", "u"]
+
+    listed = lister(project, made, new_process(project))
+    assert set(listed()) == {"t", "u"} and made == []  # no trace.json read
+
+    # Each kind of change, made after the rows were saved, is seen by the next process.
+    pending = {"call_id": "c1", "tool": "bash", "input": {}, "sequence": 2, "answer": None}
+    changes = {
+        "the trace's inbox": lambda: (ws / "traces/t/inbox/more.md").write_text("more\n"),
+        "approval.json appears": lambda: (ws / "traces/u/approval.json").write_text(
+            json.dumps(pending)),
+        "an inbox's .rejected/ appears": (ws / "traces/t/inbox/.rejected").mkdir,
+        "trace.json edited in place": lambda: _edit_in_place(ws / "traces/u/trace.json"),
+        # approval.json exists now (seen above): an answer written into it in place
+        # moves no folder, so its own stamp must have been kept
+        "approval.json answered in place": lambda: _write_in_place(
+            ws / "traces/u/approval.json", json.dumps({**pending, "answer": "no"})),
+    }
+    for what, change in changes.items():
+        cache = new_process(project)
+        cache.listed()
+        cache.save()
+        change()
+        settle()
+        listed = lister(project, made, new_process(project))
+        rows = listed()  # asserts the rows equal the list made afresh
+        assert made, what
+    assert "approval" not in rows["u"]  # answered
+
+
+def _write_in_place(path: Path, text: str) -> None:
+    with open(path, "r+") as f:  # same inode: the folder's stamp does not move
+        f.write(text)
+        f.truncate()
+
+
+def _edit_in_place(path: Path, error: str = "the network went away") -> None:
+    """Record a failed run in trace.json without a new inode or a new folder entry."""
+    data = json.loads(path.read_text())
+    data["context"]["last_error"] = {"at": "2026-12-05T10:00:00+00:00", "error": error}
+    _write_in_place(path, json.dumps(data))
+
+
+def test_rows_saved_for_other_prices_are_made_again(tmp_path: Path, made: list[str]):
+    _, project = two_traces(tmp_path)
+    cache = new_process(project)
+    cache.listed()
+    cache.save()
+    made.clear()
+    other = PriceTable({"replay": Price(input=1, output=2)})
+    rows = new_process(project, other).listed().rows()
+    assert sorted(made) == ["t", "u"]
+    assert rows == [row.record() for row in status.workspace_status(project.workspace,
+                                                                    other).traces]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "byte flipped", "garbage", "empty",
+                                    "old format", "a row without its stamp"])
+def test_a_damaged_or_foreign_saved_file_is_ignored_whole(tmp_path: Path, made: list[str],
+                                                           damage: str):
+    _, project = two_traces(tmp_path)
+    cache = new_process(project)
+    cache.listed()
+    cache.save()
+    path = project.workspace.trace_list
+    data = path.read_bytes()
+    head, _, body = data.partition(b"\n")
+    damaged = {
+        "truncated": data[: len(data) - 40],
+        "byte flipped": data[:-20] + bytes([data[-20] ^ 0x01]) + data[-19:],
+        "garbage": b"\x00\xff" * 100,
+        "empty": b"",
+        "old format": head.replace(b'[1, "', b'[0, "', 1) + b"\n" + body,
+        "a row without its stamp": head + b"\n" + b"t\t" + body.split(b"\t", 2)[2],
+    }[damage]
+    path.write_bytes(damaged)
+    made.clear()
+    listed = new_process(project).listed()
+    assert sorted(made) == ["t", "u"]
+    assert json.loads(listed.document("x"))["traces"] == afresh(project)
+
+
+def test_a_row_made_while_a_run_took_the_lock_is_not_kept(tmp_path: Path, monkeypatch):
+    # The lock is looked at before the row is made: a run that starts in between
+    # makes a "running" row under a stamp that says "not locked". Kept, it would
+    # say "running" long after that run ended without a commit.
+    _, project = two_traces(tmp_path)
+    cache = ListCache(project.workspace, project.prices)
+    lock = project.trace("t").lock()
+    real = status._trace_status
+
+    def racing(workspace, trace_id, prices, places):
+        if trace_id == "t":
+            lock.acquire()  # a run starts after the stamp was taken
+        return real(workspace, trace_id, prices, places)
+
+    monkeypatch.setattr(status, "_trace_status", racing)
+    try:
+        assert cache.listed().rows()[0]["running"]
+    finally:
+        lock.release()  # the run ends, having committed nothing
+    monkeypatch.undo()
+    rows = {row["trace"]: row for row in cache.listed().rows()}
+    assert not rows["t"]["running"] and rows == {r["trace"]: r for r in afresh(project)}
+
+
+def test_text_the_file_cannot_split_survives_a_new_process(tmp_path: Path, made: list[str]):
+    ws = replay_workspace(tmp_path / "ws", SCRIPT)
+    run_cli("new", "t", "-m", "Résumé \"quoted\": \\ done", cwd=ws)
+    error = "Réseau\u2028line two\u0085three\ttab \"quoted\": \\ \x1c end"
+    _edit_in_place(ws / "traces/t/trace.json", error)
+    settle()
+    project = Project.open(ws)
+    cache = new_process(project)
+    cache.listed()
+    assert cache.save()
+    made.clear()
+    listed = new_process(project).listed()
+    assert made == []  # the saved row was read back, not made again
+    assert listed.ids == ["t"] and listed.rows() == afresh(project)
+    row = json.loads(listed.document(str(ws)))["traces"][0]
+    assert row["last_error"] == error and row["title"] == 'Résumé "quoted": \\ done'
+
+
+def test_the_rows_shape_is_pinned_so_a_change_bumps_the_saved_format(tmp_path: Path):
+    # A change to what a row holds must bump `listcache.FORMAT`: rows saved by an
+    # older agentfs would otherwise be printed as they are. Then update this shape.
+    assert listcache.FORMAT == 1
+    ws = replay_workspace(tmp_path / "ws", SCRIPT)
+    run_cli("run", "t", "-m", "Answer me", cwd=ws)
+    project = Project.open(ws)
+    row = new_process(project).listed().rows()[0]
+    shape = {key: sorted(value) if isinstance(value, dict) else None
+             for key, value in row.items()}
+    shape["usage"] = {key: sorted(value) if isinstance(value, dict) else None
+                      for key, value in row["usage"].items()}
+    assert shape == {
+        "trace": None, "head": None, "running": None, "pending_inbox": None, "rejected": None,
+        "updated": None, "status": None, "last_activity": None, "messages": None,
+        "title": None,
+        "usage": {"calls": None, "input_tokens": None, "cached_tokens": None,
+                  "output_tokens": None, "model_ms": None, "wall_ms": None,
+                  "cost": ["estimated", "text", "unpriced", "usd"], "text": None},
+    }
+    assert set(status.TraceStatus.__dataclass_fields__) == {
+        *shape, "error", "last_error", "approval"}
+
+
+def test_status_json_is_one_line_when_piped_and_indented_at_a_terminal(tmp_path: Path):
+    ws = replay_workspace(tmp_path / "ws", SCRIPT)
+    run_cli("new", "t", "-m", "Answer me", cwd=ws)
+    piped = run_cli("status", "--json", cwd=ws).stdout
+    assert piped.count("\n") == 1 and json.loads(piped)["traces"][0]["trace"] == "t"
+    at_terminal = _in_a_terminal(["status", "--json"], ws)
+    assert at_terminal.count("\n") > 10 and json.loads(at_terminal) == json.loads(piped)
+
+
+def _in_a_terminal(args: list[str], cwd: Path) -> str:
+    """What `agentfs ARGS` prints when its standard output is a terminal."""
+    import pty
+    import subprocess
+    import sys
+
+    leader, follower = pty.openpty()
+    done = subprocess.run([sys.executable, "-m", "agentfs", *args], cwd=cwd, stdout=follower,
+                          stderr=subprocess.PIPE, check=True, timeout=60)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal's other side is closed: all read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert not done.stderr
+    return b"".join(chunks).decode().replace("\r\n", "\n")

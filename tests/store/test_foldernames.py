@@ -17,7 +17,8 @@ from fastapi.testclient import TestClient
 from agentfs.core.project import Project
 from agentfs.store import foldernames
 from agentfs.store import message_dir as message_dir_module
-from agentfs.store.message_dir import RACY_NS, SHARD_SIZE, MessageDir, shard_name
+from agentfs.store.message_dir import SHARD_SIZE, MessageDir, shard_name
+from agentfs.store.stamps import RACY_NS
 from agentfs.store.trace import Trace
 from tests.conftest import long_trace
 

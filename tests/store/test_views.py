@@ -9,8 +9,9 @@ import pytest
 
 from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, MessageFileError
-from agentfs.store.message_dir import RACY_NS, shard_name
+from agentfs.store.message_dir import shard_name
 from agentfs.store.messages import Message, render_message
+from agentfs.store.stamps import RACY_NS
 from agentfs.store.trace import Fold, Trace
 from tests.conftest import long_trace as write_long_trace
 
