@@ -477,7 +477,7 @@ def _status_line(row: dict[str, Any]) -> str:
     if usage is not None and usage["calls"]:
         used = f"  {usage['calls']} calls"
         tokens = usage["input_tokens"] + usage["output_tokens"]
-        if tokens:
+        if usage["input_tokens"] or usage["output_tokens"]:  # `Totals.counted`
             used += f", {tokens:,} tokens, {usage['cost']['text']}"
     title = f"  {row['title']!r}" if row["title"] else ""
     return f"{trace:<24} head #{row['head']}  {state}{pending}{used}{title}{error}"

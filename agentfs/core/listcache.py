@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentfs import __version__
 from agentfs.prices import PriceTable
 from agentfs.store.approval import APPROVAL_FILE
 from agentfs.store.atomic import replace_derived
@@ -87,11 +88,10 @@ class Listing:
         "inbox_rejected"}`, the rows' texts joined as they are; `extra(trace)` gives
         fields added to each row (the server's `server_run`)."""
         texts = self.texts if extra is None else [
-            f"{text[:-1]}, {json.dumps(extra(trace_id), ensure_ascii=False)[1:]}"
+            f"{text[:-1]}, {json.dumps(extra(trace_id))[1:]}"
             for trace_id, text in zip(self.ids, self.texts, strict=True)]
-        head = json.dumps({"workspace": workspace}, ensure_ascii=False)[:-1]
-        tail = json.dumps({"inbox": self.inbox, "inbox_rejected": self.inbox_rejected},
-                          ensure_ascii=False)[1:]
+        head = json.dumps({"workspace": workspace})[:-1]
+        tail = json.dumps({"inbox": self.inbox, "inbox_rejected": self.inbox_rejected})[1:]
         return f'{head}, "traces": [{", ".join(texts)}], {tail}'
 
 
@@ -107,6 +107,7 @@ class ListCache:
         self._make: RowMaker | None = None
         self._traces = str(workspace.traces_dir)
         self._locks = str(workspace.lock_dir)
+        self._summaries = str(workspace.summary_path("_").parent)
         #: trace → (the stamp its row was made at, the row's JSON text)
         self._rows: dict[str, tuple[_Stamp, str]] = {}
         self._loaded = saved is None
@@ -137,7 +138,7 @@ class ListCache:
                 return False
             body = "".join(f"{trace_id}\t{stamp}\t{text}\n"
                            for trace_id, (stamp, text) in self._rows.items()).encode()
-            head = json.dumps([_MAGIC, _key(self.prices), _digest(body)]).encode()
+            head = json.dumps([_MAGIC, self._key(), _digest(body)]).encode()
             self._changed = not replace_derived(self.saved, head + b"\n" + body,
                                                 self.saved.parent)
             return not self._changed
@@ -163,7 +164,8 @@ class ListCache:
             from agentfs.core.status import row_maker
 
             self._make = row_maker(self.workspace, self.prices)
-        return json.dumps(self._make(trace_id).record(), ensure_ascii=False)
+        # ASCII: printable on any terminal encoding, and a lone surrogate survives
+        return json.dumps(self._make(trace_id).record())
 
     def _stamp(self, trace_id: str, meta: os.stat_result | None,
                kept: _Stamp | None = None) -> _Stamp | None:
@@ -177,16 +179,17 @@ class ListCache:
         before = kept.split(" ") if kept is not None else None
         parts = ["L" if is_locked(self._locks, trace_id) else "-"]
         # (path, whether its folder is in the stamp before it)
+        # The summary's folder too: an edit committed without a change to trace.json
+        # drops the summary (`SummaryFile.forget`), and the title may change with it.
         for path, held in ((f"{folder}/{TRACE_FILE}", False), (folder, False), (inbox, True),
-                           (f"{inbox}/{REJECTED_DIR}", True), (f"{folder}/{APPROVAL_FILE}", True)):
+                           (f"{inbox}/{REJECTED_DIR}", True), (f"{folder}/{APPROVAL_FILE}", True),
+                           (f"{self._summaries}/{trace_id}", False)):
             if held and before is not None and before[len(parts)] == "-":
                 parts.append("-")
                 continue
             try:
-                if len(parts) > 1:
-                    found = os.lstat(path)
-                else:  # trace.json, as `Workspace.trace_files` looks at it
-                    found = meta if meta is not None else os.stat(path)
+                # followed, as the row's reader follows them (a linked trace folder)
+                found = meta if meta is not None and len(parts) == 1 else os.stat(path)
             except (FileNotFoundError, NotADirectoryError):
                 parts.append("-")
                 continue
@@ -197,13 +200,19 @@ class ListCache:
             parts.append("{}.{}.{}.{}".format(*stamp_of(found)))
         return None if parts[1] == "-" else " ".join(parts)
 
+    def _key(self) -> list[object]:
+        """What the saved rows were made with besides their files: the shape of the
+        file and of a row, the agentfs that made them (its rules, its messages), the
+        prices their costs come from and the workspace's place (errors name paths)."""
+        return [FORMAT, __version__, self.prices.fingerprint(), str(self.workspace.root)]
+
     def _load(self) -> dict[str, tuple[_Stamp, str]]:
         """The rows saved in `saved` for these prices and this row's shape; {} if none
         or the file cannot be used (every row is then made again)."""
         assert self.saved is not None
         try:
             head, _, body = self.saved.read_bytes().partition(b"\n")
-            if json.loads(head) != [_MAGIC, _key(self.prices), _digest(body)]:
+            if json.loads(head) != [_MAGIC, self._key(), _digest(body)]:
                 return {}
             rows: dict[str, tuple[_Stamp, str]] = {}
             for line in body.decode().split("\n")[:-1]:  # not splitlines: U+2028 is text
@@ -214,10 +223,6 @@ class ListCache:
             return {}
 
 
-def _key(prices: PriceTable) -> list[object]:
-    """What the saved rows were made with besides their files: the shape of the file
-    and of a row, and the prices their costs come from."""
-    return [FORMAT, prices.fingerprint()]
 
 
 def _digest(body: bytes) -> str:

@@ -125,7 +125,7 @@ class Workspace:
                     continue
                 try:
                     st = os.stat(f"{entry.path}/{TRACE_FILE}")
-                except (FileNotFoundError, NotADirectoryError):
+                except OSError:  # none, or a link that loops: not a trace
                     continue
                 if stat.S_ISREG(st.st_mode):
                     found.append((entry.name, st))

@@ -229,6 +229,8 @@ def test_text_the_file_cannot_split_survives_a_new_process(tmp_path: Path, made:
     settle()
     project = Project.open(ws)
     cache = new_process(project)
+    cache.listed()  # builds the summary: the row is kept from the next list on
+    settle()
     cache.listed()
     assert cache.save()
     made.clear()
@@ -294,3 +296,35 @@ def _in_a_terminal(args: list[str], cwd: Path) -> str:
     os.close(leader)
     assert not done.stderr
     return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_an_edit_committed_without_a_change_to_trace_json_is_seen(tmp_path: Path,
+                                                                   made: list[str]):
+    # Recovery commits a hand edit and drops the summary, leaving trace.json alone:
+    # the summary's folder is in the stamp, so the new title is listed.
+    ws, project = two_traces(tmp_path)
+    cache = new_process(project)
+    cache.listed()
+    cache.save()
+    [user] = (ws / "traces/u/messages").rglob("*-user.md")
+    user.write_text(user.read_text().replace("Later", "Edited title"))
+    run_cli("fork", "u", "u2", cwd=ws)  # recovers u: an `edit` commit
+    settle()
+    rows = {row["trace"]: row for row in new_process(project).listed().rows()}
+    assert rows["u"]["title"] == "Edited title" and list(rows.values()) == afresh(project)
+
+
+def test_odd_entries_and_encodings_do_not_break_the_list(tmp_path: Path):
+    ws = replay_workspace(tmp_path / "ws", SCRIPT)
+    run_cli("new", "t", "-m", "Fix → the ✓ thing", cwd=ws)
+    (ws / "traces/loopy").symlink_to("loopy")  # a link to itself: not a trace
+    meta = ws / "traces/t/trace.json"
+    meta.write_text(meta.read_text().replace(
+        '"context": {}',
+        '"context": {"last_error": {"at": "2026-12-05T10:00:00+00:00", '
+        '"error": "bad \\udcff name"}}'))
+    settle()
+    for _ in range(2):  # made, then from the saved rows
+        done = run_cli("status", "--json", cwd=ws, env={"PYTHONIOENCODING": "latin-1"})
+        [row] = json.loads(done.stdout)["traces"]
+        assert row["title"] == "Fix → the ✓ thing" and row["last_error"] == "bad \udcff name"
