@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,30 @@ def trust_file_per_test(tmp_path_factory: pytest.TempPathFactory,
     folder = tmp_path_factory.mktemp("agentfs-config")
     monkeypatch.setenv("AGENTFS_CONFIG_DIR", str(folder))
     return folder
+
+
+@pytest.fixture(autouse=True)
+def dev_null_stays_a_device() -> Iterator[None]:
+    """Fail the test after which `/dev/null` is no longer the null device.
+
+    Tests run as root on CI, where a rename onto `/dev/null` (a lock-and-rename of a
+    file named `/dev/null`, an atomic write to a path that leads there) replaces the
+    device with a plain file, and every later reader of `/dev/null` (readline's
+    `INPUTRC`, a bind mount over a hidden file) sees what was written into it. This
+    names the test (or, under xdist, the moment) it happened.
+    """
+    was_device = _is_null_device()
+    yield
+    if was_device and not _is_null_device():
+        pytest.fail("/dev/null is no longer a character device after this test: as root, "
+                    "`rm /dev/null; mknod -m 666 /dev/null c 1 3` restores it")
+
+
+def _is_null_device() -> bool:
+    try:
+        return stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def trust_workspace(root: Path) -> None:

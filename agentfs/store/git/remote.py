@@ -148,7 +148,7 @@ class GitRemote:
     def note_commit(self, text: str) -> str:
         """A parentless commit of the empty tree whose message is `text` (a claim)."""
         if not self._empty_tree_written:  # written, not only Git's virtual one
-            git(self.root, "hash-object", "-w", "-t", "tree", "/dev/null")
+            git(self.root, "hash-object", "-w", "-t", "tree", "--stdin", input=b"")
             self._empty_tree_written = True
         done = git(self.root, *identity(self.root), "commit-tree", EMPTY_TREE,
                    input=text.encode())
