@@ -224,8 +224,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     stay as they are).
     """
     from agentfs.cli.render import show_text
-    from agentfs.core.request import preview_request
-    from agentfs.core.tracetree import message_record
+    from agentfs.core.records import message_record
     from agentfs.core.usage import trace_totals
 
     if as_sent and show_all:
@@ -238,6 +237,8 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     messages = view.messages
     on_path = {m.sequence for m in view.path}
     if as_sent:
+        from agentfs.core.request import preview_request  # the tools and MCP: --as-sent only
+
         name = project.model_name(trace.meta.model, trace.meta.preset, None)
         request = preview_request(project, trace, name)
         sent = [view.path[0], *request.messages]
@@ -280,7 +281,7 @@ def log(trace_ref: str, max_count: int | None, patch: bool, as_json: bool) -> No
     (message files and the rest of the trace's folder left out).
     """
     from agentfs.cli.render import log_text
-    from agentfs.core.tracetree import step_record
+    from agentfs.core.records import step_record
     from agentfs.store.stepdiff import step_diff
     from agentfs.store.steplog import trace_log
 

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 from agentfs.core.usage import Totals
 from agentfs.prices import PriceTable
 from agentfs.store.messages import Message
-from agentfs.store.steplog import LoggedStep
 
 if TYPE_CHECKING:
     from agentfs.core.runner import RunResult
+    from agentfs.store.steplog import LoggedStep
 
 __all__ = ["log_text", "run_text", "show_text"]
 

@@ -15,48 +15,18 @@ import itertools
 from typing import Any
 
 from agentfs.core.goals import GoalTree
-from agentfs.core.usage import Totals, trace_totals
+from agentfs.core.records import message_record
+from agentfs.core.usage import trace_totals
 from agentfs.errors import AgentfsError
 from agentfs.prices import NO_PRICES, PriceTable
 from agentfs.store.branches import SideBranch, side_branches
 from agentfs.store.history import parent_of, walk_back
 from agentfs.store.messages import Message, Synthetic, parse_message
-from agentfs.store.steplog import LoggedStep, file_versions
+from agentfs.store.steplog import file_versions
 from agentfs.store.trace import Trace, TraceView
 from agentfs.store.workspace import GOALS_FILE
 
-__all__ = ["folded_records", "message_record", "step_record", "trace_tree"]
-
-
-def message_record(message: Message, on_path: bool,
-                   prices: PriceTable = NO_PRICES) -> dict[str, Any]:
-    """The JSON shape of one message (`agentfs show --json`, the HTTP API); `usage`
-    is a model turn's tokens, time and cost (`agentfs/core/usage.py:Totals`), or None."""
-    totals = Totals.of_message(message, prices)
-    return {
-        "id": message.id,
-        "sequence": message.sequence,
-        "parent_sequence": message.parent_sequence,
-        "role": message.role,
-        "text": message.text,
-        "tool_calls": [c.model_dump() for c in message.tool_calls or []],
-        "tool_call_id": message.tool_call_id,
-        "is_error": bool(message.is_error),
-        "files_changed": list(message.files_changed or []),
-        "synthetic": message.synthetic,
-        "goal_id": message.goal_id,
-        "model": message.model,
-        "file": message.file_name(),
-        "on_path": on_path,
-        "usage": totals.record() if totals is not None else None,
-    }
-
-
-def step_record(step: LoggedStep, prices: PriceTable = NO_PRICES) -> dict[str, Any]:
-    """The JSON shape of one logged step (`agentfs log --json`, the HTTP API)."""
-    totals = Totals.of_step(step, prices)
-    return {"commit": step.commit, "kind": step.kind, "sequence": step.sequence,
-            "summary": step.summary, "usage": totals.record() if totals is not None else None}
+__all__ = ["folded_records", "trace_tree", "versions_record"]
 
 
 def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES,
@@ -66,7 +36,7 @@ def trace_tree(trace: Trace, prices: PriceTable = NO_PRICES,
     only its messages and the side branches that continue one of them, and `older`
     (the `before` of the page before it, None at the first message).
 
-    Each message record (`message_record`) adds `parent` (its parent in the tree,
+    Each message record (`agentfs/core/records.py:message_record`) adds `parent` (its parent in the tree,
     also for a hand-written file without `parent_sequence`), `source_branch` (for a
     summary) and `replaced_by` (for a message off the path because a compression
     summary replaced it: that summary's sequence). `path` lists the main path's

@@ -21,17 +21,12 @@ from agentfs.core.goals import GoalTree
 from agentfs.core.knowledge import load_items
 from agentfs.core.listcache import ListCache
 from agentfs.core.project import Project
+from agentfs.core.records import message_record, step_record
 from agentfs.core.runner import Runner
 from agentfs.core.search import search_messages
 from agentfs.core.sidequeue import QueueReport
 from agentfs.core.sidework import item_record, pending_by_trace, report_record
-from agentfs.core.tracetree import (
-    folded_records,
-    message_record,
-    step_record,
-    trace_tree,
-    versions_record,
-)
+from agentfs.core.tracetree import folded_records, trace_tree, versions_record
 from agentfs.core.usage import trace_totals
 from agentfs.errors import (
     AgentfsError,
