@@ -153,6 +153,33 @@ def test_recover_records_the_new_stat_of_files_that_did_not_change(
     assert_git_clean(project.workspace.root)
 
 
+@pytest.mark.parametrize("files", [2, 40])  # a few read at once; more, through the index
+def test_links_under_the_trace_are_committed_as_links_and_an_edit_beside_them_is_seen(
+        project: Project, trace: Trace, files: int) -> None:
+    """Recovery stats each file through its open folder; a link is read as a link (its
+    target's name, as Git stores it), never followed, whichever way its folder is read."""
+    notes = trace.dir / "notes"
+    notes.mkdir()
+    for n in range(files):
+        (notes / f"{n:02d}.md").write_text(f"note {n}\n")
+    os.symlink("00.md", notes / "latest.md")
+    with trace.lock():
+        assert trace.recover() == ["edit"]
+    root = project.workspace.root
+    assert git(root, "ls-tree", "HEAD", "traces/demo/notes/latest.md").startswith("120000 ")
+    assert git(root, "cat-file", "-p", "HEAD:traces/demo/notes/latest.md") == "00.md"
+    with new_process(project).lock():
+        assert new_process(project).recover() == []  # the link is seen as it was committed
+    (notes / "latest.md").unlink()
+    os.symlink("01.md", notes / "latest.md")
+    (notes / "00.md").write_text("note 0, edited\n")
+    with new_process(project).lock():
+        assert new_process(project).recover() == ["edit"]
+    assert git(root, "cat-file", "-p", "HEAD:traces/demo/notes/latest.md") == "01.md"
+    assert git(root, "cat-file", "-p", "HEAD:traces/demo/notes/00.md") == "note 0, edited\n"
+    assert_git_clean(root)
+
+
 def _fsyncs_per_step(project: Project, monkeypatch) -> int:
     trace = project.trace("demo")
     calls: list[int] = []
