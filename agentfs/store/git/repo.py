@@ -260,19 +260,6 @@ class GitRepo:
             yield sha, commit
             sha = commit.parents[0] if commit.parents else None
 
-    def descends_from(self, commit_sha: bytes, ancestor: bytes) -> bool:
-        """Is `ancestor` the commit or one of its ancestors? (A walk of every parent, no
-        commit-time pruning: clocks of clones sharing a remote may disagree.)"""
-        pending, seen = [commit_sha], set()
-        while pending:
-            sha = pending.pop()
-            if sha == ancestor:
-                return True
-            if sha not in seen and sha in self.objects:
-                seen.add(sha)
-                pending.extend(self.commit(sha).parents)
-        return False
-
     def branches(self, prefix: str) -> list[str]:
         """Branch names under `prefix` (e.g. `agentfs/demo/`)."""
         base = b"refs/heads/" + prefix.encode()
