@@ -57,8 +57,8 @@ def load(path: Path, bounds: Callable[[str], tuple[int, int] | None]) -> Names:
         folders = data["folders"] if data.get("format") == FORMAT else {}
         return {name: kept for name, entry in folders.items()
                 if (kept := _entry(entry, bounds(name))) is not None}
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
-        return {}  # none saved, or damaged: each folder is listed once again
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return {}  # none saved, or damaged (or nested past the parser): listed again
 
 
 def save(path: Path, names: Names) -> bool:

@@ -244,8 +244,10 @@ class MessageDir:
 
     def highest(self) -> int:
         """The highest sequence of any message file, or 0, from the names in the newest
-        folders (no file is read)."""
-        return self.previous(_NO_SEQUENCE) or 0
+        folders (no file is read), listed afresh: a new message's sequence comes from
+        this, and a kept name gone stale (a clock behind the file system's) would give
+        it a sequence that already has a file."""
+        return self.previous(_NO_SEQUENCE, afresh=True) or 0
 
     def path_of(self, message: Message) -> Path:
         """Where `message` is stored: where its file was found, else in its folder."""
@@ -408,12 +410,13 @@ class MessageDir:
         """`one` for a walk back through the messages (`WindowReader`)."""
         return WindowReader(self, chunk, since)
 
-    def previous(self, sequence: int) -> int | None:
+    def previous(self, sequence: int, *, afresh: bool = False) -> int | None:
         """The highest sequence of a message file below `sequence`, or None; from
         the names in its folder and the ones before it (no file is read), kept as
         `sequences` keeps them (`_names`) but not saved: a run asks for the highest
         (`highest`) at every step, when its newest folder has just changed. What a
-        file without `parent_sequence` follows (`agentfs/store/history.py:parent_of`)."""
+        file without `parent_sequence` follows (`agentfs/store/history.py:parent_of`).
+        `afresh`: the folders looked at are listed, not taken from `_names`."""
         try:
             with os.scandir(self.path) as entries:
                 top = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
@@ -427,11 +430,18 @@ class MessageDir:
         for shard in shards:
             if best is not None and best >= _first(shard) + SHARD_SIZE - 1:
                 break
-            names, _ = self._names_in(shard, racy_after)
+            names = (self._listed(shard) if afresh else self._names_in(shard, racy_after)[0])
             below = bisect.bisect_left(names, sequence)
             if below:
                 return max(names[below - 1], best) if best is not None else names[below - 1]
         return best
+
+    def _listed(self, folder: str) -> list[int]:
+        """The sequences the file names of one folder tell, in order, listed now."""
+        try:
+            return sorted(_sequences_of(os.listdir(self.path / folder)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def write(self, message: Message) -> Path:
         """Write one message file atomically, keeping the snapshot and the lookup current

@@ -145,6 +145,7 @@ DAMAGED = [
     json.dumps({"format": 99, "folders": {}}).encode(),
     json.dumps({"format": foldernames.FORMAT, "folders": []}).encode(),
     json.dumps({"format": foldernames.FORMAT, "folders": {"notes": [1, 2, 3, [[1, 2]]]}}).encode(),
+    b"[" * 100_000 + b"]" * 100_000,  # nested past the parser's depth
 ]
 #: Runs of another shape for the folder of #1-#999: outside it, below it, out of order,
 #: not integers, not pairs, not a list.
@@ -223,3 +224,17 @@ def test_sparse_folders_give_the_same_answers_with_and_without_saved_names(
     assert without[0][0] == [n for n in present if n >= queries[0][0]
                              and (queries[0][1] is None or n < queries[0][1])
                              ][:None if queries[0][2] is None else queries[0][2] + 1]
+
+
+def test_the_next_sequence_never_comes_from_a_stale_entry(
+        project: Project, compressed: Trace) -> None:
+    """An entry with the newest folder's true stamp but fewer names (as a clock behind
+    the file system's can leave) does not make a new message reuse a sequence."""
+    saved = project.workspace.folder_names("demo")
+    data = json.loads(saved.read_bytes())
+    newest = shard_name(2000)
+    data["folders"][newest] = [*data["folders"][newest][:3], [[2000, 2200]]]
+    saved.write_text(json.dumps(data))
+    trace = new_process(project.workspace.root)
+    assert trace.message_dir.highest() == 2500
+    assert trace.next_sequence() == 2501
