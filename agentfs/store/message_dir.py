@@ -191,6 +191,7 @@ class MessageDir:
         self._cache = _parsed.setdefault(str(path), {})
         self._folders = _folders.setdefault(str(path), {})
         self._names = _names.setdefault(str(path), {})
+        self._gone_saved = False  # the saved file names a folder no longer there
         self._snapshot: dict[int, Message] | None = None
         self._snapshot_key: DirKey = None
         # Where each message of the snapshot was found, below messages/.
@@ -356,7 +357,7 @@ class MessageDir:
         racy_after = time.time_ns() - RACY_NS
         shards = sorted((name for name, is_dir in top if is_dir and is_shard_name(name)),
                         key=_first)
-        self._load_names()
+        self._load_names(shards)
         listed = False
         for name in shards:
             start = _first(name)
@@ -367,7 +368,7 @@ class MessageDir:
             listed = listed or anew
             inside = start >= first and (end is None or start + SHARD_SIZE <= end)
             found.extend(names if inside else filter(wanted, names))
-        if listed or not self._names.keys() <= set(shards):
+        if listed or self._gone_saved or not self._names.keys() <= set(shards):
             self._save_names(shards)
         if loose:
             found = sorted(found + loose)
@@ -391,10 +392,20 @@ class MessageDir:
             return found, True
         return found, False
 
-    def _load_names(self) -> None:
-        """Add the saved names (`names_path`) to `_names`, once per dict of them."""
+    def _load_names(self, shards: list[str]) -> None:
+        """Add the saved names (`names_path`) of the folders among `shards` (those of
+        `messages/` now: a foreign file's others are never expanded) to `_names`, once
+        per dict of them."""
         if self.names_path is not None and _names_loaded.get(str(self.path)) is not self._names:
-            for folder, entry in foldernames.load(self.names_path, _bounds).items():
+            present = set(shards)
+
+            def bounds(name: str) -> tuple[int, int] | None:
+                if name in present:
+                    return _bounds(name)
+                self._gone_saved = True  # saved again without it at the next save
+                return None
+
+            for folder, entry in foldernames.load(self.names_path, bounds).items():
                 self._names.setdefault(folder, entry)
             _names_loaded[str(self.path)] = self._names
 
@@ -403,8 +414,8 @@ class MessageDir:
         (the folders of `messages/`)."""
         for gone in self._names.keys() - set(shards):
             self._names.pop(gone, None)
-        if self.names_path is not None:
-            foldernames.save(self.names_path, dict(self._names))
+        if self.names_path is not None and foldernames.save(self.names_path, dict(self._names)):
+            self._gone_saved = False
 
     def reader(self, chunk: int, since: int = 0) -> WindowReader:
         """`one` for a walk back through the messages (`WindowReader`)."""
@@ -423,9 +434,10 @@ class MessageDir:
         except (FileNotFoundError, NotADirectoryError):
             return None
         best = _highest_below((name for name, is_dir in top if not is_dir), sequence)
-        shards = sorted((name for name, is_dir in top if is_dir and is_shard_name(name)
-                         and _first(name) < sequence), key=_first, reverse=True)
-        self._load_names()
+        present = [name for name, is_dir in top if is_dir and is_shard_name(name)]
+        self._load_names(present)
+        shards = sorted((name for name in present if _first(name) < sequence),
+                        key=_first, reverse=True)
         racy_after = time.time_ns() - RACY_NS
         for shard in shards:
             if best is not None and best >= _first(shard) + SHARD_SIZE - 1:

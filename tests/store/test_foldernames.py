@@ -238,3 +238,18 @@ def test_the_next_sequence_never_comes_from_a_stale_entry(
     trace = new_process(project.workspace.root)
     assert trace.message_dir.highest() == 2500
     assert trace.next_sequence() == 2501
+
+
+def test_saved_names_of_folders_that_do_not_exist_are_never_expanded(
+        project: Project, compressed: Trace) -> None:
+    """A foreign file naming many folders (each a run of 1,000) costs only its parse."""
+    saved = project.workspace.folder_names("demo")
+    data = json.loads(saved.read_bytes())
+    for n in range(10, 5_000):
+        data["folders"][shard_name(n * SHARD_SIZE)] = [1, 2, 3, [[n * SHARD_SIZE, n * SHARD_SIZE + 999]]]
+    saved.write_text(json.dumps(data))
+    trace = new_process(project.workspace.root)
+    assert trace.message_dir.highest() == 2500
+    assert trace.message_dir.sequences(0) == list(range(1, 2501))
+    kept = message_dir_module._names[str(trace.messages_dir)]
+    assert set(kept) <= {shard_name(0), shard_name(1000), shard_name(2000)}
