@@ -40,9 +40,9 @@ def _temp_in_memory(candidate: str = "/dev/shm") -> None:
 
     agentfs fsyncs every file it writes before renaming it; on a disk each fsync
     costs milliseconds and the kill campaigns write thousands of files, so the
-    suite ran about 3× faster in memory (docs/decisions.md, "The tests' workspaces live
-    in memory"). A kill -9, which is
-    what the crash tests simulate, leaves the same state on either filesystem.
+    suite ran about 3× faster in memory (docs/decisions.md, "The tests' workspaces
+    live in memory"). A kill -9, which is what the crash tests simulate, leaves the
+    same state on either filesystem.
     """
     if "TMPDIR" in os.environ or not os.access(candidate, os.W_OK | os.X_OK):
         return

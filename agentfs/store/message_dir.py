@@ -374,14 +374,15 @@ class MessageDir:
             found = sorted(found + loose)
         return found if limit is None else found[:limit + 1]
 
-    def _names_in(self, folder: str, racy_after: int) -> tuple[list[int], bool]:
+    def _names_in(self, folder: str, racy_after: int, *,
+                  afresh: bool = False) -> tuple[list[int], bool]:
         """The sequences the file names of one folder tell, in order, listed again only
-        if the folder changed since (`_names`); and whether they were listed and kept
-        anew (what is worth saving)."""
+        if the folder changed since (`_names`), or always if `afresh`; and whether they
+        were listed and kept anew (what is worth saving)."""
         path = self.path / folder
         try:
             st = os.stat(path)
-            kept = self._names.get(folder)
+            kept = None if afresh else self._names.get(folder)
             if kept is not None and kept[0] == (st.st_ino, st.st_mtime_ns, st.st_ctime_ns):
                 return kept[1], False
             found = sorted(_sequences_of(os.listdir(path)))
@@ -427,7 +428,8 @@ class MessageDir:
         `sequences` keeps them (`_names`) but not saved: a run asks for the highest
         (`highest`) at every step, when its newest folder has just changed. What a
         file without `parent_sequence` follows (`agentfs/store/history.py:parent_of`).
-        `afresh`: the folders looked at are listed, not taken from `_names`."""
+        `afresh`: the folders looked at are listed, not taken from `_names` (nor
+        from the saved names)."""
         try:
             with os.scandir(self.path) as entries:
                 top = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
@@ -435,25 +437,19 @@ class MessageDir:
             return None
         best = _highest_below((name for name, is_dir in top if not is_dir), sequence)
         present = [name for name, is_dir in top if is_dir and is_shard_name(name)]
-        self._load_names(present)
+        if not afresh:  # the saved names would not be used
+            self._load_names(present)
         shards = sorted((name for name in present if _first(name) < sequence),
                         key=_first, reverse=True)
         racy_after = time.time_ns() - RACY_NS
         for shard in shards:
             if best is not None and best >= _first(shard) + SHARD_SIZE - 1:
                 break
-            names = (self._listed(shard) if afresh else self._names_in(shard, racy_after)[0])
+            names, _ = self._names_in(shard, racy_after, afresh=afresh)
             below = bisect.bisect_left(names, sequence)
             if below:
                 return max(names[below - 1], best) if best is not None else names[below - 1]
         return best
-
-    def _listed(self, folder: str) -> list[int]:
-        """The sequences the file names of one folder tell, in order, listed now."""
-        try:
-            return sorted(_sequences_of(os.listdir(self.path / folder)))
-        except (FileNotFoundError, NotADirectoryError):
-            return []
 
     def write(self, message: Message) -> Path:
         """Write one message file atomically, keeping the snapshot and the lookup current
