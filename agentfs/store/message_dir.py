@@ -47,6 +47,7 @@ __all__ = [
     "MessageDir",
     "MessageLookup",
     "WindowReader",
+    "check_real_folder",
     "folders",
     "is_shard_name",
     "message_relpath",
@@ -132,6 +133,51 @@ def parse_message_relpath(rel: str) -> tuple[int, str, str] | None:
     return parsed
 
 
+def check_real_folder(path: Path) -> None:
+    """Refuse `path` if it is a symlink: a trace's folders (its own, `messages/`
+    and the folders in it) are read and written only where they are, inside the
+    workspace; through a link, message files would be read from and written to
+    wherever it leads, and Git would commit only the link.
+
+    Raises:
+        MessageFileError: naming the link and the fix.
+    """
+    if os.path.islink(path):
+        raise _linked(path)
+
+
+def _linked(path: Path) -> MessageFileError:
+    return MessageFileError(
+        path, "is a symlink, not a folder",
+        hint="a trace's folders must be real folders inside the workspace: "
+        "replace the link with a copy of the folder it points to",
+    )
+
+
+def _top(messages: Path) -> tuple[list[str], list[str]] | None:
+    """The names of the files (and other entries that are no folder) directly in
+    `messages/`, and of its folders of messages; None if there is no `messages/`.
+
+    Raises:
+        MessageFileError: a folder's name is taken by a symlink (`check_real_folder`).
+    """
+    loose: list[str] = []
+    shards: list[str] = []
+    try:
+        with os.scandir(messages) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if is_shard_name(entry.name):
+                        shards.append(entry.name)
+                elif is_shard_name(entry.name) and entry.is_symlink():
+                    raise _linked(Path(entry.path))
+                else:
+                    loose.append(entry.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return loose, shards
+
+
 def folders(messages: Path) -> list[Path]:
     """`messages/` and its folders of messages: where a file added, removed or renamed
     changes a folder's mtime."""
@@ -161,6 +207,18 @@ def _sequences_of(names: Iterable[str]) -> list[int]:
     if joined.count("\n") != max(len(listed) - 1, 0):  # a name holds a line break
         return [parsed[0] for parsed in map(parse_file_name, listed) if parsed is not None]
     return [int(n) for n in _FILE_NAMES.findall(joined)]
+
+
+def _file_names(folder: Path, st: os.stat_result) -> list[str]:
+    """The names in `folder` (whose stat is `st`) that are not folders: a folder
+    named like a message file is no message (`MessageDir.messages` skips it). A
+    folder's link count is 2 plus its subfolders on most file systems, so only a
+    folder with another count is scanned for them (a plain listing costs 0.6 of
+    a scan that tells folders apart)."""
+    if st.st_nlink == 2:
+        return os.listdir(folder)
+    with os.scandir(folder) as entries:
+        return [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
 
 
 def _highest_below(names: Iterable[str], sequence: int) -> int | None:
@@ -343,20 +401,17 @@ class MessageDir:
         when a call listed a folder anew, in the next (`agentfs/store/foldernames.py`).
         What a view counts of the messages it leaves out
         (`agentfs/store/trace.py:Trace.view`)."""
-        try:
-            with os.scandir(self.path) as entries:
-                top = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        except (FileNotFoundError, NotADirectoryError):
+        top = _top(self.path)
+        if top is None:
             return []
+
         def wanted(sequence: int) -> bool:
             return sequence >= first and (end is None or sequence < end)
 
-        loose = [n for n in _sequences_of(name for name, is_dir in top if not is_dir)
-                 if wanted(n)]
+        loose = [n for n in _sequences_of(top[0]) if wanted(n)]
         found: list[int] = []  # in order: folder after folder
         racy_after = time.time_ns() - RACY_NS
-        shards = sorted((name for name, is_dir in top if is_dir and is_shard_name(name)),
-                        key=_first)
+        shards = sorted(top[1], key=_first)
         self._load_names(shards)
         listed = False
         for name in shards:
@@ -385,9 +440,13 @@ class MessageDir:
             kept = None if afresh else self._names.get(folder)
             if kept is not None and kept[0] == (st.st_ino, st.st_mtime_ns, st.st_ctime_ns):
                 return kept[1], False
-            found = sorted(_sequences_of(os.listdir(path)))
+            found = sorted(_sequences_of(_file_names(path, st)))
         except (FileNotFoundError, NotADirectoryError):
             return [], False
+        # a misplaced file is not a message of this folder (`messages` refuses it)
+        lowest = _first(folder)
+        found = found[bisect.bisect_left(found, lowest):
+                      bisect.bisect_left(found, lowest + SHARD_SIZE)]
         if settled(max(st.st_mtime_ns, st.st_ctime_ns), racy_after):
             self._names[folder] = ((st.st_ino, st.st_mtime_ns, st.st_ctime_ns), found)
             return found, True
@@ -430,13 +489,11 @@ class MessageDir:
         file without `parent_sequence` follows (`agentfs/store/history.py:parent_of`).
         `afresh`: the folders looked at are listed, not taken from `_names` (nor
         from the saved names)."""
-        try:
-            with os.scandir(self.path) as entries:
-                top = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        except (FileNotFoundError, NotADirectoryError):
+        top = _top(self.path)
+        if top is None:
             return None
-        best = _highest_below((name for name, is_dir in top if not is_dir), sequence)
-        present = [name for name, is_dir in top if is_dir and is_shard_name(name)]
+        best = _highest_below(top[0], sequence)
+        present = top[1]
         if not afresh:  # the saved names would not be used
             self._load_names(present)
         shards = sorted((name for name in present if _first(name) < sequence),
@@ -455,6 +512,7 @@ class MessageDir:
         """Write one message file atomically, keeping the snapshot and the lookup current
         (a file written again makes a new lookup)."""
         path = self.path_of(message)
+        check_real_folder(path.parent)
         self._stat_hint = None
         key = self.key()
         was_current = self._snapshot is not None and self._snapshot_key == key
@@ -492,12 +550,8 @@ class MessageDir:
         return top, (_stamp(self.path / self._newest) if self._newest else None)
 
     def _find_newest(self) -> str | None:
-        try:
-            with os.scandir(self.path) as entries:
-                shards = [e.name for e in entries if is_shard_name(e.name)]
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return max(shards, key=_first, default=None)
+        top = _top(self.path)
+        return None if top is None else max(top[1], key=_first, default=None)
 
     def _load_cache(self) -> None:
         """Add the on-disk parse cache to the parsed files, once per dict of them (a
@@ -664,6 +718,11 @@ class MessageDir:
                 if not name and entry.is_dir(follow_symlinks=False):
                     if is_shard_name(entry.name) and (folders is None or folders(entry.name)):
                         pending.append((Path(entry.path), entry.name))
+                    continue
+                if not name and is_shard_name(entry.name) and entry.is_symlink():
+                    if problems is None:
+                        raise _linked(Path(entry.path))
+                    problems.append(_linked(Path(entry.path)))
                     continue
                 if names is not None and not names(entry.name):
                     continue

@@ -36,7 +36,7 @@ from agentfs.store.history import (
 )
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
-from agentfs.store.message_dir import MessageDir, WindowReader
+from agentfs.store.message_dir import MessageDir, WindowReader, check_real_folder
 from agentfs.store.messages import Message, render_message
 from agentfs.store.meta import (
     FORMAT_VERSION,
@@ -167,6 +167,7 @@ class Trace:
                 f"{trace.dir} has committed files but no trace.json",
                 hint="restore trace.json with git, or choose another id",
             )
+        trace.check_folders()
         if trace.messages_dir.is_dir():  # left by a creation that never got committed
             shutil.rmtree(trace.messages_dir)
         trace.messages_dir.mkdir(parents=True, exist_ok=True)
@@ -176,8 +177,20 @@ class Trace:
     @property
     def meta(self) -> TraceMeta:
         if self._meta is None:
+            self.check_folders()
             self._meta = load_meta(self.meta_path, self.rel(self.meta_path))
         return self._meta
+
+    def check_folders(self) -> None:
+        """Refuse the trace if `traces/`, its folder or its `messages/` is a symlink
+        (`agentfs/store/message_dir.py:check_real_folder`); the folders inside
+        `messages/` are refused where they are listed or written.
+
+        Raises:
+            MessageFileError: naming the link.
+        """
+        for folder in (self.workspace.traces_dir, self.dir, self.messages_dir):
+            check_real_folder(folder)
 
     def reload(self) -> None:
         """Forget cached metadata (files may have changed on disk)."""

@@ -30,7 +30,7 @@ from dulwich.objects import Blob
 
 from agentfs.store.atomic import fsync_dir
 from agentfs.store.commits import Step
-from agentfs.store.message_dir import SHARD_SIZE, message_relpath
+from agentfs.store.message_dir import SHARD_SIZE, check_real_folder, message_relpath
 from agentfs.store.messages import parse_file_name
 from agentfs.store.meta import FORMAT_VERSION, dump_meta, parse_meta
 
@@ -107,6 +107,7 @@ def _move_loose_files(trace: Trace) -> int:
         target = trace.messages_dir / rel
         if os.path.lexists(target):
             continue  # two files for one message: the listing names both
+        check_real_folder(target.parent)  # never moved out through a link
         target.parent.mkdir(exist_ok=True)
         os.rename(entry.path, target)
         folders.add(rel.partition("/")[0])

@@ -173,6 +173,33 @@ def test_bad_message_file_names_the_file(ws):
     assert git(ws, "show", "HEAD:traces/t/messages/000000-000999/000002-user.md").endswith("hi\n")
 
 
+@pytest.mark.parametrize("linked", [
+    "traces/t", "traces/t/messages", "traces/t/messages/000000-000999"])
+def test_a_trace_folder_that_is_a_symlink_is_refused_and_nothing_goes_through_it(
+        ws, tmp_path, linked):
+    """A clone can bring a link where a trace's folder belongs: no command reads
+    or writes message files through it, not even to tidy a loose file into it."""
+    run_cli("new", "t", "-m", "hi", cwd=ws)
+    outside = tmp_path / "outside"
+    (ws / linked).rename(outside)
+    (ws / linked).symlink_to(outside)
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "a link, as a clone brings it")
+    before = sorted(p.relative_to(outside) for p in outside.rglob("*"))
+    shard = linked.endswith("-000999")
+    if shard:  # a loose file beside the link, which upgrade would move into its folder
+        loose = ws / "traces/t/messages/000003-user.md"
+        loose.write_text("---\nrole: user\n---\nmine\n")
+    for args in (("run", "t", "-m", "again"), ("run", "t"), ("show", "t"), ("doctor",)):
+        done = run_cli(*args, cwd=ws, check=False)
+        assert done.returncode == 1, args
+        assert f"{ws / linked}: is a symlink, not a folder" in done.stderr + done.stdout, args
+    assert sorted(p.relative_to(outside) for p in outside.rglob("*")) == before
+    if shard:
+        assert loose.read_text().endswith("mine\n")  # not moved into the link
+    assert git(ws, "status", "--porcelain", "--untracked-files=no") == ""
+
+
 def test_init_on_existing_repo_adds_only_what_is_missing(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()

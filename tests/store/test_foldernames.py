@@ -188,6 +188,8 @@ def test_runs() -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_sparse_folders_give_the_same_answers_with_and_without_saved_names(
         tmp_path: Path, seed: int) -> None:
+    """...and those answers are the message files' sequences in order: a file in the
+    wrong folder or a folder named like a message file is none."""
     rng = random.Random(seed)
     messages, cache = tmp_path / "messages", tmp_path / "cache"
     present: list[int] = []
@@ -204,6 +206,8 @@ def test_sparse_folders_give_the_same_answers_with_and_without_saved_names(
     (messages / shard_name(3000) / "003007-user.md").touch()  # a sequence two files share
     (messages / shard_name(3000) / "003007-assistant.md").touch()
     present = sorted([*(n for n in present if n != 3007), 3007, 3007])
+    (messages / shard_name(0) / "004500-user.md").touch()  # misplaced: no message here
+    (messages / shard_name(5000) / "005001-user.md").mkdir(parents=True)  # no file at all
     settle()
 
     def opened(names: Path | None) -> MessageDir:
@@ -212,13 +216,14 @@ def test_sparse_folders_give_the_same_answers_with_and_without_saved_names(
 
     queries = [(rng.randrange(0, 5200), rng.choice((None, rng.randrange(0, 5200))),
                 rng.choice((None, 0, 7, 300))) for _ in range(30)]
-    asked = [rng.randrange(0, 5200) for _ in range(30)]
+    asked = [rng.randrange(0, 5200) for _ in range(30)] + [5002, 4501]
 
     def answers(found: MessageDir) -> tuple[list, list]:
         return ([found.sequences(first, end, limit) for first, end, limit in queries],
                 [found.previous(n) for n in asked])
 
     without = answers(opened(None))
+    assert without[1][-2:] == [max(present), max(n for n in present if n <= 4500)]
     assert opened(cache / "x.names").sequences(0) == present  # saves the names
     assert answers(opened(cache / "x.names")) == without
     assert without[0][0] == [n for n in present if n >= queries[0][0]
