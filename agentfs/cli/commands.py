@@ -421,8 +421,9 @@ def status(as_json: bool, check: bool) -> None:
 
 @cli.command()
 def doctor() -> None:
-    """Check the workspace: agentfs.toml, every trace.json and message file, the
-    side-branch queues, and that the Git index holds what HEAD holds under traces/.
+    """Check the workspace: agentfs.toml, every trace.json, goals.json, approval.json
+    and message file, the side-branch queues, and that the Git index holds what HEAD holds under
+    traces/.
 
     Prints one line per problem, naming the file and how to fix it, and exits 1;
     or a short summary and exits 0.

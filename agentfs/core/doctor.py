@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write
-from agentfs.store.workspace import TRACES_DIR, Workspace
+from agentfs.store.workspace import GOALS_FILE, TRACES_DIR, Workspace
 
 if TYPE_CHECKING:
     from agentfs.config import WorkspaceConfig
@@ -85,8 +85,9 @@ def _digest(workspace: Workspace) -> str | None:
 
 
 def diagnose(workspace: Workspace) -> Diagnosis:
-    """Check the workspace's configuration, traces, message files, side-branch queues
-    and the index's entries for `traces/`."""
+    """Check the workspace's configuration, traces, their goal trees and waiting calls,
+    message files, side-branch queues and the index's entries for `traces/`."""
+    from agentfs.core.goals import GoalTree
     from agentfs.core.sidequeue import queue_problems
     from agentfs.store.git.repo import GitRepo
     from agentfs.store.trace import Trace
@@ -106,6 +107,8 @@ def diagnose(workspace: Workspace) -> Diagnosis:
                 report.messages += len(trace.messages())
             try:
                 trace.meta  # noqa: B018 — loading it is the check
+                GoalTree.load(trace.dir / GOALS_FILE)
+                trace.pending_approval()
                 problems += [str(p) for p in queue_problems(trace)]
             except AgentfsError as exc:
                 problems.insert(0, str(exc))

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from agentfs.errors import AgentfsError
+from agentfs.store.regularfile import read_trace_file
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
 GoalStatus = Literal["open", "done", "abandoned"]
@@ -41,7 +42,7 @@ class GoalTree(BaseModel):
     @classmethod
     def load(cls, path: Path) -> GoalTree:
         try:
-            return cls.model_validate_json(path.read_bytes())
+            return cls.model_validate_json(read_trace_file(path))
         except FileNotFoundError:
             return cls()
         except ValidationError as exc:

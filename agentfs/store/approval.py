@@ -22,6 +22,7 @@ from typing import Any
 
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write
+from agentfs.store.regularfile import read_trace_file
 
 __all__ = [
     "APPROVAL_FILE", "Answer", "PendingApproval", "how_to_answer", "read_pending",
@@ -80,7 +81,7 @@ def read_pending(path: Path, git_path: str = "") -> PendingApproval | None:
         yes, no, always (an edit gone wrong); the message names the file and the fix.
     """
     try:
-        raw = path.read_bytes()
+        raw = read_trace_file(path)
     except FileNotFoundError:
         return None
     name = git_path or str(path)

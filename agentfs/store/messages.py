@@ -17,12 +17,9 @@ refuses to write a message it would refuse to read.
 from __future__ import annotations
 
 import enum
-import errno
 import hashlib
 import json
-import os
 import re
-import stat
 from pathlib import Path
 from typing import Any, Literal
 
@@ -31,6 +28,7 @@ from pydantic_core import PydanticCustomError
 
 from agentfs.errors import MessageFileError, validation_problems
 from agentfs.store.frontmatter import FrontmatterError, Problem, check_depth, render, split
+from agentfs.store.regularfile import FileRefused, over_limit, read_regular
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -411,42 +409,22 @@ def load_message(path: Path) -> Message:
 
 
 def _read(path: Path, *, single: bool = False) -> bytes:
-    """The file's bytes; symlinks, non-regular files and oversize files are refused
-    unread, and with `single` files with other hard links too (a dropped file is
-    untrusted: a link could bring in a file from outside the workspace; the person's
-    own message files may be hard links, as in a `cp -al` copy)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    """The file's bytes (`agentfs/store/regularfile.py:read_regular`): symlinks,
+    non-regular files and oversize files are refused unread, and with `single` files
+    with other hard links too (a dropped file is untrusted: a link could bring in a
+    file from outside the workspace; the person's own message files may be hard
+    links, as in a `cp -al` copy)."""
     try:
-        fd = os.open(path, flags)  # O_NONBLOCK: opening a FIFO must not hang
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise MessageFileError(
-                path,
-                "is a symlink; message files must be regular files",
-                hint="replace the link with a copy of the file it points to",
-            ) from None
+        return read_regular(path, MAX_MESSAGE_BYTES, what="message files",
+                            size_hint=_SIZE_HINT, single=single)
+    except FileNotFoundError as exc:
         raise MessageFileError(path, f"cannot read: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise MessageFileError(path, "is not a regular file", hint="messages are files")
-        if single and info.st_nlink > 1:  # the bytes are elsewhere too: maybe outside
-            raise MessageFileError(
-                path, f"has {info.st_nlink} hard links; a dropped file must be a file of its own",
-                hint="drop a copy of the file, not a link to it",
-            )
-        if info.st_size > MAX_MESSAGE_BYTES:
-            raise MessageFileError(path, _over_limit(info.st_size), hint=_SIZE_HINT)
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read(MAX_MESSAGE_BYTES + 1)  # it may have grown since the fstat
-    except OSError as exc:
-        raise MessageFileError(path, f"cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
+    except FileRefused as exc:
+        raise MessageFileError(path, exc.problem, hint=exc.hint) from None
 
 
 _SIZE_HINT = "put large content in a workspace file and refer to it"
 
 
 def _over_limit(size: int) -> str:
-    return f"file is {size:,} bytes, over the {MAX_MESSAGE_BYTES:,}-byte limit"
+    return over_limit(size, MAX_MESSAGE_BYTES)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError, TraceNotFound
+from agentfs.store.regularfile import read_trace_file
 
 __all__ = ["FORMAT_VERSION", "read_meta_file", "read_meta_json"]
 
@@ -36,7 +37,7 @@ def read_meta_json(path: Path, git_path: str) -> Any:
 def read_meta_file(path: Path, git_path: str) -> tuple[bytes, Any]:
     """`trace.json`'s bytes and the JSON value in them (see `read_meta_json`)."""
     try:
-        raw = path.read_bytes()
+        raw = read_trace_file(path)
         data = json.loads(raw)
     except FileNotFoundError:
         raise TraceNotFound(f"{path}: missing", hint="is this a trace?") from None

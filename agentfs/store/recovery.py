@@ -31,6 +31,7 @@ from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
 from agentfs.store.message_dir import Listing, is_shard_name, parse_message_relpath
 from agentfs.store.messages import Message, parse_message
 from agentfs.store.meta import parse_meta
+from agentfs.store.regularfile import FileRefused, read_trace_file
 from agentfs.store.stamps import RACY_NS, Stamp, settled
 from agentfs.store.upgrade import upgrade
 from agentfs.store.workspace import INBOX_DIR
@@ -114,8 +115,8 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
     (`agentfs/core/sidequeue.py`); adopting them here would lose the merge parent."""
     committed_bytes = trace.repo.read_file(head_commit, trace.rel(trace.meta_path))
     try:
-        disk_bytes = trace.meta_path.read_bytes()
-    except OSError:
+        disk_bytes = read_trace_file(trace.meta_path)
+    except (OSError, FileRefused):
         return
     if committed_bytes is None or (disk_bytes == committed_bytes
                                    and b'"side_queue"' not in committed_bytes):

@@ -47,6 +47,7 @@ from agentfs.store.meta import (
     save_meta,
 )
 from agentfs.store.recovery import recover
+from agentfs.store.regularfile import read_trace_file
 from agentfs.store.steplog import step_of_message, trace_log
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
@@ -270,7 +271,7 @@ class Trace:
     def approval_committed(self) -> bool:
         """True if `approval.json` on disk is what the last commit holds."""
         try:
-            data = self.approval_path.read_bytes()
+            data = read_trace_file(self.approval_path)
         except FileNotFoundError:
             data = None
         return data == self.repo.read_file(self.repo.head(), self.rel(self.approval_path))
@@ -475,7 +476,7 @@ class Trace:
 
     def _meta_bytes(self) -> bytes | None:
         try:
-            return self.meta_path.read_bytes()
+            return read_trace_file(self.meta_path)
         except FileNotFoundError:
             return None
 
@@ -483,7 +484,7 @@ class Trace:
         """Bring the trace list's summary up to date after a step that committed
         `committed` (`agentfs/store/summary.py`): from the one written beside
         trace.json as it was before the step, else built again."""
-        after = self.meta_path.read_bytes()
+        after = read_trace_file(self.meta_path)
         head = self.meta.head
         previous = self.summary_file.read(before) if before is not None else None
         if previous is None:
@@ -540,7 +541,7 @@ class Trace:
     def meta_uncommitted(self) -> bool:
         """True if trace.json on disk differs from its last commit (an edit, or a step
         a crash cut short). Raises FileNotFoundError without a trace.json."""
-        return self.meta_path.read_bytes() != self.repo.read_file(
+        return read_trace_file(self.meta_path) != self.repo.read_file(
             self.repo.head(), self.rel(self.meta_path))
 
     def unfinished(self) -> bool:

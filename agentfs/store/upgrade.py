@@ -33,6 +33,7 @@ from agentfs.store.commits import Step
 from agentfs.store.message_dir import SHARD_SIZE, check_real_folder, message_relpath
 from agentfs.store.messages import parse_file_name
 from agentfs.store.meta import FORMAT_VERSION, dump_meta, parse_meta
+from agentfs.store.regularfile import FileRefused, read_trace_file
 
 if TYPE_CHECKING:
     from agentfs.store.trace import Trace
@@ -84,8 +85,8 @@ def _meta_as_committed(trace: Trace, head: bytes | None) -> bool:
         meta = parse_meta(committed)
         if meta.format_version >= FORMAT_VERSION:
             return False
-        on_disk = trace.meta_path.read_bytes()
-    except (ValueError, OSError):
+        on_disk = read_trace_file(trace.meta_path)
+    except (ValueError, OSError, FileRefused):
         return False
     meta.format_version = FORMAT_VERSION
     return on_disk in (committed, dump_meta(meta))

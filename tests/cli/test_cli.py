@@ -200,6 +200,30 @@ def test_a_trace_folder_that_is_a_symlink_is_refused_and_nothing_goes_through_it
     assert git(ws, "status", "--porcelain", "--untracked-files=no") == ""
 
 
+@pytest.mark.parametrize("name", ["trace.json", "goals.json", "approval.json"])
+def test_a_trace_file_that_is_a_symlink_is_refused_unread(ws, tmp_path, name):
+    """Even a link to a copy of the file (so it would parse) is refused, naming the file;
+    a link to `/dev/zero` would otherwise never end the read."""
+    run_cli("new", "t", "-m", "hi", cwd=ws)
+    path = ws / "traces/t" / name
+    outside = tmp_path / name
+    if name == "trace.json":
+        outside.write_bytes(path.read_bytes())
+        path.unlink()
+    else:  # a goal tree, a waiting call: files a clone may bring
+        outside.write_text(json.dumps({"goals": []} if name == "goals.json" else {
+            "trace": "t", "tool_use_id": "x", "name": "bash", "input": {}, "answer": "yes"}))
+    path.symlink_to(outside)
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "a link, as a clone brings it")
+    for args in (("run", "t", "-m", "again"), ("doctor",)):
+        done = run_cli(*args, cwd=ws, check=False)
+        assert done.returncode == 1, args
+        assert f"{path}: is a symlink; trace files must be regular files" in (
+            done.stderr + done.stdout), args
+    assert git(ws, "status", "--porcelain") == ""
+
+
 def test_init_on_existing_repo_adds_only_what_is_missing(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()

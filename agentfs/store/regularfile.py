@@ -1,0 +1,97 @@
+"""Reading a file of a trace that a person, another program or a clone may have put
+there: only a regular file, never through a symlink, never more than a limit.
+
+A link could make agentfs read, and show or send to the model, a file outside the
+workspace; a FIFO would hang the read and a device such as `/dev/zero` would never
+end it. Git can bring a symlink with a clone, so a trace's files are opened without
+following one (`O_NOFOLLOW`), without waiting on a FIFO (`O_NONBLOCK`), and judged
+by what was opened (`fstat`), so nothing can be swapped in between.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from agentfs.errors import AgentfsError
+
+__all__ = ["MAX_CONTROL_BYTES", "FileRefused", "read_regular", "read_trace_file"]
+
+#: The largest `trace.json`, `goals.json` or `approval.json` read: far above what
+#: agentfs writes (a few KB), far below what would hurt to load.
+MAX_CONTROL_BYTES = 16 * 1024 * 1024
+
+_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class FileRefused(AgentfsError):
+    """A file that is not read: a symlink, not a regular file, too large, with other
+    hard links where that is refused, or unreadable."""
+
+    def __init__(self, path: Path, problem: str, *, hint: str | None = None) -> None:
+        super().__init__(f"{path}: {problem}", hint=hint)
+        self.path = path
+        self.problem = problem
+
+
+def read_regular(path: Path, limit: int, *, what: str, size_hint: str | None = None,
+                 single: bool = False) -> bytes:
+    """The bytes of the regular file at `path`, of at most `limit` bytes.
+
+    Args:
+        what: what such files are, for the messages ("message files").
+        size_hint: what to do with a file over `limit`.
+        single: refuse a file with other hard links too (its bytes are elsewhere as
+            well, maybe outside the workspace: for untrusted dropped files).
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        FileRefused: naming the file and what is wrong with it.
+    """
+    try:
+        fd = os.open(path, _FLAGS)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise FileRefused(path, f"is a symlink; {what} must be regular files",
+                              hint="replace the link with a copy of the file it points to"
+                              ) from None
+        raise FileRefused(path, f"cannot read: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(path, "is not a regular file", hint=f"{what} are files")
+        if single and info.st_nlink > 1:
+            raise FileRefused(
+                path, f"has {info.st_nlink} hard links; a dropped file must be a file of its own",
+                hint="drop a copy of the file, not a link to it",
+            )
+        if info.st_size > limit:
+            raise FileRefused(path, over_limit(info.st_size, limit), hint=size_hint)
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            data = file.read(limit + 1)  # it may have grown since the fstat
+    except OSError as exc:
+        raise FileRefused(path, f"cannot read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise FileRefused(path, over_limit(len(data), limit), hint=size_hint)
+    return data
+
+
+def read_trace_file(path: Path) -> bytes:
+    """A trace's own `trace.json`, `goals.json` or `approval.json` (`read_regular`).
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        FileRefused: it is a link, not a regular file or too large.
+    """
+    return read_regular(path, MAX_CONTROL_BYTES, what="trace files")
+
+
+def over_limit(size: int, limit: int) -> str:
+    """What is wrong with a file of `size` bytes where at most `limit` are read."""
+    return f"file is {size:,} bytes, over the {limit:,}-byte limit"
