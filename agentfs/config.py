@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError
 
 from agentfs.errors import ConfigError, validation_problems
 from agentfs.prices import Price
+from agentfs.store.regularfile import FileRefused, read_config_file
 
 DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 #: Default number of iterations between `get_current_context` injections.
@@ -324,9 +325,11 @@ class WorkspaceConfig(BaseModel):
 def load_config(path: Path) -> WorkspaceConfig:
     """Parse `agentfs.toml`; errors name the file and the key."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_config_file(path).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"{path} does not exist", hint="run `agentfs init`") from None
+    except FileRefused as exc:
+        raise ConfigError(exc.message, hint=exc.hint) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: invalid TOML ({exc})") from None
     try:

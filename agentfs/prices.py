@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agentfs.store.regularfile import FileRefused, read_config_file
 from agentfs.store.spent import Spent
 
 __all__ = ["DEFAULT_PRICES", "NO_PRICES", "Cost", "Price", "PriceTable"]
@@ -107,9 +108,9 @@ class PriceTable:
         (`agentfs/core/doctor.py:check_config`), read without loading the rest of
         it; the estimates alone when it cannot be read."""
         try:
-            entries = tomllib.loads(path.read_text(encoding="utf-8")).get("prices", {})
+            entries = tomllib.loads(read_config_file(path).decode()).get("prices", {})
             return cls({name: Price(**entry) for name, entry in entries.items()})
-        except (OSError, ValueError, TypeError, AttributeError):
+        except (OSError, ValueError, TypeError, AttributeError, FileRefused):
             return cls()
 
     def cost(self, spent: Mapping[str, Spent]) -> Cost:

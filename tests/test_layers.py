@@ -16,7 +16,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "resources": set(),
     "prices": {"store"},
-    "config": {"errors", "prices"},
+    "config": {"errors", "prices", "store"},
     "store": {"errors"},
     "skills": {"errors", "resources", "store"},
     "models": {"errors", "store", "config", "prices"},

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write
+from agentfs.store.regularfile import FileRefused, read_config_file
 from agentfs.store.workspace import GOALS_FILE, TRACES_DIR, Workspace
 
 if TYPE_CHECKING:
@@ -79,8 +80,9 @@ def load_valid_config(workspace: Workspace) -> WorkspaceConfig:
 
 def _digest(workspace: Workspace) -> str | None:
     try:
-        return hashlib.sha1(workspace.config_path.read_bytes(), usedforsecurity=False).hexdigest()
-    except OSError:
+        return hashlib.sha1(read_config_file(workspace.config_path),
+                            usedforsecurity=False).hexdigest()
+    except (OSError, FileRefused):
         return None
 
 

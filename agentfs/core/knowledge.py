@@ -18,6 +18,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from agentfs.errors import AgentfsError, validation_problems
 from agentfs.store.frontmatter import FrontmatterError, render, split
+from agentfs.store.messages import MAX_MESSAGE_BYTES
+from agentfs.store.regularfile import read_regular
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
 Status = Literal["pending", "accepted", "rejected"]
@@ -48,15 +50,12 @@ def load_items(folder: Path) -> list[KnowledgeItem]:
 
 
 def load_item(path: Path) -> KnowledgeItem:
-    """One item file; a broken one is an error naming it."""
-    if path.is_symlink():  # a hand-written file is untrusted: never followed out of knowledge/
-        raise AgentfsError(
-            f"{path}: is a symlink; knowledge items must be regular files",
-            hint="replace the link with a copy of the file",
-        )
+    """One item file; a broken one is an error naming it. A hand-written file is
+    untrusted: never followed out of knowledge/ through a link, at most as large as a
+    message file, whose text it becomes (`agentfs/store/regularfile.py:read_regular`)."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
+        data = read_regular(path, MAX_MESSAGE_BYTES, what="knowledge items")
+    except FileNotFoundError as exc:
         raise AgentfsError(f"{path}: cannot read: {exc.strerror}") from None
     return parse_item(path, data)
 

@@ -17,11 +17,14 @@ from pathlib import Path
 
 from agentfs.errors import AgentfsError
 
-__all__ = ["MAX_CONTROL_BYTES", "FileRefused", "read_regular", "read_trace_file"]
+__all__ = ["MAX_CONFIG_BYTES", "MAX_CONTROL_BYTES", "FileRefused", "read_config_file", "read_regular",
+           "read_trace_file"]
 
 #: The largest `trace.json`, `goals.json` or `approval.json` read: far above what
 #: agentfs writes (a few KB), far below what would hurt to load.
 MAX_CONTROL_BYTES = 16 * 1024 * 1024
+#: The largest `agentfs.toml` read (the default one is under 2 KB).
+MAX_CONFIG_BYTES = 1024 * 1024
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -37,7 +40,7 @@ class FileRefused(AgentfsError):
 
 
 def read_regular(path: Path, limit: int, *, what: str, size_hint: str | None = None,
-                 single: bool = False) -> bytes:
+                 single: bool = False, follow: bool = False) -> bytes:
     """The bytes of the regular file at `path`, of at most `limit` bytes.
 
     Args:
@@ -45,13 +48,15 @@ def read_regular(path: Path, limit: int, *, what: str, size_hint: str | None = N
         size_hint: what to do with a file over `limit`.
         single: refuse a file with other hard links too (its bytes are elsewhere as
             well, maybe outside the workspace: for untrusted dropped files).
+        follow: follow a symlink (to a regular file): for a file whose content the
+            person vouches for whatever it is, as `agentfs.toml` through trust.
 
     Raises:
         FileNotFoundError: there is no such file.
         FileRefused: naming the file and what is wrong with it.
     """
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS & ~os.O_NOFOLLOW if follow else _FLAGS)
     except FileNotFoundError:
         raise
     except OSError as exc:
@@ -90,6 +95,19 @@ def read_trace_file(path: Path) -> bytes:
         FileRefused: it is a link, not a regular file or too large.
     """
     return read_regular(path, MAX_CONTROL_BYTES, what="trace files")
+
+
+def read_config_file(path: Path) -> bytes:
+    """`agentfs.toml`'s bytes: a regular file (a link to one is followed: what
+    `agentfs trust` trusts is its content, wherever it is) of at most
+    `MAX_CONFIG_BYTES`, so a link to a device or a huge file cannot hang every
+    command.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        FileRefused: not a regular file, too large, or unreadable.
+    """
+    return read_regular(path, MAX_CONFIG_BYTES, what="agentfs.toml files", follow=True)
 
 
 def over_limit(size: int, limit: int) -> str:

@@ -128,3 +128,23 @@ def test_request_timeout_in_agentfs_toml_reaches_the_anthropic_provider(
                    env={"ANTHROPIC_API_KEY": "k"}, check=False)
     assert "recorded" in done.stderr
     assert given["model_id"] == "claude-x" and given["timeout"] == 12.5
+
+
+def test_an_agentfs_toml_link_is_followed_but_a_huge_one_is_refused(tmp_path: Path) -> None:
+    """Trust is for the configuration's content, so a link to it is fine; a file too
+    large to be one is named, not loaded by every command."""
+    ws = make(tmp_path)
+    toml = ws / "agentfs.toml"
+    kept = tmp_path / "shared.toml"
+    kept.write_bytes(toml.read_bytes())
+    toml.unlink()
+    toml.symlink_to(kept)
+    run_cli("status", cwd=ws)
+    run_cli("doctor", cwd=ws)
+    with kept.open("ab") as f:
+        f.write(b"# padding\n" * 110_000)  # still valid TOML, over 1 MiB
+    for command in ("status", "doctor"):
+        done = run_cli(command, cwd=ws, check=False)
+        assert done.returncode == 1, command
+        assert f"{toml}: file is 1,1" in done.stdout + done.stderr, command
+        assert "over the 1,048,576-byte limit" in done.stdout + done.stderr, command

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
 from agentfs.core.knowledge import KnowledgeItem, load_items
 from agentfs.errors import AgentfsError
+from agentfs.store.messages import MAX_MESSAGE_BYTES
 from tests.conftest import assert_git_clean, git, run_cli, side_branches
 
 
@@ -112,6 +114,22 @@ def test_a_symlinked_knowledge_file_is_refused(tmp_path):
     (folder / "a.md").symlink_to(outside)
     with pytest.raises(AgentfsError, match="is a symlink"):
         load_items(folder)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "oversize"])
+def test_a_knowledge_file_that_is_no_file_or_too_large_is_refused_unread(tmp_path, kind):
+    folder = tmp_path / "knowledge"
+    folder.mkdir()
+    path = folder / "a.md"
+    if kind == "fifo":
+        os.mkfifo(path)  # reading it would wait for a writer forever
+    else:
+        with path.open("wb") as f:
+            f.truncate(MAX_MESSAGE_BYTES + 1)
+    with pytest.raises(AgentfsError) as info:
+        load_items(folder)
+    assert str(info.value).startswith(f"{path}: ")
+    assert ("not a regular file" if kind == "fifo" else "over the") in str(info.value)
 
 
 def test_every_side_branch_sends_the_main_paths_system_tools_and_messages(workspace):
