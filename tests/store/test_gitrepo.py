@@ -462,7 +462,8 @@ def test_an_index_nobody_can_read_is_refused_before_main_moves(
 ) -> None:
     root = project.workspace.root
     index = root / ".git" / "index"
-    index.write_bytes(index.read_bytes()[:-1] + b"\0")  # its checksum no longer matches
+    data = index.read_bytes()
+    index.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))  # its checksum no longer matches
     before = head(root, "main")
     with pytest.raises(GitStateError, match="index") as caught:
         trace.commit_step("assistant", [trace.new_message("assistant", "hello")])
