@@ -188,7 +188,7 @@ class ListCache:
                 parts.append("-")
                 continue
             try:
-                # followed, as the row's reader follows them (a linked trace folder)
+                # followed: a linked trace folder's row says it is refused while it stays
                 found = meta if meta is not None and len(parts) == 1 else os.stat(path)
             except (FileNotFoundError, NotADirectoryError):
                 parts.append("-")

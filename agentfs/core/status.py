@@ -27,6 +27,7 @@ from agentfs.prices import PriceTable
 from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.store.inbox import inbox_names, rejected_names, waiting
 from agentfs.store.metafile import read_meta_file
+from agentfs.store.regularfile import check_real_folder
 from agentfs.store.spent import Spent
 from agentfs.store.summary import SummaryFile, listed_summary
 from agentfs.store.tracelock import is_locked
@@ -151,6 +152,7 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
     head = failed = problem = updated = totals = summary = None
     queued = False
     try:
+        check_real_folder(folder)  # as opening the trace does
         raw, data = read_meta_file(meta_path, f"{rel}/{TRACE_FILE}")
         head, failed, spent = _read_meta(workspace, meta_path, data)
         queued = isinstance(data, dict) and data.get("side_queue") is not None

@@ -38,6 +38,7 @@ from agentfs.store.messages import (
     parse_file_name,
     render_message,
 )
+from agentfs.store.regularfile import check_real_folder, linked_folder
 from agentfs.store.stamps import RACY_NS, Stamp, settled, stamp_of
 
 __all__ = [
@@ -47,7 +48,6 @@ __all__ = [
     "MessageDir",
     "MessageLookup",
     "WindowReader",
-    "check_real_folder",
     "folders",
     "is_shard_name",
     "message_relpath",
@@ -133,27 +133,6 @@ def parse_message_relpath(rel: str) -> tuple[int, str, str] | None:
     return parsed
 
 
-def check_real_folder(path: Path) -> None:
-    """Refuse `path` if it is a symlink: a trace's folders (its own, `messages/`
-    and the folders in it) are read and written only where they are, inside the
-    workspace; through a link, message files would be read from and written to
-    wherever it leads, and Git would commit only the link.
-
-    Raises:
-        MessageFileError: naming the link and the fix.
-    """
-    if os.path.islink(path):
-        raise _linked(path)
-
-
-def _linked(path: Path) -> MessageFileError:
-    return MessageFileError(
-        path, "is a symlink, not a folder",
-        hint="a trace's folders must be real folders inside the workspace: "
-        "replace the link with a copy of the folder it points to",
-    )
-
-
 def _top(messages: Path) -> tuple[list[str], list[str]] | None:
     """The names of the files (and other entries that are no folder) directly in
     `messages/`, and of its folders of messages; None if there is no `messages/`.
@@ -170,7 +149,7 @@ def _top(messages: Path) -> tuple[list[str], list[str]] | None:
                     if is_shard_name(entry.name):
                         shards.append(entry.name)
                 elif is_shard_name(entry.name) and entry.is_symlink():
-                    raise _linked(Path(entry.path))
+                    raise linked_folder(Path(entry.path))
                 else:
                     loose.append(entry.name)
     except (FileNotFoundError, NotADirectoryError):
@@ -721,8 +700,8 @@ class MessageDir:
                     continue
                 if not name and is_shard_name(entry.name) and entry.is_symlink():
                     if problems is None:
-                        raise _linked(Path(entry.path))
-                    problems.append(_linked(Path(entry.path)))
+                        raise linked_folder(Path(entry.path))
+                    problems.append(linked_folder(Path(entry.path)))
                     continue
                 if names is not None and not names(entry.name):
                     continue

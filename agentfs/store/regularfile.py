@@ -1,5 +1,6 @@
 """Reading a file of a trace that a person, another program or a clone may have put
-there: only a regular file, never through a symlink, never more than a limit.
+there: only a regular file, never through a symlink, never more than a limit; and
+never a trace's folder through a link (`check_real_folder`).
 
 A link could make agentfs read, and show or send to the model, a file outside the
 workspace; a FIFO would hang the read and a device such as `/dev/zero` would never
@@ -15,10 +16,18 @@ import os
 import stat
 from pathlib import Path
 
-from agentfs.errors import AgentfsError
+from agentfs.errors import AgentfsError, MessageFileError
 
-__all__ = ["MAX_CONFIG_BYTES", "MAX_CONTROL_BYTES", "FileRefused", "read_config_file", "read_regular",
-           "read_trace_file"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_CONTROL_BYTES",
+    "FileRefused",
+    "check_real_folder",
+    "linked_folder",
+    "read_config_file",
+    "read_regular",
+    "read_trace_file",
+]
 
 #: The largest `trace.json`, `goals.json` or `approval.json` read: far above what
 #: agentfs writes (a few KB), far below what would hurt to load.
@@ -113,3 +122,25 @@ def read_config_file(path: Path) -> bytes:
 def over_limit(size: int, limit: int) -> str:
     """What is wrong with a file of `size` bytes where at most `limit` are read."""
     return f"file is {size:,} bytes, over the {limit:,}-byte limit"
+
+
+def check_real_folder(path: Path) -> None:
+    """Refuse `path` if it is a symlink: a trace's folders (its own, `messages/`
+    and the folders in it) are read and written only where they are, inside the
+    workspace; through a link, message files would be read from and written to
+    wherever it leads, and Git would commit only the link.
+
+    Raises:
+        MessageFileError: naming the link and the fix.
+    """
+    if os.path.islink(path):
+        raise linked_folder(path)
+
+
+def linked_folder(path: Path) -> MessageFileError:
+    """The refusal of a trace's folder that is a link (`check_real_folder`)."""
+    return MessageFileError(
+        path, "is a symlink, not a folder",
+        hint="a trace's folders must be real folders inside the workspace: "
+        "replace the link with a copy of the folder it points to",
+    )

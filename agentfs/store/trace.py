@@ -36,7 +36,7 @@ from agentfs.store.history import (
 )
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
-from agentfs.store.message_dir import MessageDir, WindowReader, check_real_folder
+from agentfs.store.message_dir import MessageDir, WindowReader
 from agentfs.store.messages import Message, render_message
 from agentfs.store.meta import (
     FORMAT_VERSION,
@@ -47,7 +47,7 @@ from agentfs.store.meta import (
     save_meta,
 )
 from agentfs.store.recovery import recover
-from agentfs.store.regularfile import read_trace_file
+from agentfs.store.regularfile import check_real_folder, read_trace_file
 from agentfs.store.steplog import step_of_message, trace_log
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
@@ -184,7 +184,7 @@ class Trace:
 
     def check_folders(self) -> None:
         """Refuse the trace if `traces/`, its folder or its `messages/` is a symlink
-        (`agentfs/store/message_dir.py:check_real_folder`); the folders inside
+        (`agentfs/store/regularfile.py:check_real_folder`); the folders inside
         `messages/` are refused where they are listed or written.
 
         Raises:

@@ -30,10 +30,10 @@ from dulwich.objects import Blob
 
 from agentfs.store.atomic import fsync_dir
 from agentfs.store.commits import Step
-from agentfs.store.message_dir import SHARD_SIZE, check_real_folder, message_relpath
+from agentfs.store.message_dir import SHARD_SIZE, message_relpath
 from agentfs.store.messages import parse_file_name
 from agentfs.store.meta import FORMAT_VERSION, dump_meta, parse_meta
-from agentfs.store.regularfile import FileRefused, read_trace_file
+from agentfs.store.regularfile import FileRefused, check_real_folder, read_trace_file
 
 if TYPE_CHECKING:
     from agentfs.store.trace import Trace
