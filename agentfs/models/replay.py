@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentfs.errors import ConfigError, ModelError, validation_problems
 from agentfs.models.base import ModelRequest, ModelResponse, TextSink
 from agentfs.store.messages import ToolCall, Usage
+from agentfs.store.regularfile import MAX_CONTROL_BYTES, FileRefused, read_regular
 
 
 class ReplayToolCall(BaseModel):
@@ -55,12 +56,17 @@ class ReplayScript(BaseModel):
 def load_script(path: Path) -> ReplayScript:
     """Read and validate a replay script; errors name the file and the entry."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # a regular file (a link to one too) within a limit: a name like
+        # `replay:/dev/zero` in a dropped file must not hang or exhaust the run
+        text = read_regular(path, MAX_CONTROL_BYTES, what="replay scripts",
+                            follow=True).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(
             f"replay script {path} does not exist", hint="check the path after 'replay:'"
         ) from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except FileRefused as exc:
+        raise ConfigError(f"replay script {exc.message}", hint=exc.hint) from None
+    except UnicodeDecodeError as exc:
         raise ConfigError(f"replay script {path}: cannot read ({exc})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

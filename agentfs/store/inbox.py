@@ -30,6 +30,7 @@ from pathlib import Path
 
 from agentfs.store.atomic import atomic_write, fsync_dir
 from agentfs.store.git.conflicts import CONFLICT_COPY
+from agentfs.store.regularfile import check_real_folder
 
 __all__ = [
     "REJECTED_DIR",
@@ -244,6 +245,7 @@ def save_in_inbox(folder: Path, text: str, *, tmp_dir: Path | None = None,
                   durable: bool = False) -> Path:
     """Write `text` atomically as a new file of the inbox `folder`, named by the
     time, so files are taken in the order they were written; returns its path."""
+    check_real_folder(folder)  # never written through a link, wherever it leads
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")
     path = folder / f"{stamp}-{os.urandom(4).hex()}.md"  # not `secrets`: the trace list imports this
     atomic_write(path, text.encode(), tmp_dir=tmp_dir, sync_dir=durable)
@@ -270,21 +272,31 @@ def reject(file: Path, origin: Path, reason: str) -> Path:
     `<name>.reason.txt` saying why; returns where it now is.
 
     The folder ignores itself for Git (its `.gitignore` holds `*`), so rejected
-    files never show as untracked; they are never deleted.
+    files never show as untracked; they are never deleted. Nothing is written
+    through a link: a `.rejected` that is one is refused, and a file in it that is
+    one is replaced, not followed (a clone can bring either).
+
+    Raises:
+        MessageFileError: `.rejected` is a symlink (the file stays where it was).
     """
     folder = origin.parent / REJECTED_DIR
+    check_real_folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     ignore = folder / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("*\n")
+    if not os.path.lexists(ignore):
+        atomic_write(ignore, b"*\n")
     target, number = folder / origin.name, 1
-    while os.path.lexists(target):
+    while os.path.lexists(target) or os.path.lexists(_note_of(target)):
         target, number = folder / f"{origin.name}.{number}", number + 1
     os.rename(file, target)
-    note = target.with_name(target.name + ".reason.txt")
-    note.write_text(f"{origin.name} was not taken as a message: {reason}\n", encoding="utf-8")
+    atomic_write(_note_of(target),
+                 f"{origin.name} was not taken as a message: {reason}\n".encode())
     fsync_dir(folder)
     return target
+
+
+def _note_of(rejected: Path) -> Path:
+    return rejected.with_name(rejected.name + ".reason.txt")
 
 
 #: The block `exclude_temp_names` keeps in `.git/info/exclude`.

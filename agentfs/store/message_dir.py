@@ -284,7 +284,8 @@ class MessageDir:
         """The highest sequence of any message file, or 0, from the names in the newest
         folders (no file is read), listed afresh: a new message's sequence comes from
         this, and a kept name gone stale (a clock behind the file system's) would give
-        it a sequence that already has a file."""
+        it a sequence that already has a file. A folder named like a message file
+        counts here (its name is taken), though it is no message."""
         return self.previous(_NO_SEQUENCE, afresh=True) or 0
 
     def path_of(self, message: Message) -> Path:
@@ -419,7 +420,9 @@ class MessageDir:
             kept = None if afresh else self._names.get(folder)
             if kept is not None and kept[0] == (st.st_ino, st.st_mtime_ns, st.st_ctime_ns):
                 return kept[1], False
-            found = sorted(_sequences_of(_file_names(path, st)))
+            # afresh, for the next sequence: every name taken, a folder's too, so a
+            # new file never lands on one
+            found = sorted(_sequences_of(os.listdir(path) if afresh else _file_names(path, st)))
         except (FileNotFoundError, NotADirectoryError):
             return [], False
         # a misplaced file is not a message of this folder (`messages` refuses it)

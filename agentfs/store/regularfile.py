@@ -141,6 +141,6 @@ def linked_folder(path: Path) -> MessageFileError:
     """The refusal of a trace's folder that is a link (`check_real_folder`)."""
     return MessageFileError(
         path, "is a symlink, not a folder",
-        hint="a trace's folders must be real folders inside the workspace: "
+        hint="agentfs reads and writes a workspace's own folders only where they are: "
         "replace the link with a copy of the folder it points to",
     )

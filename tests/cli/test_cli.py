@@ -227,6 +227,16 @@ def test_a_trace_file_that_is_a_symlink_is_refused_unread(ws, tmp_path, name):
     assert git(ws, "status", "--porcelain") == ""
 
 
+def test_a_folder_named_like_the_next_message_file_does_not_take_its_place(ws):
+    """It is no message, but its name is taken: the next message gets the next one."""
+    run_cli("new", "t", "-m", "hi", cwd=ws)
+    (ws / "traces/t/messages/000000-000999/000003-user.md/x").mkdir(parents=True)
+    run_cli("run", "t", "-m", "again", "--max-iterations", "1", cwd=ws)
+    written = ws / "traces/t/messages/000000-000999/000004-user.md"
+    assert written.read_text().rstrip().endswith("again")
+    assert "000004-user.md" in git(ws, "ls-files", "traces/t/messages")
+
+
 def test_init_on_existing_repo_adds_only_what_is_missing(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agentfs.errors import ConfigError, ModelError
 from agentfs.models.base import ModelRequest
-from agentfs.models.replay import ReplayModel
+from agentfs.models.replay import ReplayModel, load_script
 from agentfs.models.resolve import ProviderSettings, resolve_model
+from agentfs.store.regularfile import MAX_CONTROL_BYTES
 
 
 def request(index: int, branch: str | None = None) -> ModelRequest:
@@ -64,3 +67,19 @@ def test_resolve_paths_and_providers(tmp_path):
     model = resolve_model("anthropic:claude-x", base_dir=tmp_path,
                           settings=ProviderSettings({"anthropic": {"api_key": "k"}}))
     assert model.name == "anthropic:claude-x"
+
+
+def test_a_replay_script_must_be_a_regular_file_of_bounded_size(tmp_path: Path) -> None:
+    """`replay:/dev/zero` (a dropped file may name a model) is refused at once, not
+    read until memory runs out; a link to a real script is followed."""
+    script = tmp_path / "script.json"
+    script.write_text('{"turns": [{"text": "hi"}]}')
+    link = tmp_path / "link.json"
+    link.symlink_to(script)
+    assert load_script(link).turns[0].text == "hi"
+    with script.open("ab") as f:
+        f.truncate(MAX_CONTROL_BYTES + 1)
+    with pytest.raises(ConfigError, match="over the"):
+        load_script(script)
+    with pytest.raises(ConfigError, match="is not a regular file"):
+        load_script(Path("/dev/zero"))

@@ -4,6 +4,7 @@ and finished exactly once after a crash at any point."""
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 from agentfs.core.project import Project
 from agentfs.errors import AgentfsError
-from agentfs.store.inbox import EMPTY_GRACE, SettleClock, stage, staged_in
+from agentfs.store.inbox import EMPTY_GRACE, SettleClock, save_in_inbox, stage, staged_in
 from agentfs.store.ingest import (
     Rejected,
     claim_new,
@@ -93,6 +94,48 @@ def test_a_bad_file_is_put_aside_once_and_does_not_block_the_next(project, trace
     assert commit_count(root) == before + 1  # only the good file's step
     assert take(trace).rejected == []  # never reported again
     assert_git_clean(root)  # .rejected/ ignores itself
+
+
+def test_putting_aside_never_writes_through_a_link(project, trace, tmp_path):
+    """A clone can bring links in `.rejected/`: a note's name linked to a file of the
+    person's is replaced, not written through; a `.rejected` that is a link is refused
+    and the file stays in the inbox."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("mine\n")
+    rejected = trace.inbox_dir / ".rejected"
+    rejected.mkdir(parents=True)
+    (rejected / "bad.md.reason.txt").symlink_to(victim)
+    (rejected / ".gitignore").symlink_to(tmp_path / "made-outside")  # dangling
+    drop(trace, "bad.md", b"\x89PNG\x00")
+    [put_aside] = take(trace).rejected
+    assert victim.read_text() == "mine\n" and not (tmp_path / "made-outside").exists()
+    note = put_aside.moved_to.with_name(put_aside.moved_to.name + ".reason.txt")
+    assert not note.is_symlink() and "bad.md was not taken" in note.read_text()
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for entry in rejected.iterdir():
+        entry.unlink()
+    rejected.rmdir()
+    rejected.symlink_to(outside)
+    drop(trace, "worse.md", b"\x89PNG\x01")
+    with pytest.raises(AgentfsError, match="is a symlink, not a folder"):
+        take(trace)
+    assert list(outside.iterdir()) == []
+    rejected.unlink()  # as the error says; the claimed file was kept meanwhile
+    with trace.lock():
+        [put_aside] = finish_staged(trace).rejected  # as the next run finishes claims
+    assert put_aside.moved_to.read_bytes() == b"\x89PNG\x01"
+
+
+def test_a_message_is_never_kept_in_an_inbox_that_is_a_link(trace, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(trace.inbox_dir, ignore_errors=True)
+    trace.inbox_dir.symlink_to(outside)
+    with pytest.raises(AgentfsError, match="is a symlink, not a folder"):
+        save_in_inbox(trace.inbox_dir, "for later\n")
+    assert list(outside.iterdir()) == []
 
 
 def test_a_symlink_is_never_followed(project, trace, tmp_path):
