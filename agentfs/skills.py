@@ -18,6 +18,8 @@ from typing import Any, Literal
 from agentfs.errors import AgentfsError
 from agentfs.resources import builtin_skills_dir
 from agentfs.store.frontmatter import FrontmatterError, Problem, split
+from agentfs.store.messages import MAX_MESSAGE_BYTES
+from agentfs.store.regularfile import FileRefused, read_regular
 
 MAX_NAME_CHARS = 64
 MAX_DESCRIPTION_CHARS = 1024
@@ -133,6 +135,10 @@ def _load_dir(directory: Path, origin: Origin, errors: list[SkillError]) -> list
     """The valid skills of one folder; problems go to `errors`."""
     if not directory.exists():
         return []
+    if origin == "workspace" and directory.is_symlink():
+        errors.append(SkillError("is a symlink, not a folder", path=directory,
+                                 hint=_LINK_HINT))
+        return []
     if not directory.is_dir():
         errors.append(SkillError("is not a folder", path=directory, hint="skills/ holds skills"))
         return []
@@ -164,7 +170,15 @@ def _ignored(entry: Path) -> bool:
     return entry.is_file() and (not name.endswith(".md") or name.lower() == "readme.md")
 
 
+#: A workspace's skills are hand-written, untrusted input: never read through a link,
+#: which could send a file from outside the workspace to the model.
+_LINK_HINT = "replace the link with a copy of what it points to"
+
+
 def _load_entry(entry: Path, origin: Origin) -> Skill | None:
+    if origin == "workspace" and entry.is_symlink():
+        raise SkillError("is a symlink; skills must be regular files and folders",
+                         path=entry, hint=_LINK_HINT)
     if entry.is_dir():
         skill_file = entry / SKILL_FILE
         if not skill_file.is_file():
@@ -192,9 +206,13 @@ def _load_entry(entry: Path, origin: Origin) -> Skill | None:
 def parse_skill_file(path: Path, origin: Origin) -> Skill:
     """Read and validate one skill file; any problem raises `SkillError` naming the file."""
     try:
-        text = path.read_bytes().decode("utf-8")
+        # at most a message file's size: its text becomes a message
+        text = read_regular(path, MAX_MESSAGE_BYTES, what="skill files",
+                            follow=origin == "builtin").decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SkillError(f"not valid UTF-8 (byte {exc.start})", path=path) from None
+    except FileRefused as exc:
+        raise SkillError(exc.problem, path=path, hint=exc.hint) from None
     except OSError as exc:
         raise SkillError(f"cannot be read: {exc.strerror}", path=path) from None
     data, body = _split_frontmatter(path, text.lstrip("\ufeff"))

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 from agentfs.errors import AgentfsError, validation_problems
 from agentfs.store.frontmatter import FrontmatterError, render, split
 from agentfs.store.messages import MAX_MESSAGE_BYTES
-from agentfs.store.regularfile import read_regular
+from agentfs.store.regularfile import check_real_folder, read_regular
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
 Status = Literal["pending", "accepted", "rejected"]
@@ -45,7 +45,9 @@ class KnowledgeItem(BaseModel):
 
 
 def load_items(folder: Path) -> list[KnowledgeItem]:
-    """Every item in `folder`, by id; a broken file is an error naming it."""
+    """Every item in `folder`, by id; a broken file is an error naming it, and so is
+    a `folder` that is a link (`agentfs/store/regularfile.py:check_real_folder`)."""
+    check_real_folder(folder)
     return [load_item(path) for path in sorted(folder.glob("*.md")) if folder.is_dir()]
 
 

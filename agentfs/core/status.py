@@ -31,7 +31,7 @@ from agentfs.store.regularfile import check_real_folder
 from agentfs.store.spent import Spent
 from agentfs.store.summary import SummaryFile, listed_summary
 from agentfs.store.tracelock import is_locked
-from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, TRACES_DIR, Workspace
+from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACE_FILE, TRACES_DIR, Workspace
 
 __all__ = ["RowMaker", "TraceState", "TraceStatus", "WorkspaceStatus", "row_maker", "trace_state",
            "workspace_status"]
@@ -152,7 +152,8 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
     head = failed = problem = updated = totals = summary = None
     queued = False
     try:
-        check_real_folder(folder)  # as opening the trace does
+        for checked in (folder, folder / MESSAGES_DIR):  # as opening the trace does
+            check_real_folder(checked)
         raw, data = read_meta_file(meta_path, f"{rel}/{TRACE_FILE}")
         head, failed, spent = _read_meta(workspace, meta_path, data)
         queued = isinstance(data, dict) and data.get("side_queue") is not None

@@ -24,6 +24,7 @@ from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import StepKind
 from agentfs.store.git.repo import EXEC_MODE, FILE_MODE, GitRepo, check_path
+from agentfs.store.regularfile import check_real_folders
 from agentfs.store.stepdiff import changed_files
 from agentfs.store.steplog import trace_log
 
@@ -70,7 +71,7 @@ class FileRewind:
             full = repo.root / path
             if worktree_state(full) == want:
                 continue  # restored already (an earlier attempt that a crash cut short)
-            _check_folders(repo.root, path)
+            check_real_folders(repo.root, path)
             if want is None:
                 full.unlink(missing_ok=True)
             else:
@@ -125,16 +126,6 @@ def worktree_state(full: Path) -> State:
         return 0, b""
     mode = EXEC_MODE if info.st_mode & stat.S_IXUSR else FILE_MODE
     return mode, Blob.from_string(full.read_bytes()).id
-
-
-def _check_folders(root: Path, path: str) -> None:
-    """Refuse to write through a folder that is now a symlink (it could lead out)."""
-    folder = root
-    for part in path.split("/")[:-1]:
-        folder = folder / part
-        if folder.is_symlink():
-            raise AgentfsError(f"{folder}: a symlink where the agent wrote into a folder; "
-                               f"{path} was not restored", hint="remove the link and rewind again")
 
 
 def _write(repo: GitRepo, full: Path, want: tuple[int, bytes], tmp_dir: Path) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_CONTROL_BYTES",
     "FileRefused",
     "check_real_folder",
+    "check_real_folders",
     "linked_folder",
     "read_config_file",
     "read_regular",
@@ -99,10 +100,16 @@ def read_regular(path: Path, limit: int, *, what: str, size_hint: str | None = N
 def read_trace_file(path: Path) -> bytes:
     """A trace's own `trace.json`, `goals.json` or `approval.json` (`read_regular`).
 
+    Its folder and `traces/` are not read through a link either
+    (`check_real_folder`).
+
     Raises:
         FileNotFoundError: there is no such file.
         FileRefused: it is a link, not a regular file or too large.
+        MessageFileError: its folder or `traces/` is a link.
     """
+    check_real_folder(path.parent)
+    check_real_folder(path.parent.parent)
     return read_regular(path, MAX_CONTROL_BYTES, what="trace files")
 
 
@@ -144,3 +151,17 @@ def linked_folder(path: Path) -> MessageFileError:
         hint="agentfs reads and writes a workspace's own folders only where they are: "
         "replace the link with a copy of the folder it points to",
     )
+
+
+def check_real_folders(root: Path, path: str) -> None:
+    """Refuse to write the file at `path` (a Git path below `root`) if a folder on the
+    way is a symlink (`check_real_folder`): it could lead out of the workspace, and
+    Git would commit only the link.
+
+    Raises:
+        MessageFileError: naming the link.
+    """
+    folder = root
+    for part in path.split("/")[:-1]:
+        folder = folder / part
+        check_real_folder(folder)

@@ -47,7 +47,7 @@ from agentfs.store.meta import (
     save_meta,
 )
 from agentfs.store.recovery import recover
-from agentfs.store.regularfile import check_real_folder, read_trace_file
+from agentfs.store.regularfile import check_real_folder, check_real_folders, read_trace_file
 from agentfs.store.steplog import step_of_message, trace_log
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
@@ -532,7 +532,9 @@ class Trace:
         return self.repo.commit_changes(b"refs/heads/" + branch.encode(), changes, step.message())
 
     def write_file(self, path: str, data: bytes) -> None:
-        """Write a workspace file (a Git path) atomically, before a step commits it."""
+        """Write a workspace file (a Git path) atomically, before a step commits it;
+        never through a folder that is a link (`check_real_folders`)."""
+        check_real_folders(self.workspace.root, path)
         atomic_write(self.workspace.root / path, data, tmp_dir=self.tmp_dir,
                      sync_dir=self.repo.durable)
 

@@ -114,6 +114,11 @@ def test_a_symlinked_knowledge_file_is_refused(tmp_path):
     (folder / "a.md").symlink_to(outside)
     with pytest.raises(AgentfsError, match="is a symlink"):
         load_items(folder)
+    (folder / "a.md").unlink()
+    folder.rmdir()
+    folder.symlink_to(outside.parent)  # the whole folder, as a clone may bring it
+    with pytest.raises(AgentfsError, match="is a symlink, not a folder"):
+        load_items(folder)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "oversize"])

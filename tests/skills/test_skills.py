@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from agentfs.resources import builtin_skills_dir
 from agentfs.skills import NAME_PATTERN, SkillCatalog, SkillError, load_skills, parse_skill_file
+from agentfs.store.messages import MAX_MESSAGE_BYTES
 from agentfs.tools.base import ToolContext, ToolRegistry
 from agentfs.tools.skill import skill_tool
 
@@ -130,6 +131,30 @@ def test_one_bad_file_does_not_stop_the_others_unless_strict(ws_skills, no_built
     assert [e.path for e in catalog.errors] == [ws_skills / "bad.md"]
     with pytest.raises(SkillError, match="bad.md"):
         load_skills(ws_skills, no_builtins, strict=True)
+
+
+@pytest.mark.parametrize("linked", ["leak.md", "leak", "leak/SKILL.md", "."])
+def test_a_workspace_skill_is_never_read_through_a_link(tmp_path, ws_skills, no_builtins, linked):
+    """A clone can bring a link to a file of the person's: its text would reach the
+    model as a skill."""
+    outside = tmp_path / "outside"
+    write(outside / "leak.md", skill_text("leak", body="SECRET\n"))
+    write(outside / "leak" / "SKILL.md", skill_text("leak", body="SECRET\n"))
+    link = ws_skills / linked
+    target = outside / linked if linked != "." else outside
+    if linked == "leak/SKILL.md":
+        (ws_skills / "leak").mkdir(parents=True)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
+    error = only_error(ws_skills, no_builtins)
+    assert "symlink" in str(error) and "SECRET" not in str(error)
+
+
+def test_a_skill_file_over_the_size_limit_is_refused(ws_skills, no_builtins):
+    path = write(ws_skills / "big.md", skill_text("big"))
+    with path.open("ab") as f:
+        f.truncate(MAX_MESSAGE_BYTES + 1)
+    assert "over the" in str(only_error(ws_skills, no_builtins))
 
 
 def test_both_layouts_for_one_name_is_an_error(ws_skills, no_builtins):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -140,6 +141,18 @@ def test_symlinked_message_file_is_refused(tmp_path: Path, trace: Trace) -> None
         trace.messages()
     assert info.value.path.name == "000003-user.md"
     assert "symlink" in info.value.message
+
+
+def test_a_workspace_file_is_never_written_through_a_linked_folder(
+        project: Project, trace: Trace, tmp_path: Path) -> None:
+    """As a reflection writes `knowledge/<item>.md`, where a clone brought a link."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(project.workspace.root / "knowledge")
+    (project.workspace.root / "knowledge").symlink_to(outside)
+    with pytest.raises(MessageFileError, match="is a symlink, not a folder"):
+        trace.write_file("knowledge/lesson.md", b"---\ntitle: x\n---\n")
+    assert list(outside.iterdir()) == []
 
 
 def test_newer_format_version_is_refused(project: Project, trace: Trace) -> None:
