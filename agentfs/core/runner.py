@@ -290,7 +290,7 @@ class Runner:
                     message = session.new_message("user", text.content, **text.fields)
                     try:
                         trace.commit_step("user", [message])
-                    except OSError as exc:  # e.g. a full disk: the texts must not be lost
+                    except (OSError, AgentfsError) as exc:  # a full disk: texts must not be lost
                         raise _texts_kept(trace, message, texts[number + 1:], exc) from exc
                     result.steps.append("user")
                 self._loop(session, max_iterations or self.config.max_iterations, result)
@@ -679,9 +679,37 @@ def _refuse_cut_call(response: ModelResponse) -> list[ToolCall]:
 def _keep_for_later(trace: Trace, texts: Sequence[str]) -> None:
     """User messages given to a run that stops at a call waiting for approval: into
     the trace's inbox, taken once the call is answered (a message cannot come
-    between a tool call and its result)."""
+    between a tool call and its result).
+
+    Raises:
+        AgentfsError: a text could not be kept; the error holds it, to copy.
+    """
+    _, unsaved, error = _keep(trace, texts)
+    if error is not None:
+        raise AgentfsError(f"could not keep your message for later: {error}{_to_copy(unsaved)}",
+                           hint="fix that, then send the message again") from None
+
+
+def _keep(trace: Trace, texts: Sequence[str]
+          ) -> tuple[list[str], list[str], AgentfsError | OSError | None]:
+    """Save each text as a file of the trace's inbox: the Git paths written, the texts
+    that could not be, and the error of the first of those."""
+    places: list[str] = []
+    unsaved: list[str] = []
+    error: AgentfsError | OSError | None = None
     for text in texts:
-        save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir)
+        try:
+            kept = save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir)
+        except (OSError, AgentfsError) as exc:  # a full disk, an inbox that is a link
+            unsaved.append(text)
+            error = error or exc
+        else:
+            places.append(trace.rel(kept))
+    return places, unsaved, error
+
+
+def _to_copy(texts: Sequence[str]) -> str:
+    return "".join(f"\n--- not saved, copy it: ---\n{text}" for text in texts)
 
 
 def _check_compressible(trace: Trace) -> None:
@@ -697,7 +725,7 @@ def _check_compressible(trace: Trace) -> None:
 
 
 def _texts_kept(trace: Trace, failed: Message, rest: Sequence[str],
-                exc: OSError) -> AgentfsError:
+                exc: OSError | AgentfsError) -> AgentfsError:
     """The error for user texts a failed write could not commit, saying where each is
     kept: the message file written before the failure (the next run adopts it), a
     file in the trace's inbox, or, if nothing could be written, the error itself."""
@@ -709,21 +737,19 @@ def _texts_kept(trace: Trace, failed: Message, rest: Sequence[str],
         texts = list(rest)
     else:
         texts = [str(failed.content), *rest]
-    for text in texts:
-        try:
-            kept = save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir)
-        except OSError:
-            unsaved.append(text)
-        else:
-            places.append(trace.rel(kept))
-    where = f" ({exc.filename})" if exc.filename else ""
+    kept, unsaved, _ = _keep(trace, texts)
+    places += kept
     kept_in = f"; your message is kept in {', '.join(places)}" if places else ""
-    lost = "".join(f"\n--- not saved, copy it: ---\n{text}" for text in unsaved)
+    fix = "free disk space (or fix the file's permissions)"
+    if isinstance(exc, AgentfsError):
+        problem, fix = exc.message, exc.hint or "fix that"
+    else:
+        problem = f"{exc.strerror or exc}" + (f" ({exc.filename})" if exc.filename else "")
     return AgentfsError(
         f"could not commit the user message to trace {trace.id}: "
-        f"{exc.strerror or exc}{where}{kept_in}{lost}",
-        hint=f"free disk space (or fix the file's permissions), then `agentfs run {trace.id}` "
-        "commits it; nothing committed before was changed",
+        f"{problem}{kept_in}{_to_copy(unsaved)}",
+        hint=f"{fix}, then `agentfs run {trace.id}` commits it; nothing committed before "
+        "was changed",
     )
 
 

@@ -150,28 +150,34 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
     rel = f"{TRACES_DIR}/{trace_id}"  # Git paths for the hints, without pathlib's cost
     meta_path = folder / TRACE_FILE
     head = failed = problem = updated = totals = summary = None
-    queued = False
+    queued = linked = False
     try:
         for checked in (folder, folder / MESSAGES_DIR):  # as opening the trace does
             check_real_folder(checked)
-        raw, data = read_meta_file(meta_path, f"{rel}/{TRACE_FILE}")
-        head, failed, spent = _read_meta(workspace, meta_path, data)
-        queued = isinstance(data, dict) and data.get("side_queue") is not None
-        updated = _modified(meta_path)
-        totals = Totals.of(spent, prices) if spent is not None else None
-        file = SummaryFile(places.summaries / trace_id, places.tmp)
-        summary = listed_summary(file, workspace, trace_id, raw, head=head, at=updated)
+    except AgentfsError as exc:
+        problem, linked = str(exc), True
+    try:
+        if not linked:
+            raw, data = read_meta_file(meta_path, f"{rel}/{TRACE_FILE}")
+            head, failed, spent = _read_meta(workspace, meta_path, data)
+            queued = isinstance(data, dict) and data.get("side_queue") is not None
+            updated = _modified(meta_path)
+            totals = Totals.of(spent, prices) if spent is not None else None
+            file = SummaryFile(places.summaries / trace_id, places.tmp)
+            summary = listed_summary(file, workspace, trace_id, raw, head=head, at=updated)
     except AgentfsError as exc:
         problem = str(exc)
     inbox = folder / INBOX_DIR
-    pending = [p.name for p in waiting(inbox)]
+    # nothing more is read through a linked folder, not even names
+    pending = [] if linked else [p.name for p in waiting(inbox)]
+    rejected = [] if linked else rejected_names(inbox)
     running = is_locked(places.locks, trace_id)
-    approval = _waiting_tool(folder / APPROVAL_FILE, f"{rel}/{APPROVAL_FILE}")
+    approval = None if linked else _waiting_tool(folder / APPROVAL_FILE, f"{rel}/{APPROVAL_FILE}")
     state = trace_state(running=running, approval=approval is not None,
                         failed=failed is not None, final=summary is not None and summary.final,
                         pending=bool(pending), queued=queued)
     return TraceStatus(
-        trace_id, head, running, pending, rejected_names(inbox), problem, failed, approval,
+        trace_id, head, running, pending, rejected, problem, failed, approval,
         updated, totals, state,
         last_activity=summary.last_activity if summary else None,
         messages=summary.messages if summary else None,

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentfs.errors import ConfigError, ModelError, validation_problems
 from agentfs.models.base import ModelRequest, ModelResponse, TextSink
 from agentfs.store.messages import ToolCall, Usage
-from agentfs.store.regularfile import MAX_CONTROL_BYTES, FileRefused, read_regular
+from agentfs.store.regularfile import FileRefused, read_regular
 
 
 class ReplayToolCall(BaseModel):
@@ -53,12 +53,17 @@ class ReplayScript(BaseModel):
         return getattr(self, branch_type, None) or []
 
 
+#: The largest replay script read: scripts may hold huge tool inputs on purpose (tests
+#: of the limits), but not a file that would exhaust memory.
+MAX_SCRIPT_BYTES = 256 * 1024 * 1024
+
+
 def load_script(path: Path) -> ReplayScript:
     """Read and validate a replay script; errors name the file and the entry."""
     try:
         # a regular file (a link to one too) within a limit: a name like
         # `replay:/dev/zero` in a dropped file must not hang or exhaust the run
-        text = read_regular(path, MAX_CONTROL_BYTES, what="replay scripts",
+        text = read_regular(path, MAX_SCRIPT_BYTES, what="replay scripts",
                             follow=True).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(

@@ -69,9 +69,9 @@ class FileRewind:
         ones the target lacks)."""
         for path, want in sorted(self.restore.items()):
             full = repo.root / path
+            check_real_folders(repo.root, path)  # never read or written through a link
             if worktree_state(full) == want:
                 continue  # restored already (an earlier attempt that a crash cut short)
-            check_real_folders(repo.root, path)
             if want is None:
                 full.unlink(missing_ok=True)
             else:
@@ -101,6 +101,7 @@ def plan_file_rewind(repo: GitRepo, trace_id: str, trace_dir: str, target: bytes
     changed: list[str] = []
     for path, agents in sorted(last_written.items()):
         check_path(path)  # a commit can name anything: never a path into .git or out
+        check_real_folders(repo.root, path)  # nor a folder a clone made a link
         want = repo.tree_lookup(target, path)
         if want is not None and stat.S_ISDIR(want[0]):
             want = None

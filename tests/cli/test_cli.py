@@ -194,10 +194,16 @@ def test_a_trace_folder_that_is_a_symlink_is_refused_and_nothing_goes_through_it
         done = run_cli(*args, cwd=ws, check=False)
         assert done.returncode == 1, args
         assert f"{ws / linked}: is a symlink, not a folder" in done.stderr + done.stdout, args
-    reading = {"traces/t": [("status",), ("goals", "t")], "traces/t/messages": [("status",)]}
+    if linked == "traces/t":  # not even the names in the linked folder's inbox are listed
+        (outside / "inbox").mkdir(exist_ok=True)
+        (outside / "inbox" / "private-name.md").write_text("x\n")
+        before = sorted(p.relative_to(outside) for p in outside.rglob("*"))
+    reading = {"traces/t": [("status",), ("status", "--json"), ("goals", "t")],
+               "traces/t/messages": [("status",)]}
     for args in reading.get(linked, []):  # the list and the goal tree say so too
         done = run_cli(*args, cwd=ws, check=False)
-        assert f"{ws / linked}: is a symlink, not a folder" in done.stdout + done.stderr
+        assert "is a symlink, not a folder" in done.stdout + done.stderr
+        assert "private-name" not in done.stdout + done.stderr
     assert sorted(p.relative_to(outside) for p in outside.rglob("*")) == before
     if shard:
         assert loose.read_text().endswith("mine\n")  # not moved into the link

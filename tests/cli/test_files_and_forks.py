@@ -5,6 +5,7 @@ real workspaces, checked with the real `git` binary."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,25 @@ def test_rewind_files_refuses_naming_the_files_the_user_changed_since_and_change
     # without --files the conversation alone moves, the files stay as the user left them
     run_cli("rewind", "t", "6", cwd=ws)
     assert (ws / "notes/a.md").read_text() == "the user's version\n"
+
+
+def test_rewind_files_never_reads_or_writes_through_a_linked_folder(ws, tmp_path):
+    """A clone can make `notes/` a link: the rewind is refused before any file through
+    it is read (a huge or endless one would exhaust memory) or written."""
+    outside = tmp_path / "outside"
+    shutil.copytree(ws / "notes", outside)
+    shutil.rmtree(ws / "notes")
+    (ws / "notes").symlink_to(outside)
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "a link, as a clone brings it")
+    (outside / "a.md").write_text("not the agent's: judged only by reading it\n")
+    before = {p.name: p.read_bytes() for p in outside.iterdir()}
+    head = git(ws, "rev-parse", "HEAD")
+    done = run_cli("rewind", "t", "6", "--files", cwd=ws, check=False)
+    assert done.returncode == 1
+    assert f"{ws / 'notes'}: is a symlink, not a folder" in done.stderr
+    assert {p.name: p.read_bytes() for p in outside.iterdir()} == before
+    assert git(ws, "rev-parse", "HEAD") == head
 
 
 def test_a_user_commit_of_a_file_since_the_agent_wrote_it_also_refuses(ws):

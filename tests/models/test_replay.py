@@ -8,9 +8,8 @@ import pytest
 
 from agentfs.errors import ConfigError, ModelError
 from agentfs.models.base import ModelRequest
-from agentfs.models.replay import ReplayModel, load_script
+from agentfs.models.replay import MAX_SCRIPT_BYTES, ReplayModel, load_script
 from agentfs.models.resolve import ProviderSettings, resolve_model
-from agentfs.store.regularfile import MAX_CONTROL_BYTES
 
 
 def request(index: int, branch: str | None = None) -> ModelRequest:
@@ -78,7 +77,7 @@ def test_a_replay_script_must_be_a_regular_file_of_bounded_size(tmp_path: Path) 
     link.symlink_to(script)
     assert load_script(link).turns[0].text == "hi"
     with script.open("ab") as f:
-        f.truncate(MAX_CONTROL_BYTES + 1)
+        f.truncate(MAX_SCRIPT_BYTES + 1)  # sparse: no disk used
     with pytest.raises(ConfigError, match="over the"):
         load_script(script)
     with pytest.raises(ConfigError, match="is not a regular file"):
