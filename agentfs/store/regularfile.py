@@ -78,7 +78,8 @@ def read_regular(path: Path, limit: int, *, what: str, size_hint: str | None = N
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise FileRefused(path, "is not a regular file", hint=f"{what} are files")
+            raise FileRefused(path, "is not a regular file",
+                              hint=f"{what} must be regular files: replace it with one")
         if single and info.st_nlink > 1:
             raise FileRefused(
                 path, f"has {info.st_nlink} hard links; a dropped file must be a file of its own",

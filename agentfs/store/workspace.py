@@ -158,12 +158,14 @@ class Workspace:
 
 
 def find_workspace(start: Path | str | None = None) -> Workspace:
-    """The workspace containing `start` (default: the current directory)."""
+    """The workspace containing `start` (default: the current directory): the nearest
+    folder with an `agentfs.toml` of any kind, so one that cannot be read (a link to a
+    device, a folder) is refused by name when loaded, not passed over for a parent."""
     here = Path(start or Path.cwd()).resolve()
     if here.is_file():
         here = here.parent
     for directory in (here, *here.parents):
-        if (directory / CONFIG_FILE).is_file():
+        if os.path.lexists(directory / CONFIG_FILE):
             return Workspace(directory)
     raise WorkspaceNotFound(
         f"no {CONFIG_FILE} in {here} or any parent directory",

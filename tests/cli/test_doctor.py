@@ -148,3 +148,16 @@ def test_an_agentfs_toml_link_is_followed_but_a_huge_one_is_refused(tmp_path: Pa
         assert done.returncode == 1, command
         assert f"{toml}: file is 1,1" in done.stdout + done.stderr, command
         assert "over the 1,048,576-byte limit" in done.stdout + done.stderr, command
+
+
+def test_an_agentfs_toml_that_is_no_file_is_named_not_passed_over(tmp_path: Path) -> None:
+    """Not a parent workspace's settings instead: this folder's file is refused."""
+    outer = make(tmp_path)
+    inner = outer / "inner"
+    run_cli("init", str(inner), cwd=outer)
+    (inner / "agentfs.toml").unlink()
+    (inner / "agentfs.toml").symlink_to("/dev/zero")
+    done = run_cli("status", cwd=inner, check=False)
+    assert done.returncode == 1
+    assert f"{inner / 'agentfs.toml'}: is not a regular file" in done.stderr
+
