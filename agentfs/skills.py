@@ -9,6 +9,7 @@ the Agent Skills rules, so skills move between agentfs and other tools as they a
 from __future__ import annotations
 
 import datetime
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -181,7 +182,7 @@ def _load_entry(entry: Path, origin: Origin) -> Skill | None:
                          path=entry, hint=_LINK_HINT)
     if entry.is_dir():
         skill_file = entry / SKILL_FILE
-        if not skill_file.is_file():
+        if not os.path.lexists(skill_file):  # one that is no file is refused when read
             raise SkillError(
                 f"folder has no {SKILL_FILE}",
                 path=entry,

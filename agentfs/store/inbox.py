@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from agentfs.errors import MessageFileError
 from agentfs.store.atomic import atomic_write, fsync_dir
 from agentfs.store.git.conflicts import CONFLICT_COPY
 from agentfs.store.regularfile import check_real_folder
@@ -277,11 +278,16 @@ def reject(file: Path, origin: Path, reason: str) -> Path:
     one is replaced, not followed (a clone can bring either).
 
     Raises:
-        MessageFileError: `.rejected` is a symlink (the file stays where it was).
+        MessageFileError: `.rejected` is a symlink or a file (the file stays claimed).
     """
     folder = origin.parent / REJECTED_DIR
     check_real_folder(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise MessageFileError(folder, "is a file, not a folder",
+                               hint="agentfs puts aside there what it cannot take: "
+                               "move the file away") from None
     ignore = folder / ".gitignore"
     if not os.path.lexists(ignore):
         atomic_write(ignore, b"*\n")

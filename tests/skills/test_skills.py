@@ -150,6 +150,11 @@ def test_a_workspace_skill_is_never_read_through_a_link(tmp_path, ws_skills, no_
     assert "symlink" in str(error) and "SECRET" not in str(error)
 
 
+def test_a_skill_md_that_is_no_file_is_named_as_such(ws_skills, no_builtins):
+    (ws_skills / "odd" / "SKILL.md").mkdir(parents=True)
+    assert "is not a regular file" in str(only_error(ws_skills, no_builtins))
+
+
 def test_a_skill_file_over_the_size_limit_is_refused(ws_skills, no_builtins):
     path = write(ws_skills / "big.md", skill_text("big"))
     with path.open("ab") as f:

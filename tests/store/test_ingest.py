@@ -128,6 +128,16 @@ def test_putting_aside_never_writes_through_a_link(project, trace, tmp_path):
     assert put_aside.moved_to.read_bytes() == b"\x89PNG\x01"
 
 
+def test_a_rejected_that_is_a_file_is_named_with_the_fix(trace):
+    trace.inbox_dir.mkdir(parents=True, exist_ok=True)
+    (trace.inbox_dir / ".rejected").write_text("mine\n")
+    drop(trace, "bad.md", b"\x89PNG\x00")
+    with pytest.raises(AgentfsError, match=r"\.rejected: is a file, not a folder") as info:
+        take(trace)
+    assert "move the file away" in (info.value.hint or "")
+    assert (trace.inbox_dir / ".rejected").read_text() == "mine\n"
+
+
 def test_a_message_is_never_kept_in_an_inbox_that_is_a_link(trace, tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
