@@ -104,6 +104,11 @@ def diagnose(workspace: Workspace) -> Diagnosis:
         for trace_id in workspace.trace_ids():
             report.traces += 1
             trace = Trace(workspace, repo, trace_id)
+            try:
+                trace.check_folders()  # nothing is read through a link
+            except AgentfsError as exc:
+                report.problems.append(str(exc))
+                continue
             problems = [str(p) for p in trace.message_dir.problems()]
             if not problems:
                 report.messages += len(trace.messages())

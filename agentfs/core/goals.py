@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from agentfs.errors import AgentfsError
-from agentfs.store.regularfile import read_trace_file
+from agentfs.store.regularfile import MAX_CONTROL_BYTES, read_trace_file
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
 GoalStatus = Literal["open", "done", "abandoned"]
@@ -148,7 +148,12 @@ def goal_tool(goals_path: Path) -> Tool:
             if arguments.get(action):
                 goal = tree.finish(str(arguments[action]), status, arguments.get("summary"))
                 updates.append(f"{goal.id} {status}")
-        context.write(goals_path, tree.dump())
+        data = tree.dump()
+        if len(data) > MAX_CONTROL_BYTES:  # it could not be read back: every step would fail
+            raise ToolFailure(f"the goal tree would be {len(data):,} bytes, over the "
+                              f"{MAX_CONTROL_BYTES:,}-byte limit of goals.json; finish or "
+                              "abandon goals with shorter summaries")
+        context.write(goals_path, data)
         return "## Updates\n" + "\n".join(f"- {u}" for u in updates) + (
             f"\n\n## Current plan\n{tree.to_prompt()}\n\n{tree.focus_reminder()}"
         )

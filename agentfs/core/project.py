@@ -90,8 +90,17 @@ class Project:
         return PriceTable(self.config.prices)
 
     def trace(self, ref: str) -> Trace:
-        """An existing trace, by id or by a path to its directory."""
-        return Trace(self.workspace, self.repo, self.workspace.resolve_trace(ref))
+        """An existing trace, by id or by a path to its directory.
+
+        Raises:
+            TraceNotFound: there is no such trace.
+            MessageFileError: its folder, `traces/` or `messages/` is a symlink
+                (`agentfs/store/trace.py:Trace.check_folders`): refused before
+                anything is read or written through it.
+        """
+        trace = Trace(self.workspace, self.repo, self.workspace.resolve_trace(ref))
+        trace.check_folders()
+        return trace
 
     def drop_check(self, skills: SkillCatalog | None = None) -> SettingsCheck:
         """The check every door applies to a dropped file's trace settings (see

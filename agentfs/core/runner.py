@@ -731,7 +731,6 @@ def _texts_kept(trace: Trace, failed: Message, rest: Sequence[str],
     file in the trace's inbox, or, if nothing could be written, the error itself."""
     written = trace.message_path(failed)
     places: list[str] = []
-    unsaved: list[str] = []
     if written.is_file():
         places.append(trace.rel(written))
         texts = list(rest)

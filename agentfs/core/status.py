@@ -152,7 +152,7 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
     head = failed = problem = updated = totals = summary = None
     queued = linked = False
     try:
-        for checked in (folder, folder / MESSAGES_DIR):  # as opening the trace does
+        for checked in (places.traces, folder, folder / MESSAGES_DIR):  # as opening a trace does
             check_real_folder(checked)
     except AgentfsError as exc:
         problem, linked = str(exc), True

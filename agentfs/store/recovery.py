@@ -31,7 +31,7 @@ from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
 from agentfs.store.message_dir import Listing, is_shard_name, parse_message_relpath
 from agentfs.store.messages import Message, parse_message
 from agentfs.store.meta import parse_meta
-from agentfs.store.regularfile import FileRefused, read_trace_file
+from agentfs.store.regularfile import read_trace_file
 from agentfs.store.stamps import RACY_NS, Stamp, settled
 from agentfs.store.upgrade import upgrade
 from agentfs.store.workspace import INBOX_DIR
@@ -116,7 +116,7 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
     committed_bytes = trace.repo.read_file(head_commit, trace.rel(trace.meta_path))
     try:
         disk_bytes = read_trace_file(trace.meta_path)
-    except (OSError, FileRefused):
+    except (OSError, AgentfsError):  # a refused file or folder: opening the trace says why
         return
     if committed_bytes is None or (disk_bytes == committed_bytes
                                    and b'"side_queue"' not in committed_bytes):

@@ -87,8 +87,7 @@ def read_regular(path: Path, limit: int, *, what: str, size_hint: str | None = N
             )
         if info.st_size > limit:
             raise FileRefused(path, over_limit(info.st_size, limit), hint=size_hint)
-        with os.fdopen(fd, "rb", closefd=False) as file:
-            data = file.read(limit + 1)  # it may have grown since the fstat
+        data = _read_upto(fd, info.st_size, limit + 1)
     except OSError as exc:
         raise FileRefused(path, f"cannot read: {exc.strerror}") from None
     finally:
@@ -96,6 +95,18 @@ def read_regular(path: Path, limit: int, *, what: str, size_hint: str | None = N
     if len(data) > limit:
         raise FileRefused(path, over_limit(len(data), limit), hint=size_hint)
     return data
+
+
+def _read_upto(fd: int, size: int, most: int) -> bytes:
+    """At most `most` bytes of the open file, `size` long when looked at: asked for
+    as `size` and one more (a buffer of `most` would be reserved on every read), then
+    on while it gives more (it may have grown since)."""
+    parts = [os.read(fd, min(size + 1, most))]
+    got = len(parts[0])
+    while parts[-1] and got < most:
+        parts.append(os.read(fd, most - got))
+        got += len(parts[-1])
+    return b"".join(parts)
 
 
 def read_trace_file(path: Path) -> bytes:
@@ -109,8 +120,9 @@ def read_trace_file(path: Path) -> bytes:
         FileRefused: it is a link, not a regular file or too large.
         MessageFileError: its folder or `traces/` is a link.
     """
-    check_real_folder(path.parent)
-    check_real_folder(path.parent.parent)
+    folder = os.path.dirname(path)  # strings: a step reads these files a few times
+    check_real_folder(folder)
+    check_real_folder(os.path.dirname(folder))
     return read_regular(path, MAX_CONTROL_BYTES, what="trace files")
 
 
@@ -132,7 +144,7 @@ def over_limit(size: int, limit: int) -> str:
     return f"file is {size:,} bytes, over the {limit:,}-byte limit"
 
 
-def check_real_folder(path: Path) -> None:
+def check_real_folder(path: Path | str) -> None:
     """Refuse `path` if it is a symlink: a trace's folders (its own, `messages/`
     and the folders in it) are read and written only where they are, inside the
     workspace; through a link, message files would be read from and written to
@@ -145,7 +157,7 @@ def check_real_folder(path: Path) -> None:
         raise linked_folder(path)
 
 
-def linked_folder(path: Path) -> MessageFileError:
+def linked_folder(path: Path | str) -> MessageFileError:
     """The refusal of a trace's folder that is a link (`check_real_folder`)."""
     return MessageFileError(
         path, "is a symlink, not a folder",

@@ -28,12 +28,13 @@ from typing import TYPE_CHECKING
 
 from dulwich.objects import Blob
 
+from agentfs.errors import AgentfsError
 from agentfs.store.atomic import fsync_dir
 from agentfs.store.commits import Step
 from agentfs.store.message_dir import SHARD_SIZE, message_relpath
 from agentfs.store.messages import parse_file_name
 from agentfs.store.meta import FORMAT_VERSION, dump_meta, parse_meta
-from agentfs.store.regularfile import FileRefused, check_real_folder, read_trace_file
+from agentfs.store.regularfile import check_real_folder, read_trace_file
 
 if TYPE_CHECKING:
     from agentfs.store.trace import Trace
@@ -86,7 +87,7 @@ def _meta_as_committed(trace: Trace, head: bytes | None) -> bool:
         if meta.format_version >= FORMAT_VERSION:
             return False
         on_disk = read_trace_file(trace.meta_path)
-    except (ValueError, OSError, FileRefused):
+    except (ValueError, OSError, AgentfsError):
         return False
     meta.format_version = FORMAT_VERSION
     return on_disk in (committed, dump_meta(meta))

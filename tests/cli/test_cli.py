@@ -174,7 +174,7 @@ def test_bad_message_file_names_the_file(ws):
 
 
 @pytest.mark.parametrize("linked", [
-    "traces/t", "traces/t/messages", "traces/t/messages/000000-000999"])
+    "traces", "traces/t", "traces/t/messages", "traces/t/messages/000000-000999"])
 def test_a_trace_folder_that_is_a_symlink_is_refused_and_nothing_goes_through_it(
         ws, tmp_path, linked):
     """A clone can bring a link where a trace's folder belongs: no command reads
@@ -194,12 +194,13 @@ def test_a_trace_folder_that_is_a_symlink_is_refused_and_nothing_goes_through_it
         done = run_cli(*args, cwd=ws, check=False)
         assert done.returncode == 1, args
         assert f"{ws / linked}: is a symlink, not a folder" in done.stderr + done.stdout, args
-    if linked == "traces/t":  # not even the names in the linked folder's inbox are listed
-        (outside / "inbox").mkdir(exist_ok=True)
-        (outside / "inbox" / "private-name.md").write_text("x\n")
+    if linked in ("traces", "traces/t"):  # not even the names in its inbox are listed
+        inbox = outside / "inbox" if linked == "traces/t" else outside / "t" / "inbox"
+        inbox.mkdir(exist_ok=True)
+        (inbox / "private-name.md").write_text("x\n")
         before = sorted(p.relative_to(outside) for p in outside.rglob("*"))
-    reading = {"traces/t": [("status",), ("status", "--json"), ("goals", "t")],
-               "traces/t/messages": [("status",)]}
+    listing = [("status",), ("status", "--json"), ("goals", "t")]
+    reading = {"traces": listing, "traces/t": listing, "traces/t/messages": [("status",)]}
     for args in reading.get(linked, []):  # the list and the goal tree say so too
         done = run_cli(*args, cwd=ws, check=False)
         assert "is a symlink, not a folder" in done.stdout + done.stderr
