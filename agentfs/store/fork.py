@@ -15,6 +15,7 @@ from agentfs.store.atomic import atomic_write
 from agentfs.store.inbox import KEEP
 from agentfs.store.message_dir import message_relpath
 from agentfs.store.meta import ForkOrigin, TraceContext, TraceMeta
+from agentfs.store.regularfile import read_trace_file
 from agentfs.store.steplog import step_of_message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import TRACE_FILE, check_trace_id
@@ -83,7 +84,7 @@ def _copy_side_files(source: Trace, trace: Trace, commit: str | None) -> list[st
                  for name, (mode, _) in source.repo.entries(commit.encode(), prefix).items()
                  if name != TRACE_FILE and mode & 0o170000 == 0o100000}
     else:
-        found = {p.name: p.read_bytes() for p in source.dir.iterdir()
+        found = {p.name: read_trace_file(p) for p in source.dir.iterdir()
                  if p.is_file() and not p.is_symlink() and p.name != TRACE_FILE}
     written = []
     for name, data in sorted(found.items()):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dulwich.objects import Blob
@@ -32,9 +33,9 @@ from agentfs.errors import AgentfsError
 from agentfs.store.atomic import fsync_dir
 from agentfs.store.commits import Step
 from agentfs.store.message_dir import SHARD_SIZE, message_relpath
-from agentfs.store.messages import parse_file_name
+from agentfs.store.messages import MAX_MESSAGE_BYTES, parse_file_name
 from agentfs.store.meta import FORMAT_VERSION, dump_meta, parse_meta
-from agentfs.store.regularfile import check_real_folder, read_trace_file
+from agentfs.store.regularfile import FileRefused, check_real_folder, read_regular, read_trace_file
 
 if TYPE_CHECKING:
     from agentfs.store.trace import Trace
@@ -122,12 +123,10 @@ def _move_loose_files(trace: Trace) -> int:
 
 
 def _blob_id(path: os.PathLike[str]) -> bytes | None:
-    """The blob id of the regular file at `path` (never through a symlink), or None."""
+    """The blob id of the message file at `path` as it can be read (never through a
+    symlink, at most a message file's size), or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        return Blob.from_string(read_regular(Path(path), MAX_MESSAGE_BYTES,
+                                             what="message files")).id
+    except (OSError, FileRefused):
         return None
-    with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return Blob.from_string(f.read()).id
