@@ -152,7 +152,8 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
     head = failed = problem = updated = totals = summary = None
     queued = linked = False
     try:
-        for checked in (places.traces, folder, folder / MESSAGES_DIR):  # as opening a trace does
+        # as opening a trace does (strings: pathlib costs more than the lstat)
+        for checked in (str(places.traces), str(folder), f"{folder}/{MESSAGES_DIR}"):
             check_real_folder(checked)
     except AgentfsError as exc:
         problem, linked = str(exc), True

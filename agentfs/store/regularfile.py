@@ -112,17 +112,13 @@ def _read_upto(fd: int, size: int, most: int) -> bytes:
 def read_trace_file(path: Path) -> bytes:
     """A trace's own `trace.json`, `goals.json` or `approval.json` (`read_regular`).
 
-    Its folder and `traces/` are not read through a link either
-    (`check_real_folder`).
+    Its folders are checked once, where the trace is opened
+    (`agentfs/store/trace.py:Trace.check_folders`) or listed, not at every read.
 
     Raises:
         FileNotFoundError: there is no such file.
         FileRefused: it is a link, not a regular file or too large.
-        MessageFileError: its folder or `traces/` is a link.
     """
-    folder = os.path.dirname(path)  # strings: a step reads these files a few times
-    check_real_folder(folder)
-    check_real_folder(os.path.dirname(folder))
     return read_regular(path, MAX_CONTROL_BYTES, what="trace files")
 
 
