@@ -66,8 +66,8 @@ def search_messages(project: Project, query: str, limit: int = 50) -> Found:
     for trace_id in project.workspace.trace_ids():
         trace = project.trace(trace_id)
         try:
-            messages = trace.messages()
-            on_path = {m.sequence for m in trace.main_path(messages)}
+            path, messages = trace.path_and_messages()
+            on_path = {m.sequence for m in path}
         except AgentfsError as exc:
             unreadable[trace_id] = exc.message
             continue

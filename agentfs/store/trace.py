@@ -312,6 +312,15 @@ class Trace:
         return self._path_memo.path(self.message_dir.lookup(), self.meta.head,
                                     parent=self.parent, where=str(self.messages_dir))
 
+    def path_and_messages(self) -> tuple[list[Message], dict[int, Message]]:
+        """The main path and every message file, read in the order a step writes them
+        backwards: `trace.json`'s head first, then the files (a step writes its files,
+        then `trace.json`), so a step another process commits between the two reads
+        is off the path, never a parent found missing."""
+        head = self.meta.head
+        messages = self.messages()
+        return self.path_to(head, messages), messages
+
     def path_slice(self, limit: int | None = None, *, before: int | None = None,
                    since: int = 0, get: WindowReader | None = None) -> PathSlice:
         """The last `limit` messages (all without) of the main path before message
@@ -354,8 +363,7 @@ class Trace:
           NoSuchMessage, BrokenPath: as `path_slice`.
         """
         if limit is None and before is None and not since:
-            messages = self.messages()
-            return TraceView(self.main_path(messages), messages, None)
+            return TraceView(*self.path_and_messages(), None)
         get = self.message_dir.reader((limit or WALK_CHUNK) + 1, since)
         found = self.path_slice(limit, before=before, since=since, get=get)
         first = max(found.messages[0].sequence if found.older is not None else 0, since)

@@ -155,6 +155,27 @@ def test_a_workspace_file_is_never_written_through_a_linked_folder(
     assert list(outside.iterdir()) == []
 
 
+def test_a_step_landing_while_a_view_lists_is_off_its_path_not_a_missing_parent(
+        project: Project, trace: Trace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view reads the head before the files: another process's step written between
+    the two reads (its file, then trace.json) is simply not on the path yet."""
+    viewer = fresh(project)
+    listed = Trace.messages
+
+    def listing_then_a_step_lands(self: Trace, **kwargs: object) -> dict:
+        found = listed(self, **kwargs)
+        if self is viewer:
+            writer = fresh(project)
+            with writer.lock():
+                build(writer, "assistant")  # #3, and trace.json's head moves to it
+        return found
+
+    monkeypatch.setattr(Trace, "messages", listing_then_a_step_lands)
+    view = viewer.view()
+    assert sequences(view.path) == [1, 2]
+    assert fresh(project).meta.head == 3
+
+
 def test_newer_format_version_is_refused(project: Project, trace: Trace) -> None:
     data = json.loads(trace.meta_path.read_text())
     data["format_version"] = 99
