@@ -14,11 +14,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentfs.errors import ConfigError, ModelError, validation_problems
 from agentfs.models.base import ModelRequest, ModelResponse, TextSink
+from agentfs.store.frontmatter import FrontmatterError, load_yaml
 from agentfs.store.messages import ToolCall, Usage
 from agentfs.store.regularfile import FileRefused, read_regular
 
@@ -74,8 +74,9 @@ def load_script(path: Path) -> ReplayScript:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"replay script {path}: cannot read ({exc})") from None
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        # YAML with the message files' limits: no aliases (a script may come with a clone)
+        data = json.loads(text) if path.suffix == ".json" else load_yaml(text)
+    except (json.JSONDecodeError, FrontmatterError) as exc:
         raise ConfigError(f"replay script {path}: not valid JSON/YAML ({exc})") from None
     try:
         return ReplayScript.model_validate(data or {})

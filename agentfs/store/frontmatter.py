@@ -41,6 +41,7 @@ __all__ = [
     "FrontmatterError",
     "Problem",
     "check_depth",
+    "load_yaml",
     "render",
     "replace_body",
     "split",
@@ -216,12 +217,31 @@ def _too_deep(line: int | None, what: str = "frontmatter") -> FrontmatterError:
 def _load(header: str) -> dict[str, Any]:
     """The fields of a header (the text between the fences)."""
     _check_size(header)
-    loader = _Loader(header)
+    fields = load_yaml(header, first_line=_FIRST_LINE)
+    if fields is None:
+        return {}
+    if not isinstance(fields, dict):
+        raise FrontmatterError(
+            Problem.NOT_MAPPING, "frontmatter must be a mapping of 'key: value' lines"
+        )
+    return fields
+
+
+def load_yaml(text: str, *, first_line: int = 1) -> Any:
+    """The value of a YAML document read with the frontmatter's limits: no anchors or
+    aliases, no nesting past `MAX_DEPTH`, no recursion (a file from a clone cannot
+    expand into billions of values). `first_line`: what line 0 of `text` is called
+    in errors.
+
+    Raises:
+        FrontmatterError: it is not valid YAML, or breaks a limit.
+    """
+    loader = _Loader(text)
     try:
         fields = loader.get_single_data()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
-        line = mark.line + _FIRST_LINE if mark is not None else None
+        line = mark.line + first_line if mark is not None else None
         problem = exc.problem or str(exc)
         if "maximum nesting depth" in problem:  # libyaml's own limit, met while scanning ahead
             raise _too_deep(line) from None
@@ -233,12 +253,6 @@ def _load(header: str) -> dict[str, Any]:
         raise _too_deep(None) from None
     finally:
         loader.dispose()
-    if fields is None:
-        return {}
-    if not isinstance(fields, dict):
-        raise FrontmatterError(
-            Problem.NOT_MAPPING, "frontmatter must be a mapping of 'key: value' lines"
-        )
     return fields
 
 

@@ -82,3 +82,18 @@ def test_a_replay_script_must_be_a_regular_file_of_bounded_size(tmp_path: Path) 
         load_script(script)
     with pytest.raises(ConfigError, match="is not a regular file"):
         load_script(Path("/dev/zero"))
+
+
+def test_a_yaml_replay_script_with_aliases_is_refused_unexpanded(tmp_path: Path) -> None:
+    """A script may come with a clone: anchors and aliases could expand a few hundred
+    bytes into billions of values."""
+    bomb = tmp_path / "bomb.yaml"
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{chr(98 + n)}: &{chr(98 + n)} [{', '.join(['*' + chr(97 + n)] * 10)}]"
+              for n in range(3)]  # 10,000 values if expanded
+    bomb.write_text("\n".join(lines) + "\nturns: []\n")
+    with pytest.raises(ConfigError, match="not valid JSON/YAML"):
+        load_script(bomb)
+    fine = tmp_path / "fine.yaml"
+    fine.write_text("turns:\n  - text: hi\n")
+    assert load_script(fine).turns[0].text == "hi"
