@@ -27,11 +27,11 @@ from agentfs.prices import PriceTable
 from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.store.inbox import inbox_names, rejected_names, waiting
 from agentfs.store.metafile import read_meta_file
-from agentfs.store.regularfile import check_real_folder
+from agentfs.store.regularfile import check_trace_folders
 from agentfs.store.spent import Spent
 from agentfs.store.summary import SummaryFile, listed_summary
 from agentfs.store.tracelock import is_locked
-from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACE_FILE, TRACES_DIR, Workspace
+from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, TRACES_DIR, Workspace
 
 __all__ = ["RowMaker", "TraceState", "TraceStatus", "WorkspaceStatus", "row_maker", "trace_state",
            "workspace_status"]
@@ -152,9 +152,7 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
     head = failed = problem = updated = totals = summary = None
     queued = linked = False
     try:
-        # as opening a trace does (strings: pathlib costs more than the lstat)
-        for checked in (str(places.traces), str(folder), f"{folder}/{MESSAGES_DIR}"):
-            check_real_folder(checked)
+        check_trace_folders(folder)  # as opening a trace does
     except AgentfsError as exc:
         problem, linked = str(exc), True
     try:

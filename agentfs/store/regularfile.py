@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 
 from agentfs.errors import AgentfsError, MessageFileError
+from agentfs.store.workspace import MESSAGES_DIR
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -24,6 +25,7 @@ __all__ = [
     "FileRefused",
     "check_real_folder",
     "check_real_folders",
+    "check_trace_folders",
     "linked_folder",
     "read_config_file",
     "read_regular",
@@ -151,6 +153,20 @@ def check_real_folder(path: Path | str) -> None:
     """
     if os.path.islink(path):
         raise linked_folder(path)
+
+
+def check_trace_folders(folder: Path | str) -> None:
+    """Refuse the trace at `folder` if it, `traces/` (its parent) or its `messages/`
+    is a symlink (`check_real_folder`): checked once where a trace is opened or
+    listed; the folders inside `messages/` are refused where they are listed or
+    written. Strings, not pathlib: the trace list checks every trace.
+
+    Raises:
+        MessageFileError: naming the link.
+    """
+    folder = os.fspath(folder)
+    for checked in (os.path.dirname(folder), folder, f"{folder}/{MESSAGES_DIR}"):
+        check_real_folder(checked)
 
 
 def linked_folder(path: Path | str) -> MessageFileError:

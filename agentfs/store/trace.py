@@ -47,7 +47,7 @@ from agentfs.store.meta import (
     save_meta,
 )
 from agentfs.store.recovery import recover
-from agentfs.store.regularfile import check_real_folder, check_real_folders, read_trace_file
+from agentfs.store.regularfile import check_real_folders, check_trace_folders, read_trace_file
 from agentfs.store.steplog import step_of_message, trace_log
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
@@ -184,14 +184,12 @@ class Trace:
 
     def check_folders(self) -> None:
         """Refuse the trace if `traces/`, its folder or its `messages/` is a symlink
-        (`agentfs/store/regularfile.py:check_real_folder`); the folders inside
-        `messages/` are refused where they are listed or written.
+        (`agentfs/store/regularfile.py:check_trace_folders`).
 
         Raises:
             MessageFileError: naming the link.
         """
-        for folder in (self.workspace.traces_dir, self.dir, self.messages_dir):
-            check_real_folder(folder)
+        check_trace_folders(self.dir)
 
     def reload(self) -> None:
         """Forget cached metadata (files may have changed on disk)."""
