@@ -20,6 +20,7 @@ from pathlib import Path
 
 from agentfs.core.project import Project, init_workspace
 from agentfs.core.sidebranch import SUMMARY_HEADER
+from agentfs.store.history import is_model_turn
 from agentfs.store.ingest import parse_dropped_text
 from agentfs.store.messages import Message, ToolCall, render_message
 
@@ -114,15 +115,18 @@ def long_trace(root: Path, count: int, *, kept: int | None = None) -> Project:
     trace = project.new_trace(TRACE, first)  # messages 1 (system) and 2 (user)
     summary_at = None if kept is None else count - kept
     files: dict[Path, bytes] = {}
+    turns = 0
     for sequence in range(3, count + 1):
         if sequence == summary_at:
             m = Message(id=f"msg-{sequence:06d}", sequence=sequence, parent_sequence=2,
                         role="user", synthetic="summary", content=f"{SUMMARY_HEADER}\n\n{PARAGRAPH}")
         else:
             m = message(sequence)
+        turns += is_model_turn(m)
         files[trace.message_path(m)] = render_message(m)
     trace.meta.head = count
     trace.meta.next_sequence = count + 1
+    trace.meta.iterations = turns  # as the runs that wrote them would have kept it
     trace.save_meta()
     files[trace.meta_path] = trace.meta_path.read_bytes()
     for path, data in files.items():

@@ -110,6 +110,7 @@ def long_trace(project: Project, trace_id: str, count: int, *,
         path.write_bytes(render_message(message))
     trace.meta.head = count
     trace.meta.next_sequence = count + 1
+    trace.meta.iterations = len(range(3, count + 1, 2))  # the assistant messages, as a run keeps it
     trace.save_meta()
     if commit:
         root = project.workspace.root

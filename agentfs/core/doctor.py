@@ -117,6 +117,8 @@ def diagnose(workspace: Workspace) -> Diagnosis:
                 GoalTree.load(trace.dir / GOALS_FILE)
                 trace.pending_approval()
                 problems += [str(p) for p in queue_problems(trace)]
+                if not problems:
+                    problems += filter(None, [trace.iterations_problem()])
             except AgentfsError as exc:
                 problems.insert(0, str(exc))
             report.problems += problems

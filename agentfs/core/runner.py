@@ -571,13 +571,13 @@ class Runner:
     ) -> Message:
         """Commit the model's turn, with the synthetic calls this iteration adds.
 
-        `iteration` counts the model's turns in the message files, so it stays
-        right after a crash (a counter in trace.json could lag behind them). A
-        call cut off at max_tokens is stored with a note for its input, so it is
-        answered as an error instead of run (docs/models.md).
+        `iteration` counts the model's turns in the message files, this one
+        included (its commit adds it to `trace.json`'s `iterations`:
+        `agentfs/store/trace.py:Trace.count_usage`). A call cut off at max_tokens
+        is stored with a note for its input, so it is answered as an error instead
+        of run (docs/models.md).
         """
         trace = session.trace
-        trace.meta.iterations = iteration  # saved by the commit below
         calls = _refuse_cut_call(response)
         if calls:
             loaded = loaded_by(calls)  # the model loads these itself this turn

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write
+from agentfs.store.history import is_model_turn
 from agentfs.store.inbox import KEEP
 from agentfs.store.message_dir import message_relpath
 from agentfs.store.meta import ForkOrigin, TraceContext, TraceMeta
@@ -47,7 +48,7 @@ def fork_trace(source: Trace, new_id: str, at: int) -> Trace:
     step = step_of_message(source.repo, source.id, at)
     meta = TraceMeta(
         id=new_id, model=source.meta.model, preset=source.meta.preset,
-        iterations=sum(1 for m in path if m.role == "assistant" and not m.synthetic),
+        iterations=sum(map(is_model_turn, path)),
         context=TraceContext(inject_skills=list(source.meta.context.inject_skills)),
         forked_from=ForkOrigin(trace=source.id, sequence=at,
                                commit=step.commit if step is not None else None),

@@ -122,15 +122,19 @@ class Spending(BaseModel):
                          "(sequences only grow, so a message committed again is not)")
     models: dict[str, Spent] = Field(default_factory=dict)
 
-    def count(self, messages: Iterable[Message]) -> None:
-        """Add the assistant messages after `through`, then move it past them."""
+    def count(self, messages: Iterable[Message]) -> list[Message]:
+        """Add the assistant messages after `through`, then move it past them; returns
+        the messages after it (those counted now)."""
+        counted: list[Message] = []
         for message in sorted(messages, key=lambda m: m.sequence):
             if message.sequence <= self.through:
-                continue
+                continue  # counted before, or twice in `messages`
             self.through = message.sequence
+            counted.append(message)
             if message.role == "assistant" and not message.synthetic:
                 spent = self.models.setdefault(message.model or "unknown", Spent())
                 spent.add(message.usage, message.timing)
+        return counted
 
 
 class TraceMeta(BaseModel):
@@ -146,7 +150,9 @@ class TraceMeta(BaseModel):
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     model: str | None = Field(default=None, description="Model used when none is given")
     preset: str | None = None
-    iterations: int = Field(default=0, description="Model calls made on the main path")
+    iterations: int = Field(default=0, description="Turns of the model in the message files "
+                            "(`agentfs/store/history.py:is_model_turn`), exact at every commit "
+                            "since format 4")
     injected_skills: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Records the agent keeps per injected skill "
         "(their shape is the agent's: `agentfs/core/injection.py:InjectedSkill`)",

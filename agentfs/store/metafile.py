@@ -16,11 +16,12 @@ from agentfs.store.regularfile import read_trace_file
 
 __all__ = ["FORMAT_VERSION", "read_meta_file", "read_meta_json"]
 
-#: Version of the on-disk trace format this agentfs writes (it reads 1 to 3; older
+#: Version of the on-disk trace format this agentfs writes (it reads 1 to 4; older
 #: ones are upgraded in place by `agentfs/store/upgrade.py`). 2: message files in
 #: folders. 3: side branches named after their base commit, so `trace.json` no longer
-#: counts them (`context.side_branches` is gone).
-FORMAT_VERSION = 3
+#: counts them (`context.side_branches` is gone). 4: `iterations` is exact at every
+#: commit, so a run reads it instead of counting the model's turns in every file.
+FORMAT_VERSION = 4
 
 
 def read_meta_json(path: Path, git_path: str) -> Any:

@@ -27,6 +27,7 @@ from agentfs.store.cleanfolders import load_stamps, save_stamps, stamps_digest
 from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.git.index import StatCache
+from agentfs.store.history import is_model_turn
 from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
 from agentfs.store.message_dir import Listing, is_shard_name, parse_message_relpath
 from agentfs.store.messages import Message, parse_message
@@ -48,7 +49,10 @@ def recover(trace: Trace) -> list[str]:
     New message files that continue the committed head (an interrupted
     step, or a file the user added to `messages/`) are adopted onto the
     main path as kind `recover`; any other change is the user's and
-    becomes `edit`. Files waiting in `inbox/` are left for `ingest`.
+    becomes `edit`. Files waiting in `inbox/` are left for `ingest`. An edit
+    of message files may add or remove turns of the model: `trace.json`'s
+    `iterations` is then counted from the files again and committed with it
+    (an adopted turn is counted by its commit, as every step's are).
     """
     trace.repo.check_on_main()
     purge_stale_temps(trace.tmp_dir)
@@ -95,6 +99,11 @@ def recover(trace: Trace) -> list[str]:
     if changed:
         trace.reload()
         _check_edit(trace, changed, head_commit)
+        messages = trace.rel(trace.messages_dir) + "/"
+        if any(p.startswith(messages) for p in changed):  # a turn may be added or gone
+            trace.meta.iterations = trace.count(is_model_turn)
+            if trace.save_meta():
+                changed = sorted({*changed, trace.rel(trace.meta_path)})
         shown = [p[len(prefix) + 1 :] for p in changed]
         step = Step(
             trace.id,

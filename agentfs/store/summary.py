@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["TITLE_LENGTH", "Summary", "SummaryFile", "build_summary", "listed_summary", "title_of"]
 
-#: Bumped when the file's fields change: an older file is built again.
-VERSION = 1
+#: Bumped when the file's fields change: an older file is built again (2: the count of
+#: the model's turns moved to `trace.json`'s `iterations`).
+VERSION = 2
 #: Characters of the first user message's first line kept as the title.
 TITLE_LENGTH = 80
 
@@ -55,22 +56,13 @@ class Summary:
     highest: int  # the highest sequence counted: later steps count only newer files
     final: bool  # the head is a final answer (`agentfs/store/history.py:is_final_answer`)
     last_activity: str | None  # when the last step was committed (ISO 8601 UTC)
-    #: message files that are turns of the model (`agentfs/store/history.py:is_model_turn`),
-    #: a request's `call_index`; None until counted (`agentfs/store/trace.py:Trace.model_turns`)
-    model_turns: int | None = None
 
     def after(self, messages: Iterable[Message], *, final: bool, at: str) -> Summary:
         """This summary once a step committed `messages` (new ones counted, rewrites
         not) and left a head that is a final answer or not."""
-        # imported here: it imports pydantic, which `agentfs status` never loads
-        from agentfs.store.history import is_model_turn
-
-
         new = [m for m in messages if m.sequence > self.highest]
-        turns = self.model_turns
         return replace(
             self, messages=self.messages + len(new),
-            model_turns=None if turns is None else turns + sum(map(is_model_turn, new)),
             highest=max([self.highest, *(m.sequence for m in new)]),
             title=self.title if self.title is not None else title_of(new),
             final=final, last_activity=at,
@@ -182,10 +174,8 @@ def _name(meta_bytes: bytes) -> str:
 def _from_json(data: dict[str, Any]) -> Summary | None:
     title, at = data.get("title"), data.get("last_activity")
     messages, highest, final = data.get("messages"), data.get("highest"), data.get("final")
-    turns = data.get("model_turns")
     if not (isinstance(title, str | None) and isinstance(at, str | None)
-            and type(messages) is int and type(highest) is int and type(final) is bool
-            and (turns is None or type(turns) is int)):
+            and type(messages) is int and type(highest) is int and type(final) is bool):
         return None
     return Summary(title=title, messages=messages, highest=highest, final=final,
-                   last_activity=at, model_turns=turns)
+                   last_activity=at)

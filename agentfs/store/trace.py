@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -195,8 +195,14 @@ class Trace:
         """Forget cached metadata (files may have changed on disk)."""
         self._meta = None
 
-    def save_meta(self) -> None:
-        save_meta(self.meta_path, self.meta, tmp_dir=self.tmp_dir, durable=self.repo.durable)
+    def save_meta(self) -> bool:
+        """Write `trace.json` (in the current format) if its bytes change; True if
+        written. One read in an older format gets its `iterations` counted from the
+        message files first: before format 4 it could lag behind them."""
+        if self.meta.format_version < FORMAT_VERSION:
+            self.meta.iterations = self.count(is_model_turn)
+        return save_meta(self.meta_path, self.meta, tmp_dir=self.tmp_dir,
+                         durable=self.repo.durable)
 
     def lock(self) -> TraceLock:
         return TraceLock(self.workspace.lock_dir, self.id)
@@ -400,16 +406,27 @@ class Trace:
     def model_turns(self) -> int:
         """How many message files are turns of the model
         (`agentfs/store/history.py:is_model_turn`): a request's `call_index`. Kept
-        with the trace's summary from step to step (`agentfs/store/summary.py`), so
-        a new run reads no message file for it; counted over every file (`count`)
-        when no summary kept for this `trace.json` holds it, or when the newest file
-        is not the one it counted (a hand edit, a pull, files a crash left)."""
-        meta = self._meta_bytes()
-        summary = self.summary_file.read(meta) if meta is not None else None
-        if (summary is not None and summary.model_turns is not None
-                and summary.highest == self.message_dir.highest()):
-            return summary.model_turns
-        return self.count(is_model_turn)
+        exact in `trace.json` as `iterations` at every commit (the runner adds its
+        turn; recovery counts the files again after a crash or a hand edit), so a run
+        reads no message file for it; counted over every file only for a `trace.json`
+        of a format that did not keep it exact (before 4, not upgraded yet)."""
+        if self.meta.format_version < FORMAT_VERSION:
+            return self.count(is_model_turn)
+        return self.meta.iterations
+
+    def iterations_problem(self) -> str | None:
+        """What is wrong with `trace.json`'s `iterations`, if it differs from the turns
+        of the model counted over every message file (a commit agentfs did not make:
+        files committed with git by hand); read by `agentfs doctor`."""
+        if self.meta.format_version < FORMAT_VERSION:
+            return None  # counted from the files until its upgrade
+        turns = self.count(is_model_turn)
+        if self.meta.iterations == turns:
+            return None
+        return (f"{self.rel(self.meta_path)}: iterations is {self.meta.iterations}, but the "
+                f"message files hold {turns} turn(s) of the model (a commit made without "
+                f"agentfs?); set it to {turns}: a run's `call_index` and its context "
+                f"injections count from it")
 
     def next_sequence(self) -> int:
         return max(self.meta.next_sequence, self.message_dir.highest() + 1)
@@ -504,17 +521,19 @@ class Trace:
                     last = None
             summary = previous.after(committed, final=last is not None and is_final_answer(last),
                                      at=now())
-        if summary.model_turns is None:  # counted once, then carried step to step
-            summary = replace(summary, model_turns=self.count(is_model_turn))
         self.summary_file.write(summary, after, replaces=before)
 
     def count_usage(self, messages: Iterable[Message]) -> None:
-        """Add what `messages` used to `meta.usage` (saved by the next commit). A trace
-        an older agentfs wrote is counted first from its message files, once."""
+        """Add what `messages` used to `meta.usage`, and their turns of the model to
+        `meta.iterations` (saved by the next commit): each message once, by the
+        sequence `usage` has counted through, so a step a crash cut short and
+        recovery adopts is not counted twice. A trace an older agentfs wrote is
+        counted first from its message files, once."""
         if self.meta.usage is None:
             self.meta.usage = Spending()
             messages = [*self.message_dir.current().values(), *messages]
-        self.meta.usage.count(messages)
+            self.meta.iterations = 0
+        self.meta.iterations += sum(map(is_model_turn, self.meta.usage.count(messages)))
 
     def record_error(self, error: str) -> bytes:
         """Leave a visible record of a failed run: `context.last_error` in trace.json,

@@ -79,7 +79,7 @@ def _moved_paths(trace: Trace, head: bytes | None, moved: int) -> list[str]:
 def _meta_as_committed(trace: Trace, head: bytes | None) -> bool:
     """True if the committed trace.json is of an older format and the one on disk is
     as committed, or its current form (written by an upgrade killed before its
-    commit)."""
+    commit, with `iterations` as it counted them from the message files)."""
     committed = trace.repo.read_file(head, trace.rel(trace.meta_path))
     if committed is None:
         return False
@@ -88,10 +88,13 @@ def _meta_as_committed(trace: Trace, head: bytes | None) -> bool:
         if meta.format_version >= FORMAT_VERSION:
             return False
         on_disk = read_trace_file(trace.meta_path)
+        if on_disk == committed:
+            return True
+        meta.format_version = FORMAT_VERSION
+        meta.iterations = parse_meta(on_disk).iterations
     except (ValueError, OSError, AgentfsError):
         return False
-    meta.format_version = FORMAT_VERSION
-    return on_disk in (committed, dump_meta(meta))
+    return on_disk == dump_meta(meta)
 
 
 def _move_loose_files(trace: Trace) -> int:

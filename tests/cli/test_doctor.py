@@ -72,6 +72,24 @@ def test_doctor_prints_one_line_per_problem_naming_the_file_and_its_fix(tmp_path
     assert run_cli("status", "--check", cwd=ws, check=False).stdout == done.stdout
 
 
+def test_doctor_names_a_count_of_model_turns_a_commit_outside_agentfs_left_wrong(
+        tmp_path: Path) -> None:
+    """`iterations` is kept by agentfs's commits; one made with git by hand can leave it
+    behind the files, and a run would then count its turns from the wrong number."""
+    ws = make(tmp_path)
+    meta_path = ws / "traces" / "good" / "trace.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["iterations"] == 1  # the one answer of `make`
+    meta_path.write_text(json.dumps({**meta, "iterations": 7}, indent=2) + "\n")
+    git(ws, "commit", "-qam", "by hand")
+    done = run_cli("doctor", cwd=ws, check=False)
+    assert done.returncode == 1
+    assert ("traces/good/trace.json: iterations is 7, but the message files hold 1 turn(s) of "
+            "the model") in done.stdout and "set it to 1" in done.stdout
+    meta_path.write_text(json.dumps({**meta, "iterations": 1}, indent=2) + "\n")
+    assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
+
+
 def test_status_of_a_broken_trace_json_names_it_and_exits_1(tmp_path: Path) -> None:
     ws = make(tmp_path)
     (ws / "traces" / "good" / "trace.json").write_text("{not json")

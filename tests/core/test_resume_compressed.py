@@ -1,16 +1,19 @@
 """A new run on a compressed trace reads its main path, not the trace (issue 23, item 4):
-the path through `MessageDir.lookup`, `call_index` from the trace's summary; the
+the path through `MessageDir.lookup`, `call_index` from trace.json's `iterations`; the
 request is the one found from every message file, and hand edits still come first."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from agentfs.core.doctor import diagnose
 from agentfs.core.project import Project
 from agentfs.store import message_dir as message_dir_module
 from agentfs.store.history import is_model_turn
+from agentfs.store.messages import Message, render_message
 from agentfs.store.trace import Trace
 from agentfs.testing import ScriptedModel
 from tests.conftest import assert_git_clean, git, long_trace
@@ -80,19 +83,52 @@ def test_a_resumed_run_on_a_compressed_trace_parses_only_its_path(root: Path, mo
     assert_git_clean(root)
 
 
-def test_the_count_of_model_turns_is_kept_with_the_summary(root: Path, monkeypatch):
-    project, trace = new_process(root)
-    summary = trace.summary_file.read(trace.meta_path.read_bytes())
-    assert summary is not None
-    assert summary.model_turns == sum(map(is_model_turn, trace.messages().values()))
-    project, trace = new_process(root)
+def test_a_run_in_a_fresh_clone_reads_the_count_of_model_turns_from_trace_json(
+        root: Path, tmp_path: Path, monkeypatch):
+    """A clone has no parse cache, no summary and no saved names: its first run still
+    reads only its path, taking `call_index` from trace.json's `iterations`."""
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(root), str(clone))
+    assert not (clone / ".git" / "agentfs").exists()
+    project, trace = new_process(clone)
+    turns = sum(map(is_model_turn, trace.messages().values()))
+    assert trace.meta.iterations == turns
+    project, trace = new_process(clone)
     scans: list[object] = []
     monkeypatch.setattr(message_dir_module.MessageDir, "_scan",
                         lambda self, key: scans.append(key))  # no listing of every file
     model = ScriptedModel("second answer")
     project.runner(model).run("t", ["A second question."])
     assert scans == []
-    assert model.requests[0].call_index == summary.model_turns
+    assert model.requests[0].call_index == turns
+    committed = json.loads(git(clone, "show", "HEAD:traces/t/trace.json"))
+    assert committed["iterations"] == turns + 1
+
+
+@pytest.mark.parametrize("edit", ["removed", "added"])
+def test_a_hand_edit_of_the_model_turns_is_counted_and_committed_with_it(root: Path, edit: str):
+    """A turn of the model removed by hand, or one added off the path, changes the
+    count: the edit's commit counts the files again and holds trace.json with it."""
+    project, trace = new_process(root)
+    turns = trace.meta.iterations
+    if edit == "removed":
+        next(trace.messages_dir.rglob("000101-assistant.md")).unlink()  # replaced by the summary
+    else:
+        answer = Message(id="by-hand", sequence=trace.next_sequence(), parent_sequence=2, role="assistant",
+                         content="a turn written by hand")
+        trace.message_path(answer).write_bytes(render_message(answer))
+    project, trace = new_process(root)
+    model = ScriptedModel("second answer")
+    result = project.runner(model).run("t", ["A second question."])
+    assert result.steps == ["edit", "user", "assistant"]
+    expected = turns - 1 if edit == "removed" else turns + 1
+    assert model.requests[0].call_index == expected
+    edit_commit = git(root, "log", "--format=%H", "-3").split()[-1]
+    assert json.loads(git(root, "show", f"{edit_commit}:traces/t/trace.json"))["iterations"] == (
+        expected)
+    assert diagnose(project.workspace).problems == []
+    check_request(trace, model)
+    assert_git_clean(root)
 
 
 def test_a_hand_edit_off_the_path_is_still_committed_first(root: Path):

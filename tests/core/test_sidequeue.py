@@ -23,6 +23,7 @@ from agentfs.core.project import Project
 from agentfs.core.sidebranch import SUMMARY_HEADER
 from agentfs.errors import AgentfsError
 from agentfs.models.replay import ReplayModel
+from agentfs.store.meta import FORMAT_VERSION
 from tests.conftest import assert_git_clean, git, run_cli, side_branches, user
 
 LESSONS = "## Lesson A\nKeep notes short.\n\n## Lesson B\nWrite tests first.\n"
@@ -479,11 +480,11 @@ def test_a_queue_an_older_agentfs_left_on_a_numbered_branch_finishes_after_the_u
     subjects = git(workspace, "log", "--first-parent", "--format=%s", f"{before}..main")
     assert subjects.splitlines() == [
         f"t: summary #{summary.sequence} from agentfs/t/compression-1",
-        f"t: upgrade #{head} trace.json in format 3"]
+        f"t: upgrade #{head} trace.json in format {FORMAT_VERSION}"]
     merged = git(workspace, "log", "--format=%P", "-1").split()
     assert merged[1] == git(workspace, "rev-parse", "agentfs/t/compression-1").strip()
     meta = json.loads((workspace / "traces/t/trace.json").read_text())
-    assert meta["format_version"] == 3 and meta["head"] == summary.sequence
+    assert meta["format_version"] == FORMAT_VERSION and meta["head"] == summary.sequence
     assert "side_queue" not in meta and "side_branches" not in meta["context"]
     shown = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)["messages"]
     assert [m["role"] for m in shown] == ["system", "user", "user"]

@@ -223,3 +223,17 @@ def test_the_anthropic_provider_s_usage_reaches_the_trace_through_the_real_sdk(p
     assert spent.output_tokens == answer.usage.output_tokens
     meta = load_meta(project.trace("t").meta_path, "traces/t/trace.json")
     assert meta.usage == project.trace("t").meta.usage  # what was written reads back
+
+
+def test_a_message_given_twice_is_counted_once_and_returned_once() -> None:
+    """A new trace's first step counts every file on disk and the step's messages, which
+    are on disk too: each is counted once (its turns of the model too)."""
+    from agentfs.store.messages import Message
+    from agentfs.store.meta import Spending
+
+    spending = Spending()
+    answer = Message(id="a", sequence=3, role="assistant", content="x", model="m")
+    user = Message(id="u", sequence=2, role="user", content="q")
+    assert spending.count([user, answer, answer]) == [user, answer]
+    assert spending.models["m"].calls == 1 and spending.through == 3
+    assert spending.count([answer]) == []

@@ -87,7 +87,7 @@ def test_new_traces_keep_their_messages_in_folders(trace: Trace) -> None:
     root = trace.workspace.root
     files = git(root, "ls-files", "traces/demo/messages").split()
     assert files and all(f.startswith(f"traces/demo/messages/{FOLDER}/") for f in files)
-    assert json.loads(trace.meta_path.read_text())["format_version"] == FORMAT_VERSION == 3
+    assert json.loads(trace.meta_path.read_text())["format_version"] == FORMAT_VERSION == 4
 
 
 def test_a_format_1_trace_is_upgraded_in_one_commit_of_renames(trace: Trace) -> None:
@@ -372,3 +372,29 @@ def test_a_format_2_upgrade_killed_at_any_rename_is_finished_by_the_next_run(
     assert json.loads(git(root, "show", "HEAD:traces/demo/trace.json")) == upgraded(old)
     assert_git_clean(root)
     git(root, "fsck", "--strict")
+
+
+# --- format 3: `iterations` could lag behind the files --------------------------------
+
+
+def test_a_format_3_trace_json_gets_its_turns_of_the_model_counted_by_the_upgrade(
+        trace: Trace) -> None:
+    """Before format 4 a crash or a hand edit could leave `iterations` behind the files;
+    the upgrade counts them once, and from then on a run reads it."""
+    root = trace.workspace.root
+    meta = json.loads(trace.meta_path.read_text())
+    assert meta["iterations"] == 3  # the fixture's three answers
+    trace.meta_path.write_text(json.dumps({**meta, "format_version": 3, "iterations": 1},
+                                          indent=2) + "\n")
+    git(root, "commit", "-q", "-am", "as agentfs 3 left it")
+    before = {s: m.text for s, m in reopened(trace).messages().items()}
+    fresh = reopened(trace)
+    assert fresh.model_turns() == 3  # counted over the files until the upgrade
+    with fresh.lock():
+        assert fresh.recover() == ["upgrade"]
+    assert git(root, "log", "-1", "--format=%s").strip() == (
+        f"demo: upgrade #8 trace.json in format {FORMAT_VERSION}")
+    committed = json.loads(git(root, "show", "HEAD:traces/demo/trace.json"))
+    assert committed == {**meta, "format_version": FORMAT_VERSION, "iterations": 3}
+    assert reopened(trace).model_turns() == 3
+    assert_upgraded_once(root, trace, before)
