@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -48,6 +49,10 @@ def _write(path: Path, data: bytes, tmp_dir: Path | None, sync_dir: bool) -> Non
 
 def _temp_name(path: Path) -> str:
     return f"{os.getpid()}-{os.urandom(4).hex()}-{path.name}.tmp"
+
+
+#: The names of the temp files made here (`_temp_name`, `replace_derived`).
+_TEMP = re.compile(r"([0-9]{1,9})-[0-9a-f]{8}(?:-.+)?\.tmp", re.DOTALL)
 
 
 def _fill(fd: int, data: bytes, mode: int) -> None:
@@ -178,15 +183,19 @@ def replace_derived(path: Path, data: bytes, tmp_dir: Path) -> bool:
 
 
 def purge_stale_temps(tmp_dir: Path) -> None:
-    """Delete temp files in `tmp_dir` whose writing process no longer exists."""
+    """Delete temp files in `tmp_dir` whose writing process no longer exists: only
+    names as this module makes them (`<pid>-<8 hex digits>[-<name>].tmp`), since the
+    folder may hold other files whose names start with digits and a dash (the caches
+    of a trace named `2024-notes`)."""
     try:
         names = os.listdir(tmp_dir)
     except FileNotFoundError:
         return
     for name in names:
-        pid_text = name.split("-", 1)[0]
-        if pid_text.isdigit() and not alive(int(pid_text)):
-            (tmp_dir / name).unlink(missing_ok=True)
+        made = _TEMP.fullmatch(name)
+        if made is not None and not alive(int(made[1])):
+            with contextlib.suppress(OSError):  # gone meanwhile, or not a file after all
+                (tmp_dir / name).unlink()
 
 
 def alive(pid: int) -> bool:

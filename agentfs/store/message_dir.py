@@ -77,7 +77,7 @@ Listing = dict[str, dict[str, Stamp]]
 _Folder = tuple[dict[str, Stamp], dict[int, Message], dict[int, str]]
 
 #: Parsed message files of each messages directory this process has read.
-_parsed: dict[str, dict[str, tuple[Stamp, Message]]] = {}
+_parsed: dict[str, parsecache.ParseCache] = {}
 #: The folders of each messages directory as last scanned, while all their stamps were
 #: settled: a folder listed again with the same stamps holds the same messages.
 _folders: dict[str, dict[str, _Folder]] = {}
@@ -87,13 +87,9 @@ _folders: dict[str, dict[str, _Folder]] = {}
 _names: dict[str, foldernames.Names] = {}
 #: The `_names` dict of each messages directory into which its saved names were loaded.
 _names_loaded: dict[str, foldernames.Names] = {}
-#: The `_parsed` dict of each messages directory into which its on-disk parse cache
-#: was loaded: a dict that only a window filled (`MessageDir.window`) still loads it.
-_loaded: dict[str, dict[str, tuple[Stamp, Message]]] = {}
 
-#: The most sequences a `MessageLookup` reads at once: a path that goes on below
-#: that many consecutive ones is read whole.
-LOOKUP_RUN = 32
+#: The most sequences a `MessageLookup` reads at once: a folder's worth.
+LOOKUP_RUN = 1024
 #: Above every sequence: `MessageDir.previous` of it is the highest one.
 _NO_SEQUENCE = 10**18
 
@@ -223,9 +219,12 @@ class MessageDir:
         self.names_path = names_path  # where `_names` is saved (`foldernames`), if anywhere
         self.tmp_dir = tmp_dir
         self.durable = durable
-        # Parsed files by path below messages/, shared by every MessageDir of this
-        # folder in the process.
-        self._cache = _parsed.setdefault(str(path), {})
+        # Parsed files by folder and name, shared by every MessageDir of this folder
+        # in the process.
+        cache = _parsed.get(str(path))
+        if cache is None or cache.dir != cache_path:
+            cache = _parsed[str(path)] = parsecache.ParseCache(cache_path)
+        self._cache = cache
         self._folders = _folders.setdefault(str(path), {})
         self._names = _names.setdefault(str(path), {})
         self._gone_saved = False  # the saved file names a folder no longer there
@@ -368,6 +367,7 @@ class MessageDir:
         for folder in sorted(listing, key=lambda f: _first(f) if f else -1):
             part, part_where, _, _ = self._parse_folder(folder, listing[folder], racy_after)
             self._merge(found, where, part, part_where, loose=loose)
+        self._cache.save()
         return dict(sorted(found.items()))
 
     def sequences(self, first: int, end: int | None = None,
@@ -535,16 +535,7 @@ class MessageDir:
         top = _top(self.path)
         return None if top is None else max(top[1], key=_first, default=None)
 
-    def _load_cache(self) -> None:
-        """Add the on-disk parse cache to the parsed files, once per dict of them (a
-        window may have put a few in before)."""
-        if _loaded.get(str(self.path)) is not self._cache:
-            for rel, entry in parsecache.load(self.cache_path).items():
-                self._cache.setdefault(rel, entry)
-            _loaded[str(self.path)] = self._cache
-
     def _scan(self, key: DirKey) -> dict[int, Message]:
-        self._load_cache()
         found: dict[int, Message] = {}
         where: dict[int, str] = {}
         parsed = 0
@@ -564,6 +555,8 @@ class MessageDir:
             else:
                 part, part_where, all_settled, count = self._parse_folder(folder, stamps,
                                                                           racy_after)
+                if count:  # files changed: entries of files gone go too
+                    self._cache.keep_only(folder, stamps)
                 parsed += count
                 if all_settled:
                     self._folders[folder] = (stamps, part, part_where)
@@ -573,11 +566,7 @@ class MessageDir:
         for gone in set(self._folders) - set(listing):
             del self._folders[gone]
         if parsed:
-            seen = set(where.values())
-            for stale in set(self._cache) - seen:
-                del self._cache[stale]
-        if parsed >= parsecache.SAVE_AFTER:
-            parsecache.save(self.cache_path, self._cache)
+            self._cache.save()
         self._snapshot = found if in_order else dict(sorted(found.items()))
         self._where = where
         # a folder made after the key was taken: the key did not cover it
@@ -603,7 +592,6 @@ class MessageDir:
         """Every message file that cannot be read or breaks a path rule, each with what
         to fix (`agentfs doctor`); `messages()` stops at the first. Files whose stamp
         is in the parse cache are not read again."""
-        self._load_cache()
         found: list[MessageFileError] = []
         listing = self._list(found)
         where: dict[int, str] = {}
@@ -620,8 +608,8 @@ class MessageDir:
                     hint="each sequence number may be used by one file only; rename one",
                 ))
             where.update(part_where)
-        if parsed >= parsecache.SAVE_AFTER:
-            parsecache.save(self.cache_path, self._cache)
+        if parsed:
+            self._cache.save()
         return found
 
     def _parse_folder(
@@ -637,9 +625,10 @@ class MessageDir:
         all_settled = True
         parsed = 0
         prefix = folder + "/" if folder else ""
+        entries = self._cache.folder(folder)
         for name, stamp in stamps.items():
             rel = prefix + name
-            cached = self._cache.get(rel)
+            cached = entries.get(name)
             if cached is not None and cached[0] == stamp:
                 message = cached[1]
             else:
@@ -652,7 +641,7 @@ class MessageDir:
                     continue
                 parsed += 1
                 if settled(stamp[0], racy_after):
-                    self._cache[rel] = (stamp, message)
+                    self._cache.put(folder, name, stamp, message)
                 # else: changed within the last clock ticks; a second change in the same
                 # tick could keep its stamp, so it is parsed again next time (as Git does)
             all_settled = all_settled and settled(max(stamp[0], stamp[1]), racy_after)
@@ -740,7 +729,7 @@ class WindowReader:
             return self._read.get(sequence)
         first = max(self.since, sequence - self.chunk + 1, 0)
         self._read.update(self.messages.window(first, sequence + 1))
-        self._covered.append((first, sequence + 1))
+        self._cover(first, sequence + 1)
         return self._read.get(sequence)
 
     def window(self, first: int, end: int | None) -> dict[int, Message]:
@@ -764,6 +753,18 @@ class WindowReader:
     def _covers(self, first: int, end: int) -> bool:
         return any(a <= first and end <= b for a, b in self._covered)
 
+    def _cover(self, first: int, end: int) -> None:
+        """Add the range read, merged with those it touches: a walk back reads one
+        range after another, so they stay one or a few, however long the walk."""
+        kept: list[tuple[int, int]] = []
+        for a, b in self._covered:
+            if b < first or a > end:
+                kept.append((a, b))
+            else:
+                first, end = min(a, first), max(b, end)
+        kept.append((first, end))
+        self._covered = kept
+
 
 class MessageLookup:
     """A trace's messages by sequence, each read when first asked for: the files of a
@@ -773,9 +774,8 @@ class MessageLookup:
     A sequence not read yet reads one file; each next one asked for just below
     the last read reads twice as many at once (`MessageDir.window`), up to
     `LOOKUP_RUN`: a path that jumps (a compression summary's parent) reads little
-    besides its own files. A walk that goes on below that many consecutive
-    sequences is an uncompressed path, which the request holds whole anyway: it
-    takes every message at once (`MessageDir.current`, through the parse cache).
+    besides its own files, and an uncompressed path, which the request holds whole
+    anyway, is read a folder at a time, through the folders' parse caches.
     Messages the `MessageDir` writes while this is its lookup are added
     (`MessageDir.lookup` tells when it is)."""
 
@@ -783,7 +783,6 @@ class MessageLookup:
         self.messages = messages
         self._windows = WindowReader(messages, chunk=1, since=0)  # chunk: the last window's
         self._below: int | None = None  # the sequence just below the last window
-        self._whole: dict[int, Message] | None = None
 
     def get(self, sequence: int) -> Message | None:
         """Message `sequence`, or None if no file has that sequence.
@@ -791,15 +790,9 @@ class MessageLookup:
         Raises:
             MessageFileError: a file read for it cannot be read.
         """
-        if self._whole is not None:
-            return self._whole.get(sequence)
         windows = self._windows
         if not windows.holds(sequence):
-            size = windows.chunk * 2 if sequence == self._below else 1
-            if size > LOOKUP_RUN:
-                # those read or written meanwhile are the newest
-                self._whole = {**self.messages.current(), **windows.read()}
-                return self._whole.get(sequence)
+            size = min(windows.chunk * 2, LOOKUP_RUN) if sequence == self._below else 1
             windows.chunk = size
             self._below = max(sequence - size + 1, 0) - 1
         return windows(sequence)
@@ -807,5 +800,3 @@ class MessageLookup:
     def add(self, message: Message) -> None:
         """A message just written (newer than every file read)."""
         self._windows.add(message)
-        if self._whole is not None:
-            self._whole[message.sequence] = message

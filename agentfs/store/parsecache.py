@@ -1,12 +1,14 @@
 """Parsed message files kept across processes, so a long trace opens fast.
 
 Parsing YAML frontmatter costs about 150 µs per file: 1.5 s for a trace of
-10,000 messages, paid again by every `agentfs run`. After a scan that had
-to parse many files, the parsed messages are saved to
-`.git/agentfs/cache/<trace>.pickle` with each file's stat stamp (mtime,
-ctime, size, inode), and the next process reuses every entry whose file still has
-that stamp. It is derived data: deleting it only costs one slow load, and
-an unreadable or outdated cache is ignored.
+10,000 messages, paid again by every `agentfs run`. Parsed messages are kept
+per folder of `messages/`, in `.git/agentfs/cache/<trace>.parsed/<folder>.pickle`
+(`_loose.pickle` for files directly in `messages/`), with each file's stat stamp
+(mtime, ctime, size, inode); the next process reuses every entry whose file
+still has that stamp. A folder's file is loaded when that folder is first read,
+so a read of a few folders (the path of a compressed trace, a page of a view)
+loads those, not the whole trace. It is derived data: deleting it only costs
+one slow load, and an unreadable or outdated file is ignored.
 
 A file changed within the same clock tick as the cache was written could
 keep its stamp; as Git does for its index ("racily clean" entries), an
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +28,66 @@ import pydantic
 from agentfs.store.atomic import purge_stale_temps, replace_derived
 from agentfs.store.stamps import Stamp
 
+__all__ = ["SAVE_AFTER", "ParseCache", "load", "save"]
+
 #: Bumped when what is pickled changes shape (the versions below are checked too).
-FORMAT = 5
-#: Save after a scan that parsed at least this many files.
+FORMAT = 6
+#: A folder's file is written again once this many of its entries changed.
 SAVE_AFTER = 32
+#: The file of the message files directly in `messages/` (no folder's name).
+_LOOSE = "_loose"
+
+#: A folder's entries: file name → (its stamp, its parsed message).
+Entries = dict[str, tuple[Stamp, Any]]
 
 
+class ParseCache:
+    """The parsed message files of one trace's `messages/`, by folder ("" for files
+    directly in it) and file name. Each folder's saved file is loaded the first time
+    that folder is asked for; `save` writes the folders that changed enough."""
 
-def load(path: Path) -> dict[str, tuple[Stamp, Any]]:
-    """Trusted entries of the cache at `path` (path below `messages/` → (stamp, message)); {} if none."""
+    def __init__(self, folder: Path) -> None:
+        self.dir = folder
+        self._folders: dict[str, Entries] = {}
+        self._changed: dict[str, int] = {}  # folder → entries changed since loaded or saved
+
+    def folder(self, name: str) -> Entries:
+        """The entries of folder `name`, loaded from its saved file the first time."""
+        entries = self._folders.get(name)
+        if entries is None:
+            entries = self._folders[name] = load(self._path(name))
+        return entries
+
+    def put(self, folder: str, name: str, stamp: Stamp, message: Any) -> None:
+        self.folder(folder)[name] = (stamp, message)
+        self._changed[folder] = self._changed.get(folder, 0) + 1
+
+    def keep_only(self, folder: str, names: Container[str]) -> None:
+        """Drop the entries of `folder` whose file is not among `names` (gone)."""
+        entries = self.folder(folder)
+        stale = [name for name in entries if name not in names]
+        for name in stale:
+            del entries[name]
+        if stale:
+            self._changed[folder] = self._changed.get(folder, 0) + len(stale)
+
+    def save(self) -> None:
+        """Write each folder with at least `SAVE_AFTER` entries changed since it was
+        loaded or written (fewer are parsed again by the next process: cheaper than
+        writing a folder's file at every step)."""
+        for folder, changed in list(self._changed.items()):
+            if changed >= SAVE_AFTER:
+                save(self._path(folder), self._folders[folder])
+                del self._changed[folder]
+                # the one file of every folder an older agentfs kept: never read again
+                self.dir.with_suffix(".pickle").unlink(missing_ok=True)
+
+    def _path(self, folder: str) -> Path:
+        return self.dir / f"{folder or _LOOSE}.pickle"
+
+
+def load(path: Path) -> Entries:
+    """Trusted entries of the saved file at `path`; {} if none."""
     try:
         with open(path, "rb") as f:
             written_ns = os.fstat(f.fileno()).st_mtime_ns
@@ -50,11 +104,13 @@ def load(path: Path) -> dict[str, tuple[Stamp, Any]]:
     return {name: entry for name, entry in entries.items() if entry[0][0] < written_ns}
 
 
-def save(path: Path, entries: dict[str, tuple[Stamp, Any]]) -> None:
-    """Replace the cache at `path` (atomically, not fsynced: it can be rebuilt)."""
-    purge_stale_temps(path.parent)  # left by processes killed while saving
+def save(path: Path, entries: Entries) -> None:
+    """Replace the saved file at `path` (atomically, not fsynced: it can be rebuilt;
+    its temp file beside the trace's folder of them, among no names of its own)."""
+    tmp_dir = path.parent.parent
+    purge_stale_temps(tmp_dir)  # left by processes killed while saving
     data = pickle.dumps({"key": _key(), "entries": entries}, protocol=pickle.HIGHEST_PROTOCOL)
-    replace_derived(path, data, path.parent)
+    replace_derived(path, data, tmp_dir)
 
 
 def _key() -> tuple[object, ...]:

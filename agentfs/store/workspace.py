@@ -75,8 +75,9 @@ class Workspace:
         return self.state_dir / "ingest"
 
     def parse_cache(self, trace_id: str) -> Path:
-        """Where a trace's parsed message files are kept (`agentfs/store/parsecache.py`)."""
-        return self.state_dir / "cache" / f"{trace_id}.pickle"
+        """The folder where a trace's parsed message files are kept, a file per folder
+        of its `messages/` (`agentfs/store/parsecache.py`)."""
+        return self.state_dir / "cache" / f"{trace_id}.parsed"
 
     def folder_names(self, trace_id: str) -> Path:
         """Where the sequences of each folder of a trace's `messages/` are saved

@@ -143,3 +143,39 @@ def test_a_hand_edit_off_the_path_is_still_committed_first(root: Path):
     assert "edited by hand" in git(root, "show", f"HEAD~2:{off_path.relative_to(root)}")
     check_request(trace, model)
     assert_git_clean(root)
+
+
+@pytest.mark.parametrize("caches", ["kept", "cloned"])
+def test_a_long_path_after_the_summary_reads_its_own_folders_not_the_trace(
+        project: Project, tmp_path: Path, monkeypatch, caches: str):
+    """A path that runs on for hundreds of messages after its summary (more than a
+    walk's first windows) still reads its own files and folders: no listing of every
+    file, no parse cache of a folder it does not reach, before a clone or after it."""
+    count, summary = 2300, 2101  # the path: 1, 2, 2101..2300, in folders 0 and 2 of 3
+    long_trace(project, "t", count, parents={summary: 2}, commit=True)
+    project.runner(ScriptedModel("first answer")).run("t", ["An earlier question."])
+    root = project.workspace.root
+    if caches == "cloned":
+        root = tmp_path / "clone"
+        git(tmp_path, "clone", "-q", str(project.workspace.root), str(root))
+    project, trace = new_process(root)
+    scans: list[object] = []
+    monkeypatch.setattr(message_dir_module.MessageDir, "_scan",
+                        lambda self, key: scans.append(key))  # no listing of every file
+    loaded: list[str] = []
+    real_load = message_dir_module.parsecache.load
+    monkeypatch.setattr(message_dir_module.parsecache, "load",
+                        lambda path: loaded.append(path.name) or real_load(path))
+    parsed = count_parses(monkeypatch)
+    model = ScriptedModel("second answer")
+    project.runner(model).run("t", ["A second question."])
+    assert scans == []
+    assert "001000-001999.pickle" not in loaded  # the summary's originals, off the path
+    path = {m.sequence for m in trace.main_path()}
+    window = set(range(summary - message_dir_module.LOOKUP_RUN, summary))
+    assert set(parsed) <= path | window
+    if caches == "kept":  # the new run's files, and the first two (too few to save)
+        assert set(parsed) <= {1, 2} | {m for m in path if m > count}
+    monkeypatch.undo()
+    check_request(trace, model)
+    assert_git_clean(root)

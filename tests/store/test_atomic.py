@@ -54,3 +54,26 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_file(tmp_path, monkeypat
         os.close(fd)
     assert (tmp_path / "f.md").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.md"]
+
+
+def test_only_temp_files_of_dead_processes_are_purged_not_caches_named_like_them(
+        tmp_path: Path) -> None:
+    """The caches of a trace named `99999-x` start with digits and a dash, like a temp
+    file's pid: they stay, and a folder among them is no error."""
+    import subprocess
+    import sys
+
+    from agentfs.store.atomic import purge_stale_temps
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / f"{dead}-x.clean").mkdir()
+    kept = [f"{dead}-x.names", f"{dead}-x.pickle", f"{dead}-notes.tmp", "12345678901234-abcdef12.tmp",
+            f"{os.getpid()}-abcdef12.tmp"]  # its writer (this process) is alive
+    for name in kept:
+        (tmp_path / name).write_text("kept")
+    stale = [f"{dead}-abcdef12.tmp", f"{dead}-abcdef12-trace.json.tmp"]
+    for name in stale:
+        (tmp_path / name).write_text("left by a killed process")
+    purge_stale_temps(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, f"{dead}-x.clean"])

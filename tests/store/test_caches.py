@@ -56,7 +56,7 @@ def test_a_new_process_reuses_parsed_messages(project: Project, trace: Trace, mo
     age(trace)
     first = new_process(project)
     expected = {s: m.text for s, m in first.messages(refresh=True).items()}  # parses, saves
-    assert (project.workspace.state_dir / "cache" / "demo.pickle").exists()
+    assert (project.workspace.state_dir / "cache" / "demo.parsed" / "000000-000999.pickle").exists()
     parsed = count_parses(monkeypatch)
     second = new_process(project)
     assert {s: m.text for s, m in second.messages(refresh=True).items()} == expected
@@ -93,7 +93,7 @@ def test_a_file_changed_moments_ago_is_parsed_again(project: Project, trace: Tra
 def test_a_damaged_or_foreign_cache_is_ignored(project: Project, trace: Trace) -> None:
     age(trace)  # else files of the cache's own clock tick are left out of it (racily clean)
     new_process(project).messages(refresh=True)
-    cache = project.workspace.state_dir / "cache" / "demo.pickle"
+    cache = project.workspace.state_dir / "cache" / "demo.parsed" / "000000-000999.pickle"
     for damage in (b"not a pickle", cache.read_bytes()[:100]):
         cache.write_bytes(damage)
         os.utime(cache, ns=(0, 2**62))  # even a cache that claims to be newest
@@ -221,7 +221,8 @@ def test_a_cache_save_cut_short_leaves_nothing_behind(project: Project, trace: T
     age(trace)
     new_process(project).messages(refresh=True)  # parses everything, saves the cache
     assert not dead.exists()
-    assert sorted(p.name for p in cache_dir.iterdir()) == ["demo.pickle"]
+    assert sorted(p.name for p in cache_dir.iterdir()) == ["demo.parsed"]
+    assert [p.name for p in (cache_dir / "demo.parsed").iterdir()] == ["000000-000999.pickle"]
 
 
 def test_a_folder_found_clean_is_still_checked_for_edits_in_place(

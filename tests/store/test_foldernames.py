@@ -212,7 +212,7 @@ def test_sparse_folders_give_the_same_answers_with_and_without_saved_names(
 
     def opened(names: Path | None) -> MessageDir:
         message_dir_module._names.clear()
-        return MessageDir(messages, cache / "x.pickle", cache, durable=False, names_path=names)
+        return MessageDir(messages, cache / "x.parsed", cache, durable=False, names_path=names)
 
     queries = [(rng.randrange(0, 5200), rng.choice((None, rng.randrange(0, 5200))),
                 rng.choice((None, 0, 7, 300))) for _ in range(30)]
