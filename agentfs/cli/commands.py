@@ -422,8 +422,8 @@ def status(as_json: bool, check: bool) -> None:
 @cli.command()
 def doctor() -> None:
     """Check the workspace: agentfs.toml, every trace.json, goals.json, approval.json
-    and message file, the side-branch queues, and that the Git index holds what HEAD holds under
-    traces/.
+    and message file, the side-branch queues, skills/, knowledge/, the inboxes, and that
+    the Git index holds what HEAD holds under traces/.
 
     Prints one line per problem, naming the file and how to fix it, and exits 1;
     or a short summary and exits 0.
@@ -442,7 +442,7 @@ def _doctor(workspace: Workspace) -> None:
     if report.problems:
         raise click.exceptions.Exit(1)
     click.echo(f"ok: agentfs.toml, {report.traces} trace(s), {report.messages} message "
-               "file(s), the index under traces/")
+               "file(s), skills, knowledge, inboxes, the index under traces/")
 
 
 def _status_text(listing: Listing) -> None:

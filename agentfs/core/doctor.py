@@ -4,7 +4,9 @@ Nothing here states a rule of its own: `agentfs.toml` is checked by
 `agentfs/config.py:load_config`, `trace.json` by `agentfs/store/meta.py:load_meta`,
 message files by `agentfs/store/message_dir.py:MessageDir.problems` (the rules a
 run applies, each file once, the parse cache reused), the side-branch queue by
-`agentfs/core/sidequeue.py:queue_problems`, and the index against HEAD by
+`agentfs/core/sidequeue.py:queue_problems`, skills by `agentfs/skills.py:load_skills`,
+knowledge items by `agentfs/core/knowledge.py:load_items`, the inboxes by
+`agentfs/store/inbox.py:inbox_problem`, and the index against HEAD by
 `agentfs/store/git/index.py:staged_changes`. Each problem is one line naming
 the file and its fix.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentfs.errors import AgentfsError
@@ -99,6 +102,7 @@ def diagnose(workspace: Workspace) -> Diagnosis:
         check_config(workspace)
     except AgentfsError as exc:
         report.problems.append(str(exc))
+    report.problems += _workspace_problems(workspace)
     repo = GitRepo(workspace.root)
     try:
         for trace_id in workspace.trace_ids():
@@ -109,6 +113,7 @@ def diagnose(workspace: Workspace) -> Diagnosis:
             except AgentfsError as exc:
                 report.problems.append(str(exc))
                 continue
+            report.problems += _inbox_problems(trace.inbox_dir)
             problems = [str(p) for p in trace.message_dir.problems()]
             if not problems:
                 report.messages += len(trace.messages())
@@ -131,3 +136,23 @@ def diagnose(workspace: Workspace) -> Diagnosis:
     finally:
         repo.close()
     return report
+
+
+def _workspace_problems(workspace: Workspace) -> list[str]:
+    """What is wrong with the workspace's skills, knowledge items and `inbox/`."""
+    from agentfs.core.knowledge import load_items
+    from agentfs.skills import load_skills
+
+    problems = [str(error) for error in load_skills(workspace.skills_dir).errors]
+    try:
+        load_items(workspace.knowledge_dir)
+    except AgentfsError as exc:
+        problems.append(str(exc))
+    return problems + _inbox_problems(workspace.inbox_dir)
+
+
+def _inbox_problems(folder: Path) -> list[str]:
+    from agentfs.store.inbox import inbox_problem
+
+    problem = inbox_problem(folder)
+    return [] if problem is None else [f"{folder}: {problem}"]

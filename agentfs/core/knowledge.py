@@ -10,6 +10,7 @@ accepted ones.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -46,9 +47,16 @@ class KnowledgeItem(BaseModel):
 
 def load_items(folder: Path) -> list[KnowledgeItem]:
     """Every item in `folder`, by id; a broken file is an error naming it, and so is
-    a `folder` that is a link (`agentfs/store/regularfile.py:check_real_folder`)."""
+    a `folder` that is a link (`agentfs/store/regularfile.py:check_real_folder`) or
+    something else than a folder (items could not be written into it)."""
     check_real_folder(folder)
-    return [load_item(path) for path in sorted(folder.glob("*.md")) if folder.is_dir()]
+    if not folder.is_dir():
+        if os.path.lexists(folder):
+            raise AgentfsError(f"{folder}: is not a folder",
+                               hint="knowledge items are the files of the folder knowledge/: "
+                               "move this away and make knowledge/ a folder")
+        return []
+    return [load_item(path) for path in sorted(folder.glob("*.md"))]
 
 
 def load_item(path: Path) -> KnowledgeItem:

@@ -32,6 +32,7 @@ from agentfs.core.injection import (
     skills_to_inject,
     synthetic_calls,
 )
+from agentfs.core.knowledge import load_items
 from agentfs.core.mcp import McpTools, mcp_tools
 from agentfs.core.options import RunnerOptions
 from agentfs.core.project import Project, settings_check
@@ -308,13 +309,16 @@ class Runner:
             self.config.knowledge.enable_extraction), before=_check_compressible)
 
     def reflect(self, trace_id: str) -> QueueReport:
-        """Reflect on a trace now (`agentfs reflect`): its lessons become pending items."""
-        return self.side_work(trace_id, "reflect", [REFLECTION])
+        """Reflect on a trace now (`agentfs reflect`): its lessons become pending items.
+        The items are read first: a broken `knowledge/` is refused before anything is
+        queued."""
+        return self.side_work(trace_id, "reflect", [REFLECTION], before=_check_knowledge)
 
     def evaluate_knowledge(self, trace_id: str, items: list[str] | None = None) -> QueueReport:
         """Judge pending knowledge items (those in `items`, or all) on a branch of the trace
         (`agentfs knowledge evaluate`); an empty report if none is pending."""
-        return self.side_work(trace_id, "evaluate", [KNOWLEDGE_EVAL], items=items)
+        return self.side_work(trace_id, "evaluate", [KNOWLEDGE_EVAL], items=items,
+                              before=_check_knowledge)
 
     def side_work(self, trace_id: str, reason: str, types: Sequence[str], *,
                   items: list[str] | None = None,
@@ -710,6 +714,12 @@ def _keep(trace: Trace, texts: Sequence[str]
 
 def _to_copy(texts: Sequence[str]) -> str:
     return "".join(f"\n--- not saved, copy it: ---\n{text}" for text in texts)
+
+
+def _check_knowledge(trace: Trace) -> None:
+    """Refuse side work on knowledge items while `knowledge/` cannot be read or
+    written (`agentfs/core/knowledge.py:load_items` says why)."""
+    load_items(trace.workspace.knowledge_dir)
 
 
 def _check_compressible(trace: Trace) -> None:

@@ -625,7 +625,7 @@ class MessageDir:
         all_settled = True
         parsed = 0
         prefix = folder + "/" if folder else ""
-        entries = self._cache.folder(folder)
+        entries = self._cache.entries(folder, wanted=len(stamps))
         for name, stamp in stamps.items():
             rel = prefix + name
             cached = entries.get(name)

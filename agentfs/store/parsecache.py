@@ -5,9 +5,10 @@ Parsing YAML frontmatter costs about 150 µs per file: 1.5 s for a trace of
 per folder of `messages/`, in `.git/agentfs/cache/<trace>.parsed/<folder>.pickle`
 (`_loose.pickle` for files directly in `messages/`), with each file's stat stamp
 (mtime, ctime, size, inode); the next process reuses every entry whose file
-still has that stamp. A folder's file is loaded when that folder is first read,
-so a read of a few folders (the path of a compressed trace, a page of a view)
-loads those, not the whole trace. It is derived data: deleting it only costs
+still has that stamp. A folder's file is loaded when a read first wants many of
+its files, so a read of a few folders (the path of a compressed trace, a page of
+a view) loads those, not the whole trace, and a read of one file (a trace's head
+for the trace list) parses that file. It is derived data: deleting it only costs
 one slow load, and an unreadable or outdated file is ignored.
 
 A file changed within the same clock tick as the cache was written could
@@ -32,7 +33,8 @@ __all__ = ["SAVE_AFTER", "ParseCache", "load", "save"]
 
 #: Bumped when what is pickled changes shape (the versions below are checked too).
 FORMAT = 6
-#: A folder's file is written again once this many of its entries changed.
+#: A folder's file is loaded for a read of this many of its files, and written again
+#: once this many of its entries changed.
 SAVE_AFTER = 32
 #: The file of the message files directly in `messages/` (no folder's name).
 _LOOSE = "_loose"
@@ -43,47 +45,69 @@ Entries = dict[str, tuple[Stamp, Any]]
 
 class ParseCache:
     """The parsed message files of one trace's `messages/`, by folder ("" for files
-    directly in it) and file name. Each folder's saved file is loaded the first time
-    that folder is asked for; `save` writes the folders that changed enough."""
+    directly in it) and file name. A folder's saved file is loaded the first time a
+    read wants many of its files (`SAVE_AFTER`): a read of one or a few (a trace's
+    head, its title) parses them instead of loading a thousand. `save` writes the
+    loaded folders that changed enough."""
 
     def __init__(self, folder: Path) -> None:
         self.dir = folder
-        self._folders: dict[str, Entries] = {}
+        self._folders: dict[str, Entries] = {}  # loaded from their files, and added to
+        self._strays: dict[str, Entries] = {}  # parsed while their folder was not loaded
         self._changed: dict[str, int] = {}  # folder → entries changed since loaded or saved
 
-    def folder(self, name: str) -> Entries:
-        """The entries of folder `name`, loaded from its saved file the first time."""
-        entries = self._folders.get(name)
-        if entries is None:
-            entries = self._folders[name] = load(self._path(name))
-        return entries
+    def entries(self, folder: str, *, wanted: int) -> Entries:
+        """The entries of `folder` for a read of `wanted` of its files: its saved
+        file's (loaded now if the read is large) with those parsed since, or, for a
+        small read of a folder not loaded, those parsed in this process."""
+        loaded = self._folders.get(folder)
+        if loaded is None and wanted >= SAVE_AFTER:
+            loaded = self._folders[folder] = load(self._path(folder))
+            strays = self._strays.pop(folder, {})
+            loaded.update(strays)  # parsed by this process: as fresh as any
+            if strays:
+                self._changed[folder] = self._changed.get(folder, 0) + len(strays)
+        if loaded is not None:
+            return loaded
+        return self._strays.setdefault(folder, {})
 
     def put(self, folder: str, name: str, stamp: Stamp, message: Any) -> None:
-        self.folder(folder)[name] = (stamp, message)
+        loaded = self._folders.get(folder)
+        if loaded is None:
+            self._strays.setdefault(folder, {})[name] = (stamp, message)
+            return
+        loaded[name] = (stamp, message)
         self._changed[folder] = self._changed.get(folder, 0) + 1
 
     def keep_only(self, folder: str, names: Container[str]) -> None:
         """Drop the entries of `folder` whose file is not among `names` (gone)."""
-        entries = self.folder(folder)
-        stale = [name for name in entries if name not in names]
-        for name in stale:
-            del entries[name]
-        if stale:
-            self._changed[folder] = self._changed.get(folder, 0) + len(stale)
+        _drop_missing(self._strays.get(folder, {}), names)
+        gone = _drop_missing(self._folders.get(folder, {}), names)
+        if gone:
+            self._changed[folder] = self._changed.get(folder, 0) + gone
 
     def save(self) -> None:
-        """Write each folder with at least `SAVE_AFTER` entries changed since it was
-        loaded or written (fewer are parsed again by the next process: cheaper than
-        writing a folder's file at every step)."""
+        """Write each loaded folder with at least `SAVE_AFTER` entries changed since it
+        was loaded or written (fewer are parsed again by the next process: cheaper
+        than writing a folder's file at every step)."""
         for folder, changed in list(self._changed.items()):
             if changed >= SAVE_AFTER:
-                save(self._path(folder), self._folders[folder])
-                del self._changed[folder]
+                self._changed.pop(folder, None)
+                # a copy: another thread of a server may add to the folder meanwhile
+                save(self._path(folder), dict(self._folders[folder]))
                 # the one file of every folder an older agentfs kept: never read again
                 self.dir.with_suffix(".pickle").unlink(missing_ok=True)
 
     def _path(self, folder: str) -> Path:
         return self.dir / f"{folder or _LOOSE}.pickle"
+
+
+def _drop_missing(entries: Entries, names: Container[str]) -> int:
+    """Drop the entries not among `names`; returns how many."""
+    stale = [name for name in entries if name not in names]
+    for name in stale:
+        del entries[name]
+    return len(stale)
 
 
 def load(path: Path) -> Entries:

@@ -179,3 +179,24 @@ def test_an_agentfs_toml_that_is_no_file_is_named_not_passed_over(tmp_path: Path
     assert done.returncode == 1
     assert f"{inner / 'agentfs.toml'}: is not a regular file" in done.stderr
 
+
+
+def test_doctor_names_linked_skills_knowledge_and_inboxes(tmp_path: Path) -> None:
+    """A clone can bring these folders as links; a run then reads or takes nothing
+    through them. `doctor` names each, as it names a linked trace folder."""
+    ws = make(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    linked = [ws / "skills", ws / "knowledge", ws / "inbox", ws / "traces" / "good" / "inbox"]
+    for folder in linked:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.symlink_to(outside)
+    done = run_cli("doctor", cwd=ws, check=False)
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    for folder in linked:
+        assert any(str(folder) in line and "symlink" in line for line in lines), folder
+    for folder in linked:
+        folder.unlink()
+        folder.mkdir()
+    assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")

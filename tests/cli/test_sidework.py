@@ -85,6 +85,35 @@ def test_evaluate_and_reflect_errors_name_what_is_wrong(workspace, write_script)
     assert_git_clean(workspace)
 
 
+@pytest.mark.parametrize("knowledge", ["file", "link", "broken item"])
+def test_reflect_refuses_a_knowledge_folder_it_cannot_use_before_queueing_anything(
+        workspace, write_script, tmp_path, knowledge):
+    """Reflection writes its items into knowledge/: a `knowledge` that is a file or a
+    link, or an item that cannot be read, is refused before a step is committed (the
+    queue used to be committed first, and every later run failed on it)."""
+    trace_with_history(workspace, write_script)
+    folder = workspace / "knowledge"
+    shutil.rmtree(folder)
+    if knowledge == "file":
+        folder.write_text("not a folder\n")
+    elif knowledge == "link":
+        (tmp_path / "elsewhere").mkdir()
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        folder.mkdir()
+        (folder / "broken.md").write_text("no frontmatter\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", f"knowledge: {knowledge}")
+    before = git(workspace, "rev-parse", "HEAD")
+    for command in (["reflect", "t"], ["knowledge", "evaluate", "t"]):
+        done = run_cli(*command, cwd=workspace, check=False)
+        assert done.returncode == 1 and str(folder) in done.stderr, done.stderr
+        assert git(workspace, "rev-parse", "HEAD") == before
+    run_cli("run", "t", "-m", "still runs", cwd=workspace, check=False)
+    assert "queue" not in git(workspace, "log", "--format=%s", f"{before.strip()}..HEAD")
+    assert_git_clean(workspace)
+
+
 def test_a_script_without_reflection_entries_is_an_error_and_nothing_is_merged(
         workspace, write_script):
     script = write_script([{"tool_calls": [{"name": "list_files", "input": {}}]}] * 3
