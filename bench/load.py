@@ -8,6 +8,10 @@ process (cold) and again in the same process (warm):
   request the model would get (`Runner.preview`: main path, Level 1,
   token estimate, tools).
 
+Also in the first and the next process of a fresh `git clone` (nothing under
+`.git/agentfs/`), for the trace above and for one with 200 messages after its
+summary.
+
 The trace has 10,000 message files but, like any trace that long, has been
 compressed: its main path is the system prompt, the first user message, a
 summary and the last 38 messages. Cold is measured twice: on the very first
@@ -32,6 +36,9 @@ from bench.report import Results, median
 
 SIZE = 10_000
 KEPT = 38  # main path after the summary; SIZE - KEPT lands on a user turn
+#: A path that has run on for a while since its summary: more than a walk's first
+#: windows (`agentfs/store/message_dir.py:MessageLookup`).
+KEPT_LONG = 200
 
 
 def run(results: Results, quick: bool, scratch: Path) -> None:
@@ -50,6 +57,24 @@ def run(results: Results, quick: bool, scratch: Path) -> None:
     results.add(group, f"warm, new run in the same process ({label})",
                 median([p["warm_new_ms"] for p in later]), "ms", "budget <= 20")
     results.add(group, "messages in the request", later[0]["request_messages"], "msgs")
+    for kept in (KEPT, KEPT_LONG):
+        source = shared_long_trace(scratch, SIZE, kept=kept)
+        clones = [cloned_probes(source, scratch / f"clone-{kept}-{n}") for n in range(rounds)]
+        results.add(group, f"cold, first process in a fresh clone, {kept} after the summary "
+                    f"({label})", median([first for first, _ in clones]), "ms")
+        results.add(group, f"cold, next process in that clone, {kept} after the summary "
+                    f"({label})", median([second for _, second in clones]), "ms")
+
+
+def cloned_probes(source: Path, clone: Path) -> tuple[float, float]:
+    """The cold load in the first process of a `git clone` of `source` (no parse
+    cache, no summary, no saved names: nothing under `.git/agentfs/`), then in the
+    next process (with what the first one saved); in ms."""
+    subprocess.run(["git", "clone", "-q", str(source), str(clone)], check=True)
+    try:
+        return probe(clone, fresh=False)["cold_ms"], probe(clone, fresh=False)["cold_ms"]
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
 
 
 def probe(root: Path, *, fresh: bool, memory: bool = False) -> dict[str, float]:
