@@ -18,17 +18,20 @@ import click
 def sync(remote: str, workspace: Path | None) -> None:
     """Commit what waits here, pull the remote's main, push the result.
 
-    REMOTE is a remote's name or a URL (default: origin). Files dropped into
-    inboxes and edits of tracked files are committed first. Work on different
+    REMOTE is a remote's name or a URL (default: origin). Each trace's edits are
+    committed first, as a run would (refused if they break the trace), then files
+    dropped into inboxes and edits of other tracked files. Work on different
     traces merges path by path; trace.json and goals.json changed on both
     sides are merged key by key. A file changed both here and on the remote
     stops the sync before pushing: the remote's version is at the path, yours
     beside it as PATH.conflict-SHA; keep one and sync again.
     """
+    from agentfs.core.doctor import load_valid_config
     from agentfs.remote.sync import sync as run_sync
     from agentfs.store.workspace import find_workspace
 
-    report = run_sync(find_workspace(workspace), remote)
+    found = find_workspace(workspace)
+    report = run_sync(found, remote, durable=load_valid_config(found).fsync == "all")
     parts = [f"committed {report.committed} file(s)" if report.committed else "",
              "pulled" if report.pulled else "", f"pushed to {remote}" if report.pushed else "",
              f"merged {', '.join(report.resolved)}" if report.resolved else ""]

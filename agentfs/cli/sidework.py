@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agentfs.cli.context import choose_model, echo_json, open_project, start_notices
-from agentfs.cli.terminal import echo_report
+from agentfs.cli.terminal import Terminal, echo_report
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project
@@ -24,14 +24,15 @@ MODEL_HELP = "Model for the side branches: replay:PATH or anthropic:MODEL-ID."
 def _runner(project: Project, trace_id: str, model: str | None,
             trusted: dict[str, Any]) -> Runner:
     """A runner with the model `agentfs run` would use for this trace (or `model`);
-    `trusted`: what `start_notices` returned."""
+    `trusted`: what `start_notices` returned. Its warnings go to stderr, as a run's."""
     import os
 
     from agentfs.tools.subprocesses import safe_environment
 
     trace = project.trace(trace_id)
     chosen = choose_model(project, trace.meta.model, trace.meta.preset, model)
-    return project.runner(chosen, command_env=safe_environment(os.environ), **trusted)
+    return project.runner(chosen, command_env=safe_environment(os.environ),
+                          on_event=Terminal(quiet=True).event, **trusted)
 
 
 @click.command()

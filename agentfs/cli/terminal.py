@@ -31,7 +31,7 @@ class Terminal:
 
     #: Shown even with --quiet: warnings, not tool traffic.
     WARNINGS = ("retry", "max_tokens", "prompt_too_long", "mcp_failed",
-                "approval_waiting")
+                "approval_waiting", "knowledge_skipped")
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
@@ -95,6 +95,7 @@ _TEMPLATES = {
     "prompt_too_long":
         "  [the model says the request is too long: compressing the trace, then retrying]",
     "mcp_failed": "  [{error}]",
+    "knowledge_skipped": "  [knowledge work skipped, the run goes on: {error}]",
     "mcp_tools": "  [MCP server {server!r} changed its tools; the new list is offered from now on]",
     "approval_waiting": "  ? {name} waits for your approval (traces/{trace}/approval.json): "
                         "agentfs approve {trace} (--no, --always)",

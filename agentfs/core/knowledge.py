@@ -59,6 +59,15 @@ def load_items(folder: Path) -> list[KnowledgeItem]:
     return [load_item(path) for path in sorted(folder.glob("*.md"))]
 
 
+def knowledge_problem(folder: Path) -> str | None:
+    """Why the items in `folder` cannot be read (`load_items`' error), or None."""
+    try:
+        load_items(folder)
+    except AgentfsError as exc:
+        return str(exc)
+    return None
+
+
 def load_item(path: Path) -> KnowledgeItem:
     """One item file; a broken one is an error naming it. A hand-written file is
     untrusted: never followed out of knowledge/ through a link, at most as large as a

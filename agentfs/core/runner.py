@@ -32,7 +32,7 @@ from agentfs.core.injection import (
     skills_to_inject,
     synthetic_calls,
 )
-from agentfs.core.knowledge import load_items
+from agentfs.core.knowledge import knowledge_problem, load_items
 from agentfs.core.mcp import McpTools, mcp_tools
 from agentfs.core.options import RunnerOptions
 from agentfs.core.project import Project, settings_check
@@ -305,8 +305,10 @@ class Runner:
         (reflection if extraction is on, knowledge evaluation, compression); its
         `summary` is the new summary message. Cut short, running it again (or
         `agentfs run`) finishes it."""
+        trace = Trace(self.workspace, self.repo, trace_id)
         return self.side_work(trace_id, "compress", compression_queue(
-            self.config.knowledge.enable_extraction), before=_check_compressible)
+            self.config.knowledge.enable_extraction, knowledge=self.knowledge_usable(trace)),
+            before=_check_compressible)
 
     def reflect(self, trace_id: str) -> QueueReport:
         """Reflect on a trace now (`agentfs reflect`): its lessons become pending items.
@@ -319,6 +321,16 @@ class Runner:
         (`agentfs knowledge evaluate`); an empty report if none is pending."""
         return self.side_work(trace_id, "evaluate", [KNOWLEDGE_EVAL], items=items,
                               before=_check_knowledge)
+
+    def knowledge_usable(self, trace: Trace) -> bool:
+        """Whether the knowledge steps a run adds of its own (Level 2's, the reflection
+        after an answer) can read and write `knowledge/`; if not, they are left out and
+        a `knowledge_skipped` event says why (the commands that only do knowledge work
+        refuse instead: `_check_knowledge`)."""
+        problem = knowledge_problem(trace.workspace.knowledge_dir)
+        if problem is not None:
+            self._emit("knowledge_skipped", trace=trace.id, error=problem)
+        return problem is None
 
     def side_work(self, trace_id: str, reason: str, types: Sequence[str], *,
                   items: list[str] | None = None,
@@ -490,7 +502,8 @@ class Runner:
         evaluation (if items are pending, those reflection just saved included), then
         compression (`agentfs/core/sidequeue.py`)."""
         trace = session.trace
-        plan(trace, "level2", compression_queue(self.config.knowledge.enable_extraction))
+        plan(trace, "level2", compression_queue(self.config.knowledge.enable_extraction,
+                                                knowledge=self.knowledge_usable(trace)))
         self._record_queue(session, run_queue(SideWork(trace, self.model, request, session.tools,
                                                        self._emit)), result)
 
@@ -627,7 +640,8 @@ class Runner:
         """After a final answer, reflect on the outcome if `enable_completion_extraction`
         is on and no user message waits."""
         trace = session.trace
-        if self.config.knowledge.enable_completion_extraction and not trace.pending_inbox():
+        if (self.config.knowledge.enable_completion_extraction and not trace.pending_inbox()
+                and self.knowledge_usable(trace)):
             plan(trace, "completion", [REFLECTION])
             work = SideWork(trace, self.model, replace(request, messages=[*request.messages,
                                                                           assistant]),

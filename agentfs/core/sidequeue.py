@@ -81,9 +81,12 @@ class QueueReport:
                      for m in merged.messages), None)
 
 
-def compression_queue(extraction: bool) -> list[str]:
+def compression_queue(extraction: bool, *, knowledge: bool = True) -> list[str]:
     """Level 2's queue: reflection if knowledge extraction is on, knowledge evaluation
-    (skipped when nothing is pending once its turn comes), compression."""
+    (skipped when nothing is pending once its turn comes), compression; without
+    `knowledge` (its folder cannot be used), compression alone."""
+    if not knowledge:
+        return [COMPRESSION]
     return [*([REFLECTION] if extraction else []), KNOWLEDGE_EVAL, COMPRESSION]
 
 

@@ -1,14 +1,18 @@
 """`agentfs sync`: a person's clone and the shared remote, brought together.
 
-1. What waits here is committed: files dropped into inboxes and changes to
-   files Git already tracks (a person's edits), one `sync` commit.
+1. What waits here is committed: first each trace's uncommitted files, as a
+   run would commit them (`agentfs/store/recovery.py:recover`: a person's edits
+   as `edit` steps, refused if they break the trace; files a crash left adopted;
+   `trace.json`'s count of the model's turns kept right), then files dropped into
+   inboxes and changes to other files Git already tracks, one `sync` commit.
 2. The remote's `main` and its trace refs are fetched, the refs' steps folded
    onto `main` (`agentfs/remote/tracerefs.py:fold`: sync sees every trace's
    newest step, running ones included), and the result merged
    (`agentfs/store/git/carry.py:merge`):
    traces are disjoint directories, so work on different traces merges path
    by path. agentfs' own JSON files (`trace.json`, `goals.json`) changed on
-   both sides are merged key by key (`merge_json`). The same file changed two
+   both sides are merged key by key (`merge_json`; a count of files, `iterations`,
+   as the sum of both sides' changes). The same file changed two
    ways (a message edited on two machines) is a real conflict: the remote's
    version stays at the path, this clone's is kept beside it, and sync stops
    before pushing, saying which files to look at.
@@ -35,6 +39,7 @@ from agentfs.store.git.conflicts import CONFLICT_COPY
 from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.inbox import waiting
+from agentfs.store.trace import Trace
 from agentfs.store.tracelock import TraceLock
 from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, Workspace
 
@@ -55,8 +60,9 @@ class SyncReport:
     kept_aside: dict[str, str] = field(default_factory=dict)
 
 
-def sync(workspace: Workspace, remote: str) -> SyncReport:
-    """Commit, pull and push `workspace` against `remote` (a name or a URL).
+def sync(workspace: Workspace, remote: str, *, durable: bool = False) -> SyncReport:
+    """Commit, pull and push `workspace` against `remote` (a name or a URL);
+    `durable`: the traces' own commits fsync what they write (`fsync = "all"`).
 
     Raises:
       MergeConflict: files were changed both here and on the remote; both are kept
@@ -74,7 +80,19 @@ def sync(workspace: Workspace, remote: str) -> SyncReport:
             "copy), then run `agentfs sync` again")
     with ExitStack() as held:
         _lock_traces(workspace, held)
+        _recover_traces(workspace, durable)
         return _sync_locked(workspace, remote)
+
+
+def _recover_traces(workspace: Workspace, durable: bool) -> None:
+    """Commit each trace's uncommitted files as the next run would, before the
+    `sync` commit takes what is left (the caller holds every trace's lock)."""
+    repo = GitRepo(workspace.root, durable=durable)
+    try:
+        for trace_id in workspace.trace_ids():
+            Trace(workspace, repo, trace_id).recover()
+    finally:
+        repo.close()
 
 
 def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
@@ -222,9 +240,10 @@ def _resolve(path: str, base: bytes | None, ours: bytes | None,
 
 def merge_json(base: bytes | None, ours: bytes, theirs: bytes) -> bytes | None:
     """Three-way merge of two JSON objects key by key (`trace.json`, `goals.json`):
-    a key changed on one side takes that side. A key changed both ways takes the
-    remote's value when the remote's trace is further along (a higher `head`) or
-    when the values are equal; otherwise None (a real conflict)."""
+    a key changed on one side takes that side. A key changed both ways takes both
+    changes for a count of files (`_COUNTS`), else the remote's value when the
+    remote's trace is further along (a higher `head`) or when the values are equal;
+    otherwise None (a real conflict)."""
     try:
         old = json.loads(base) if base else {}
         mine, other = json.loads(ours), json.loads(theirs)
@@ -237,7 +256,11 @@ def merge_json(base: bytes | None, ours: bytes, theirs: bytes) -> bytes | None:
         a, b, o = mine.get(key, _GONE), other.get(key, _GONE), old.get(key, _GONE)
         if b in (a, o):
             value = a
-        elif a == o or _ahead(other, mine):
+        elif a == o:
+            value = b
+        elif key in _COUNTS and all(type(v) is int for v in (a, b, o)):
+            value = a + b - o  # each side's files added or removed
+        elif _ahead(other, mine):
             value = b
         else:
             return None
@@ -247,6 +270,10 @@ def merge_json(base: bytes | None, ours: bytes, theirs: bytes) -> bytes | None:
 
 
 _GONE = object()
+#: Keys that count files of the trace (`trace.json`'s `iterations`: the model's turns
+#: in `messages/`): changed on both sides, each side's change is added, as the merge
+#: adds each side's files (the same file changed two ways is a conflict instead).
+_COUNTS = frozenset({"iterations"})
 
 
 def _ahead(theirs: dict, ours: dict) -> bool:

@@ -104,7 +104,7 @@ class ParseCache:
 
 def _drop_missing(entries: Entries, names: Container[str]) -> int:
     """Drop the entries not among `names`; returns how many."""
-    stale = [name for name in entries if name not in names]
+    stale = [name for name in list(entries) if name not in names]  # a copy: see `save`
     for name in stale:
         del entries[name]
     return len(stale)

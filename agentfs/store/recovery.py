@@ -49,10 +49,10 @@ def recover(trace: Trace) -> list[str]:
     New message files that continue the committed head (an interrupted
     step, or a file the user added to `messages/`) are adopted onto the
     main path as kind `recover`; any other change is the user's and
-    becomes `edit`. Files waiting in `inbox/` are left for `ingest`. An edit
-    of message files may add or remove turns of the model: `trace.json`'s
-    `iterations` is then counted from the files again and committed with it
-    (an adopted turn is counted by its commit, as every step's are).
+    becomes `edit`. Files waiting in `inbox/` are left for `ingest`. Adopting
+    a turn of the model, or an edit of message files, may change how many
+    there are: `trace.json`'s `iterations` is then counted from the files
+    again and committed with them.
     """
     trace.repo.check_on_main()
     purge_stale_temps(trace.tmp_dir)
@@ -85,6 +85,10 @@ def recover(trace: Trace) -> list[str]:
     adopted = _adopt(trace, committed, head_commit)
     if adopted:
         trace.meta.head = adopted[-1].sequence
+        if any(map(is_model_turn, adopted)):
+            # its commit adds the turns above `usage.through`; a person's file at or
+            # below it is counted here (`trace.json` on disk may count either already)
+            trace.meta.iterations = trace.turns_counted()
         extra = [f for m in adopted for f in (m.files_changed or [])]
         extra += [sources[m.sequence] for m in adopted if m.sequence in sources]
         trace.commit_step(

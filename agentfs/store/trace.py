@@ -22,6 +22,7 @@ from agentfs.store.approval import APPROVAL_FILE, PendingApproval, read_pending,
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step, usage_trailer
 from agentfs.store.filerewind import FileRewind, plan_file_rewind
+from agentfs.store.git.remote import git
 from agentfs.store.git.repo import Change, GitRepo
 from agentfs.store.history import (
     PathMemo,
@@ -198,9 +199,9 @@ class Trace:
     def save_meta(self) -> bool:
         """Write `trace.json` (in the current format) if its bytes change; True if
         written. One read in an older format gets its `iterations` counted from the
-        message files first: before format 4 it could lag behind them."""
+        message files first (`turns_counted`): before format 4 it could lag."""
         if self.meta.format_version < FORMAT_VERSION:
-            self.meta.iterations = self.count(is_model_turn)
+            self.meta.iterations = self.turns_counted()
         return save_meta(self.meta_path, self.meta, tmp_dir=self.tmp_dir,
                          durable=self.repo.durable)
 
@@ -414,6 +415,16 @@ class Trace:
             return self.count(is_model_turn)
         return self.meta.iterations
 
+    def turns_counted(self) -> int:
+        """The turns of the model among the message files that `usage` has counted
+        through (all of them, without `usage`): what `iterations` is once the files
+        above that sequence, which their commit adds (`count_usage`), are left out."""
+        usage = self.meta.usage
+        if usage is None:
+            return self.count(is_model_turn)
+        return sum(is_model_turn(m) for s, m in self.message_dir.current().items()
+                   if s <= usage.through)
+
     def iterations_problem(self) -> str | None:
         """What is wrong with `trace.json`'s `iterations`, if it differs from the turns
         of the model counted over every message file (a commit agentfs did not make:
@@ -421,12 +432,19 @@ class Trace:
         if self.meta.format_version < FORMAT_VERSION:
             return None  # counted from the files until its upgrade
         turns = self.count(is_model_turn)
-        if self.meta.iterations == turns:
-            return None
+        if self.meta.iterations == turns or self._uncommitted():
+            return None  # files not committed yet: the run that commits them counts again
         return (f"{self.rel(self.meta_path)}: iterations is {self.meta.iterations}, but the "
                 f"message files hold {turns} turn(s) of the model (a commit made without "
                 f"agentfs?); set it to {turns}: a run's `call_index` and its context "
                 f"injections count from it")
+
+    def _uncommitted(self) -> bool:
+        """Whether a file under the trace differs from its last commit, as `git status`
+        tells (asked of Git itself: `agentfs doctor` commits nothing to find out)."""
+        listed = git(self.workspace.root, "status", "--porcelain", "-z", "-uall", "--",
+                     self.rel(self.dir)).stdout
+        return bool(listed.strip(b"\0"))
 
     def next_sequence(self) -> int:
         return max(self.meta.next_sequence, self.message_dir.highest() + 1)

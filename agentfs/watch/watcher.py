@@ -301,7 +301,8 @@ class Watcher:
 
     def _run_event(self, kind: str, data: dict[str, Any]) -> None:
         """A run's events worth a line in the watch log."""
-        if kind in ("ingested", "rejected", "recovered", "approval_waiting", "approval"):
+        if kind in ("ingested", "rejected", "recovered", "approval_waiting", "approval",
+                    "knowledge_skipped"):
             self.log(kind, data)
 
     def _record_error(self, trace_id: str, error: str) -> None:

@@ -90,6 +90,22 @@ def test_doctor_names_a_count_of_model_turns_a_commit_outside_agentfs_left_wrong
     assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
 
 
+def test_doctor_leaves_the_count_to_the_run_that_commits_a_turn_a_crash_left(
+        tmp_path: Path) -> None:
+    """A turn's file written and not committed (a crash): the count in trace.json is
+    right for what is committed, and the next run adopts and counts the file."""
+    from agentfs.store.messages import Message, render_message
+
+    ws = make(tmp_path)
+    *_, last = message_files(ws, "good")
+    answer = Message(id="cut", sequence=4, parent_sequence=3, role="assistant", content="Cut.")
+    (last.parent / "000004-assistant.md").write_bytes(render_message(answer))
+    assert "iterations" not in run_cli("doctor", cwd=ws, check=False).stdout
+    run_cli("run", "good", "-m", "and on", cwd=ws)
+    assert json.loads((ws / "traces" / "good" / "trace.json").read_text())["iterations"] == 3
+    assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
+
+
 def test_status_of_a_broken_trace_json_names_it_and_exits_1(tmp_path: Path) -> None:
     ws = make(tmp_path)
     (ws / "traces" / "good" / "trace.json").write_text("{not json")

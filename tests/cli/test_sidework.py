@@ -114,6 +114,31 @@ def test_reflect_refuses_a_knowledge_folder_it_cannot_use_before_queueing_anythi
     assert_git_clean(workspace)
 
 
+def test_a_runs_own_knowledge_steps_are_left_out_while_knowledge_cannot_be_used(
+        workspace, write_script):
+    """The reflection after a final answer and Level 2's knowledge steps are a run's
+    extra: with `knowledge` a file they are left out with a notice, and the run and
+    the compression go on (they used to queue a step every later run failed on)."""
+    config = workspace / "agentfs.toml"
+    config.write_text(config.read_text() + "\n[knowledge]\nenable_extraction = true\n"
+                      "enable_completion_extraction = true\n")
+    shutil.rmtree(workspace / "knowledge")
+    (workspace / "knowledge").write_text("not a folder\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "extraction on, knowledge broken")
+    trace_with_history(workspace, write_script)  # ends in a final answer
+    done = run_cli("run", "t", "-m", "and now?", cwd=workspace)
+    assert "knowledge work skipped, the run goes on" in done.stderr
+    assert "is not a folder" in done.stderr
+    compressed = run_cli("compress", "t", cwd=workspace)
+    assert "knowledge work skipped" in compressed.stderr
+    subjects = first_parent_subjects(workspace)
+    assert not any("reflection" in s or "knowledge_eval" in s for s in subjects)
+    assert any("summary" in s for s in subjects)
+    assert run_cli("run", "t", "-m", "still fine?", cwd=workspace).returncode == 0
+    assert_git_clean(workspace)
+
+
 def test_a_script_without_reflection_entries_is_an_error_and_nothing_is_merged(
         workspace, write_script):
     script = write_script([{"tool_calls": [{"name": "list_files", "input": {}}]}] * 3

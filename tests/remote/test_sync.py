@@ -111,6 +111,58 @@ def test_merge_json_takes_each_side_and_the_trace_further_along():
     assert merge_json(b"{", b"{}", b"{}") is None
 
 
+def test_merge_json_adds_both_sides_changes_to_the_count_of_model_turns():
+    """`iterations` counts message files: a turn removed here and one added there
+    leave as many as before, whichever trace is further along."""
+    merged = merge_json(b'{"head": 4, "iterations": 2}', b'{"head": 4, "iterations": 1}',
+                        b'{"head": 6, "iterations": 3}')
+    assert json.loads(merged) == {"head": 6, "iterations": 2}
+
+
+def turns(root: Path, trace: str) -> tuple[int, int]:
+    """trace.json's `iterations` at HEAD, and the turns of the model in its files there."""
+    from agentfs.core.project import Project
+    from agentfs.store.history import is_model_turn
+
+    committed = json.loads(git(root, "show", f"HEAD:traces/{trace}/trace.json"))["iterations"]
+    messages = Project.open(root).trace(trace).messages(refresh=True)
+    return committed, sum(map(is_model_turn, messages.values()))
+
+
+def test_sync_commits_a_trace_edit_as_a_run_would_and_pushes_the_right_count(pair):
+    """A turn of the model deleted by hand here, one more run there: sync commits the
+    deletion as an `edit` step that counts the turns again (not in its own `git add
+    -u` commit), the merge adds both sides' changes, and the next run goes on from
+    the right place in the replay script."""
+    first, second, _ = pair
+    run_cli("run", "a", "-m", "one", cwd=first)
+    run_cli("run", "a", "-m", "two", cwd=first)
+    run_cli("rewind", "a", "2", cwd=first)  # both answers off the path, still counted
+    run_cli("sync", cwd=first)
+    run_cli("sync", cwd=second)
+    run_cli("run", "a", "-m", "three", cwd=second)
+    run_cli("sync", cwd=second)
+    off_path = min((first / "traces/a/messages").rglob("*-assistant.md"))  # of "one"
+    off_path.unlink()
+    out = run_cli("sync", cwd=first).stdout
+    assert "pulled" in out and "pushed" in out
+    assert "edit" in git(first, "log", "--format=%s", "-3")
+    assert turns(first, "a") == (2, 2)
+    assert run_cli("doctor", cwd=first).stdout.startswith("ok: ")
+    assert_git_clean(first)
+
+
+def test_sync_refuses_a_trace_edit_that_breaks_it_and_pushes_nothing(pair):
+    first, _, bare = pair
+    before = git(bare, "rev-parse", "main")
+    message = first / "traces/a/messages/000000-000999/000002-user.md"
+    message.write_text("---\nrole: nobody\n---\nbroken\n")
+    done = run_cli("sync", cwd=first, check=False)
+    assert done.returncode == 1 and "000002-user.md" in done.stderr
+    assert git(bare, "rev-parse", "main") == before
+    assert message.read_text().endswith("broken\n")  # nothing lost
+
+
 def test_a_second_sync_with_a_conflict_left_unresolved_refuses_and_pushes_nothing(pair):
     first, second, bare = pair
     edited_on_both(first, second, "first\n", "second\n")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentfs.errors import MessageFileError
+from agentfs.store.history import is_model_turn
 from agentfs.store.message_dir import (
     SHARD_SIZE,
     is_shard_name,
@@ -398,3 +399,21 @@ def test_a_format_3_trace_json_gets_its_turns_of_the_model_counted_by_the_upgrad
     assert committed == {**meta, "format_version": FORMAT_VERSION, "iterations": 3}
     assert reopened(trace).model_turns() == 3
     assert_upgraded_once(root, trace, before)
+
+
+def test_a_format_3_trace_a_crash_left_mid_turn_counts_that_turn_once(trace: Trace) -> None:
+    """A turn's file written, then the crash: the upgrade counts the files on disk,
+    that one included, and adopting it must not count it again."""
+    root = trace.workspace.root
+    meta = json.loads(trace.meta_path.read_text())
+    trace.meta_path.write_text(json.dumps({**meta, "format_version": 3}, indent=2) + "\n")
+    git(root, "commit", "-q", "-am", "as agentfs 3 left it")
+    fresh = reopened(trace)
+    answer = fresh.new_message("assistant", "cut short before its commit")
+    fresh.write_message(answer)  # trace.json not written yet: as a crash leaves it
+    fresh = reopened(trace)
+    with fresh.lock():
+        assert fresh.recover() == ["upgrade", "recover"]
+    committed = json.loads(git(root, "show", "HEAD:traces/demo/trace.json"))
+    assert committed["iterations"] == 4 == sum(map(is_model_turn, fresh.messages().values()))
+    assert_git_clean(root)
