@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentfs.core.project import Project, init_workspace
+from agentfs.store.git.packing import wait_for_packing
 from agentfs.store.ingest import parse_dropped_text
 
 
@@ -137,7 +138,11 @@ def without_clock(data: bytes) -> bytes:
 
 
 def assert_git_clean(root: Path) -> None:
-    """`git status --porcelain` and `git diff --cached` empty, `git fsck --strict` clean."""
+    """`git status --porcelain` and `git diff --cached` empty, `git fsck --strict` clean.
+
+    First waits for packing a killed process left running (its `git repack` goes on and
+    deletes the packs it merged, which a `git fsck` meanwhile reports as broken)."""
+    assert wait_for_packing(root / ".git", timeout=120), "packing went on for 120 s"
     assert git(root, "status", "--porcelain", "--untracked-files=all") == ""
     assert git(root, "diff", "--cached", "--name-status") == ""  # the index matches HEAD
     git(root, "fsck", "--strict", "--no-dangling")

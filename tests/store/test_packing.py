@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import traceback
 import zlib
 from pathlib import Path
@@ -31,6 +32,7 @@ from agentfs.store.git import packing
 from agentfs.store.git.lineage import changed_entries, predecessors, skip_delta_bases, tree_entries
 from agentfs.store.git.packfile import install_pack, make_delta, whole
 from agentfs.store.git.repo import GitRepo, init_repo
+from agentfs.store.locking import is_held
 from tests.conftest import git
 
 TEXT = "The notes mention three follow-ups: migrate the build, own the checklist. " * 6
@@ -97,6 +99,7 @@ def size_after_gc(root: Path, scratch: Path) -> int:
 
 def assert_everything_readable(root: Path) -> None:
     """fsck clean, and every object reachable from a branch read back by `git cat-file`."""
+    assert packing.wait_for_packing(root / ".git", timeout=120)
     git(root, "fsck", "--strict", "--no-dangling")
     listed = git(root, "rev-list", "--objects", "--all")
     ids = "".join(line.split(" ", 1)[0] + "\n" for line in listed.splitlines())
@@ -693,6 +696,71 @@ def test_processes_packing_at_once_lose_nothing(root: Path) -> None:
     files = set(git(root, "ls-tree", "-r", "--name-only", "HEAD").splitlines())
     for i, count in enumerate(counts):
         assert {f"traces/c{i}/messages/{n:06d}-user.md" for n in range(1, count + 1)} <= files
+
+
+#: A `git` that stops at `repack` until the test lets it go, then runs the real one.
+SLOW_GIT = """#!/bin/sh
+case " $* " in *" repack "*)
+  : > "$GATE/started"
+  while [ ! -e "$GATE/go" ]; do sleep 0.01; done ;;
+esac
+exec "$REAL_GIT" "$@"
+"""
+
+#: Two packs, then a packing run that merges them (`MIN_PACKS` lowered to 2).
+MERGER = r"""
+import sys
+from pathlib import Path
+from agentfs.store.git import packing
+from agentfs.store.git.repo import GitRepo
+from tests.store.test_packing import commit_message
+packing.MIN_PACKS = 2
+repo = GitRepo(Path(sys.argv[1]))
+repo.packer.after_commit = lambda: None
+for n in range(1, 4):
+    commit_message(repo, n)
+    repo.pack()
+"""
+
+
+def test_a_git_repack_that_outlives_its_killed_process_keeps_the_packing_lock(
+    root: Path, tmp_path: Path
+) -> None:
+    """Killed while its `git repack` merges packs, a process leaves that repack running
+    (it deletes the packs it merged when it ends): the packing lock stays held until
+    then, so no other packer starts meanwhile and `wait_for_packing` waits for it."""
+    gate, bin_dir = tmp_path / "gate", tmp_path / "bin"
+    gate.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(SLOW_GIT)
+    (bin_dir / "git").chmod(0o755)
+    env = {**os.environ, "GATE": str(gate), "REAL_GIT": shutil.which("git") or "git",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    child = subprocess.Popen([sys.executable, "-c", MERGER, str(root)], env=env,
+                             cwd=Path(__file__).parents[2], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (gate / "started").exists():
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+            assert time.monotonic() < deadline, "the merge never started"
+            time.sleep(0.01)
+        child.kill()
+        child.wait()
+        lock = root / ".git" / "agentfs" / "locks" / "pack.lock"
+        assert is_held(lock), "the lock went with the killed process"
+        assert not packing.wait_for_packing(root / ".git", timeout=0.2)
+        assert GitRepo(root).pack() is None  # another packer stays out meanwhile
+        (gate / "go").touch()
+        assert packing.wait_for_packing(root / ".git", timeout=60)
+    finally:
+        (gate / "go").touch()
+        child.kill()
+        child.wait()
+        if child.stderr is not None:
+            child.stderr.close()
+    assert not is_held(lock)
+    assert len(packs(root)) == 1  # the repack ended its work: one pack
+    assert_everything_readable(root)
 
 
 # --- leftovers -------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from agentfs.store.git.lineage import ReadRaw, predecessors, skip_delta_bases
 from agentfs.store.git.objects import ObjectWriter
 from agentfs.store.git.packfile import TEMP_PREFIXES, delta, install_pack, make_delta, whole
 from agentfs.store.git.remote import git
-from agentfs.store.locking import FileLock
+from agentfs.store.locking import FileLock, is_held, retry
 
 #: Loose objects that start a packing run (about what 35 steps of a trace write).
 LOOSE_LIMIT = 256
@@ -138,7 +138,8 @@ class Packer:
             report.pack, report.packed = pack_loose_objects(
                 self.git_dir, read=self.objects.read_raw, cached=self.objects.cached, limit=limit
             )
-            report.merged = merge_packs(self.git_dir)
+            held = (lock.fd,) if lock.fd is not None else ()
+            report.merged = merge_packs(self.git_dir, hold=held)
             if report.merged:
                 self.objects.forget_removed_packs()
             remove_stale_files(self.git_dir)
@@ -313,13 +314,15 @@ def packs_to_merge(pack_dir: Path) -> list[str]:
     return [name for _, name in sized[:upto]] if upto >= 2 else []
 
 
-def merge_packs(git_dir: Path) -> list[str]:
+def merge_packs(git_dir: Path, *, hold: tuple[int, ...] = ()) -> list[str]:
     """Merge the small packs that are due (`packs_to_merge`); returns those now gone.
 
     With a `git` binary (unless `GIT` is None) this is `git repack
     --geometric=2 -d`, which also finds deltas for the objects each pack
     stores whole; without one, `merge_with_dulwich` copies the entries as they
-    are.
+    are. `hold` are the packing lock's file descriptors: `git repack` keeps them
+    open, so the lock stays held while it runs, even after this process is
+    killed (it goes on and deletes the packs it merged).
     """
     pack_dir = git_dir / "objects" / "pack"
     due = packs_to_merge(pack_dir)
@@ -329,7 +332,8 @@ def merge_packs(git_dir: Path) -> list[str]:
         merge_with_dulwich(git_dir, due)
     else:
         try:
-            git(git_dir, f"--git-dir={git_dir}", "repack", "--geometric=2", "-d", "-q")
+            git(git_dir, f"--git-dir={git_dir}", "repack", "--geometric=2", "-d", "-q",
+                pass_fds=hold)
         except FileNotFoundError:  # no `git` on this machine
             merge_with_dulwich(git_dir, due)
     files = set(_names(pack_dir))
@@ -430,6 +434,15 @@ def _names(folder: Path) -> list[str]:
         return os.listdir(folder)
     except FileNotFoundError:
         return []
+
+
+def wait_for_packing(git_dir: Path, timeout: float) -> bool:
+    """Wait up to `timeout` seconds while a packing run holds the repository's packing
+    lock (one of any agentfs process, or a `git repack` it left running when it was
+    killed); whether none is running now. `git fsck` run meanwhile may report the
+    packs being merged as missing."""
+    path = git_dir / "agentfs" / "locks" / "pack.lock"
+    return retry(lambda: (not is_held(path)) or None, timeout) is not None
 
 
 def _pack_lock(state_dir: Path) -> FileLock:

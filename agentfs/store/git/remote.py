@@ -43,11 +43,15 @@ _LOST_RACE = ("stale info", "fetch first", "non-fast-forward", "atomic push fail
 
 
 def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
-        input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    """Run `git` in `root`; a failure is a `GitStateError` quoting git's own words."""
+        input: bytes | None = None, pass_fds: Sequence[int] = ()
+        ) -> subprocess.CompletedProcess[bytes]:
+    """Run `git` in `root`; a failure is a `GitStateError` quoting git's own words.
+
+    `pass_fds` stay open in git's process: an flock held through one of them is
+    then held until git exits, even if this process is killed first."""
     try:
         done = subprocess.run(["git", *_OPTIONS, *args], cwd=root, capture_output=True,
-                              timeout=timeout, input=input, check=False,
+                              timeout=timeout, input=input, check=False, pass_fds=pass_fds,
                               env={**os.environ, **_ENV})
     except subprocess.TimeoutExpired:
         raise RemoteError(f"git {args[0]} did not finish in {timeout:.0f} s") from None
