@@ -18,11 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dulwich.objects import Blob
-
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import StepKind
+from agentfs.store.git.objects import file_blob_id
 from agentfs.store.git.repo import EXEC_MODE, FILE_MODE, GitRepo, check_path
 from agentfs.store.regularfile import check_real_folders
 from agentfs.store.stepdiff import changed_files
@@ -122,11 +121,11 @@ def worktree_state(full: Path) -> State:
     except (FileNotFoundError, NotADirectoryError):
         return None
     if stat.S_ISLNK(info.st_mode):
-        return SYMLINK_MODE, Blob.from_string(os.fsencode(os.readlink(full))).id
+        return SYMLINK_MODE, file_blob_id(full, info)
     if not stat.S_ISREG(info.st_mode):
         return 0, b""
     mode = EXEC_MODE if info.st_mode & stat.S_IXUSR else FILE_MODE
-    return mode, Blob.from_string(full.read_bytes()).id
+    return mode, file_blob_id(full, info)
 
 
 def _write(repo: GitRepo, full: Path, want: tuple[int, bytes], tmp_dir: Path) -> None:

@@ -18,8 +18,6 @@ import time
 from collections.abc import Container
 from typing import TYPE_CHECKING
 
-from dulwich.objects import Blob
-
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.branches import queue_step_files
@@ -27,6 +25,7 @@ from agentfs.store.cleanfolders import load_stamps, save_stamps, stamps_digest
 from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.git.index import StatCache
+from agentfs.store.git.objects import file_blob_id
 from agentfs.store.history import is_model_turn
 from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
 from agentfs.store.message_dir import Listing, is_shard_name, parse_message_relpath
@@ -415,7 +414,7 @@ def _since_remembered(trace: Trace, found: _Found, directory: str,
         kept = entries.get(name) if saved_stamps.get(name) == (
             st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino) else None
         files[f"{rel_dir}/{name}"] = (kept[1] if kept is not None
-                                      else _read_blob_id(f"{directory}/{name}", st))
+                                      else file_blob_id(f"{directory}/{name}", st))
     return True
 
 
@@ -425,7 +424,7 @@ def _read_few(found: _Found, directory: str, rel_dir: str, files: dict[str, byte
     if len(found) > FEW_FILES or sum(st.st_size for _, st in found) > FEW_BYTES:
         return False
     for name, st in found:
-        files[f"{rel_dir}/{name}"] = _read_blob_id(f"{directory}/{name}", st)
+        files[f"{rel_dir}/{name}"] = file_blob_id(f"{directory}/{name}", st)
     return True
 
 
@@ -440,18 +439,9 @@ def _blob_ids(found: _Found, directory: str, rel_dir: str, *,
         if blob_id is not None:
             files[rel] = blob_id
             continue
-        files[rel] = _read_blob_id(f"{directory}/{name}", st)
+        files[rel] = file_blob_id(f"{directory}/{name}", st)
         if not stat.S_ISLNK(st.st_mode) and known.has(rel):
             reread[rel] = (st, files[rel])
-
-
-def _read_blob_id(path: str, st: os.stat_result) -> bytes:
-    """The blob id of a file (of its target's name, for a symlink, as Git stores it);
-    `st`: its `lstat`, which tells which."""
-    if stat.S_ISLNK(st.st_mode):
-        return Blob.from_string(os.readlink(path).encode()).id
-    with open(path, "rb") as f:
-        return Blob.from_string(f.read()).id
 
 
 def _remember_clean(trace: Trace, checked: list[_Checked], changed: list[str]) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import stat
 import threading
 import zlib
 from collections import OrderedDict
@@ -35,6 +36,11 @@ LOOSE_COMPRESSION = 1
 RECENT_BYTES = 8 * 1024 * 1024
 #: ... and only objects up to this size.
 RECENT_OBJECT = 256 * 1024
+
+#: The id no object has (Git's "no object").
+NULL_ID = b"0" * 40
+#: Bytes read at a time by `file_blob_id`.
+HASH_CHUNK = 1024 * 1024
 
 #: Reads of an object that is being packed meanwhile (see the module docstring).
 READ_ATTEMPTS = 3
@@ -150,3 +156,32 @@ class ObjectWriter:
         self.written += 1
         self.written_bytes += size
         return sha
+
+
+def file_blob_id(path: str | os.PathLike[str], st: os.stat_result) -> bytes:
+    """The blob id (hex) Git gives the file at `path`: of its content, or of its
+    target's name for a symlink; `st` is its `lstat`, which tells which.
+
+    The content is hashed a chunk at a time, so a huge file costs no memory. A
+    file cut short while it is read, or that is no longer a regular file when it
+    is opened (it is never opened through a link, nor read if it is a FIFO),
+    gets the null id, which no blob has.
+    """
+    if stat.S_ISLNK(st.st_mode):
+        data = os.fsencode(os.readlink(path))
+        return hashlib.sha1(b"blob %d\0%s" % (len(data), data),
+                            usedforsecurity=False).hexdigest().encode()
+    with open(path, "rb", opener=_open_unfollowed) as f:
+        now = os.fstat(f.fileno())
+        if not stat.S_ISREG(now.st_mode):
+            return NULL_ID
+        left = now.st_size
+        digest = hashlib.sha1(b"blob %d\0" % left, usedforsecurity=False)
+        while left and (chunk := f.read(min(left, HASH_CHUNK))):
+            digest.update(chunk)
+            left -= len(chunk)
+    return NULL_ID if left else digest.hexdigest().encode()
+
+
+def _open_unfollowed(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)

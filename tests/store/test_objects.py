@@ -1,0 +1,48 @@
+"""The blob id of a file in the work tree, as Git gives it (`file_blob_id`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from agentfs.store.git import objects
+from agentfs.store.git.objects import NULL_ID, file_blob_id
+from agentfs.store.git.repo import init_repo
+from tests.conftest import git
+
+
+@pytest.mark.parametrize("size", [0, 1, 6, 7, 8, 50])
+def test_a_file_hashed_a_chunk_at_a_time_has_the_id_git_gives_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    monkeypatch.setattr(objects, "HASH_CHUNK", 7)  # several chunks, and a last short one
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(range(size)))
+    assert file_blob_id(path, os.lstat(path)).decode() == git(
+        tmp_path, "hash-object", "--no-filters", "f.bin").strip()
+
+
+def test_a_symlink_has_the_id_git_stores_for_it(tmp_path: Path) -> None:
+    init_repo(tmp_path)
+    (tmp_path / "link").symlink_to("no/such/target")
+    git(tmp_path, "add", "link")
+    staged = git(tmp_path, "ls-files", "-s", "link").split()[1]
+    assert file_blob_id(tmp_path / "link", os.lstat(tmp_path / "link")).decode() == staged
+
+
+def test_a_file_swapped_for_a_fifo_or_a_link_after_its_lstat_is_not_read(tmp_path: Path) -> None:
+    """The `lstat` said a regular file; what is opened then is a FIFO (whose read would
+    block) or a link (which would be followed): neither is read."""
+    path = tmp_path / "f"
+    path.write_text("x")
+    st = os.lstat(path)
+    path.unlink()
+    os.mkfifo(path)
+    assert file_blob_id(path, st) == NULL_ID
+    path.unlink()
+    (tmp_path / "target").write_text("x")
+    path.symlink_to("target")
+    with pytest.raises(OSError):
+        file_blob_id(path, st)
