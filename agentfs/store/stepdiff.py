@@ -21,6 +21,9 @@ from agentfs.store.messages import Message
 from agentfs.store.meta import ForkOrigin
 from agentfs.store.steplog import step_of_message
 
+#: Files larger than this, before or after a step, are not diffed (`render_diff`).
+DIFF_MAX_BYTES = 1024 * 1024
+
 __all__ = ["FileChange", "StepDiff", "changed_files", "message_diff", "render_diff", "step_diff"]
 
 
@@ -73,16 +76,32 @@ def changed_files(repo: GitRepo, commit: bytes, *, outside: str | None,
 
 def render_diff(repo: GitRepo, changes: Iterable[FileChange]) -> str:
     """The unified diff of `changes`, one `diff --git` section per file (binary files
-    as `Binary files ... differ`), as text."""
+    as `Binary files ... differ`), as text. A file over `DIFF_MAX_BYTES` on either
+    side is named with its sizes and the `git diff` that shows it, never read."""
     out = io.BytesIO()
     for change in changes:
         path = change.path.encode("utf-8", "surrogateescape")
+        sizes = [repo.objects.size(side[1]) if side else 0 for side in (change.old, change.new)]
+        if max(sizes) > DIFF_MAX_BYTES:
+            out.write(_too_large(path, change, sizes))
+            continue
         write_object_diff(
             out, repo.store,
             (path if change.old else None, *(change.old or (None, None))),
             (path if change.new else None, *(change.new or (None, None))),
         )
     return out.getvalue().decode("utf-8", "replace")
+
+
+def _too_large(path: bytes, change: FileChange, sizes: list[int]) -> bytes:
+    """The section of a file too large to diff here."""
+    sides = (change.old, change.new)
+    before, after = (f"{size:,} bytes" if side else "none"
+                     for size, side in zip(sizes, sides, strict=True))
+    ids_ = [side[1][:12].decode() for side in sides if side]
+    show = f"git diff {ids_[0]} {ids_[1]}" if len(ids_) == 2 else f"git cat-file -p {ids_[0]}"
+    return (b"diff --git a/%s b/%s\n" % (path, path)
+            + f"Large file ({before} before, {after} after), not shown: {show}\n".encode())
 
 
 @dataclass(frozen=True)

@@ -278,3 +278,40 @@ def test_rewind_files_leaves_the_files_another_traces_steps_wrote(ws):
     assert "restored 4 file(s): b.md, gone.md, notes/a.md, notes/new.md" in done.stdout
     assert (ws / "u.md").read_text() == "u's file\n"  # written by u, after t's #2
     assert_git_clean(ws)
+
+
+BIG = {
+    "turns": [
+        {"text": "Making data.", "tool_calls": [{"name": "bash", "input": {
+            "command": "head -c 20000000 /dev/zero > big.bin && seq 1 400000 > big.txt"}}]},
+        {"text": "Made."},
+        {"text": "Changing it.", "tool_calls": [{"name": "bash", "input": {
+            "command": "echo 400001 >> big.txt && rm big.bin"}}]},
+        {"text": "Changed."},
+    ]
+}
+
+
+def test_big_files_a_step_wrote_are_committed_named_in_its_diff_and_rewound(tmp_path):
+    """A bash command writes a 20 MB file and a 2.7 MB text file, then changes them:
+    the steps commit them (a chunk at a time), `log -p` names them with their sizes
+    instead of printing megabytes of diff, and `rewind --files` puts them back."""
+    root = replay_workspace(tmp_path / "ws", BIG)
+    config = root / "agentfs.toml"
+    config.write_text(config.read_text() + '\n[tools]\nbash = true\nbash_sandbox = "none"\n')
+    git(root, "commit", "-qam", "bash on")
+    run_cli("run", "t", "-m", "make the data", cwd=root)
+    text = (root / "big.txt").read_bytes()
+    run_cli("run", "t", "-m", "change it", cwd=root)
+    assert_git_clean(root)
+    assert git(root, "cat-file", "-s", "main:big.txt").strip() == str(len(text) + 7)
+    shown = run_cli("log", "t", "-p", cwd=root).stdout
+    assert len(shown) < 20_000
+    assert (f"diff --git a/big.txt b/big.txt\nLarge file ({len(text):,} bytes before, "
+            f"{len(text) + 7:,} bytes after), not shown: git diff ") in shown
+    assert ("diff --git a/big.bin b/big.bin\nLarge file (20,000,000 bytes before, none "
+            "after), not shown: git cat-file -p ") in shown
+    run_cli("rewind", "t", "6", "--files", cwd=root)
+    assert (root / "big.txt").read_bytes() == text
+    assert (root / "big.bin").stat().st_size == 20_000_000
+    assert_git_clean(root)

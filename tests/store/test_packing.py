@@ -774,8 +774,10 @@ def test_what_killed_packers_left_is_removed(root: Path) -> None:
     pack_dir = root / ".git/objects/pack"
     pack_dir.mkdir(parents=True, exist_ok=True)
     stale = [pack_dir / f"tmp_pack_{dead}_00ff00ff", pack_dir / f"tmp_idx_{dead}_00ff00ff",
-             root / f".git/objects/ab/tmp_obj_{dead}_1"]
-    live = [pack_dir / f"tmp_pack_{os.getpid()}_00ff00ff"]
+             root / f".git/objects/ab/tmp_obj_{dead}_1",
+             root / f".git/objects/tmp_obj_{dead}_2"]  # a big file's blob, being streamed
+    live = [pack_dir / f"tmp_pack_{os.getpid()}_00ff00ff",
+            root / f".git/objects/tmp_obj_{os.getpid()}_3"]
     orphan = pack_dir / f"pack-{'1' * 40}.pack"  # killed between the .pack and .idx renames
     installing = pack_dir / f"pack-{'2' * 40}.pack"  # maybe a `git` command, right now
     for path in [*stale, *live, orphan, installing]:

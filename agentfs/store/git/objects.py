@@ -21,12 +21,14 @@ import stat
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from dulwich.objects import ObjectID, ShaFile, object_class
 
-from agentfs.store.atomic import fsync_dir, open_creating
+from agentfs.errors import GitStateError
+from agentfs.store.atomic import CREATE_ATTEMPTS, fsync_dir, open_creating
 from agentfs.store.git.trees import TREE, cached_tree
 
 LOOSE_COMPRESSION = 1
@@ -37,6 +39,9 @@ RECENT_BYTES = 8 * 1024 * 1024
 #: ... and only objects up to this size.
 RECENT_OBJECT = 256 * 1024
 
+#: The temp files of loose objects (in their folder, or in `objects/` for a streamed one).
+LOOSE_TEMP = "tmp_obj_"
+
 #: The id no object has (Git's "no object").
 NULL_ID = b"0" * 40
 #: Bytes read at a time by `file_blob_id`.
@@ -44,6 +49,10 @@ HASH_CHUNK = 1024 * 1024
 
 #: Reads of an object that is being packed meanwhile (see the module docstring).
 READ_ATTEMPTS = 3
+
+
+class FileChangedError(GitStateError):
+    """A file changed while it was stored: commit it again."""
 
 
 class ObjectWriter:
@@ -83,6 +92,23 @@ class ObjectWriter:
             KeyError: the repository does not have it.
         """
         return self.cached(sha) or self._read_stored(sha)
+
+    def size(self, sha: bytes) -> int:
+        """The content size of object `sha` (hex id): a loose one's from its header
+        alone (big files stay loose), a packed one read.
+
+        Raises:
+            KeyError: the repository does not have it.
+        """
+        path = self.objects_dir / sha[:2].decode() / sha[2:].decode()
+        try:
+            with open(path, "rb") as f:
+                size = stated_size(f)
+            if size is not None:
+                return size
+        except FileNotFoundError:
+            pass  # packed (or packed meanwhile); a damaged one is read to say so
+        return len(self.read_raw(sha)[1])
 
     def _read_stored(self, sha: bytes) -> tuple[int, bytes]:
         with self._store_lock:
@@ -132,30 +158,101 @@ class ObjectWriter:
         hex_id = hashlib.sha1(full, usedforsecurity=False).hexdigest()
         sha = hex_id.encode()
         self._remember(sha, type_num, data)
-        folder = self.objects_dir / hex_id[:2]
-        target = folder / hex_id[2:]
+        target = self.objects_dir / hex_id[:2] / hex_id[2:]
         if target.exists():
             return sha
-        tmp = folder / f"tmp_obj_{os.getpid()}_{secrets.token_hex(4)}"
+        tmp = target.parent / f"{LOOSE_TEMP}{os.getpid()}_{secrets.token_hex(4)}"
+        size = self._write_temp(tmp, [zlib.compress(full, LOOSE_COMPRESSION)], target)
+        self._rename(tmp, target, size)
+        return sha
+
+    def add_stream(self, f: BinaryIO, size: int) -> bytes:
+        """Store the next `size` bytes of `f` as a blob, read, hashed and compressed a
+        chunk at a time, so a file of any size costs `HASH_CHUNK` of memory; returns
+        its hex id.
+
+        Raises:
+            FileChangedError: `f` ended before `size` bytes (the file was cut
+                short while it was read).
+        """
+        header = b"blob %d\0" % size
+        digest = hashlib.sha1(header, usedforsecurity=False)
+        compress = zlib.compressobj(LOOSE_COMPRESSION)
+
+        def compressed() -> Iterator[bytes]:
+            yield compress.compress(header)
+            left = size
+            while left:
+                chunk = f.read(min(left, HASH_CHUNK))
+                if not chunk:
+                    raise FileChangedError("the file was cut short while it was stored")
+                digest.update(chunk)
+                left -= len(chunk)
+                yield compress.compress(chunk)
+            yield compress.flush()
+
+        # written before its id is known, so beside the object folders; renamed
+        # only once whole, so an object file is never seen half-written
+        tmp = self.objects_dir / f"{LOOSE_TEMP}{os.getpid()}_{secrets.token_hex(4)}"
+        written = self._write_temp(tmp, compressed(), tmp)
+        hex_id = digest.hexdigest()
+        target = self.objects_dir / hex_id[:2] / hex_id[2:]
+        if target.exists():
+            tmp.unlink()
+        else:
+            self._rename(tmp, target, written)
+        return hex_id.encode()
+
+    def _write_temp(self, tmp: Path, chunks: Iterable[bytes], target: Path) -> int:
+        """Write `chunks` into the new file `tmp`; returns its size. On an error (a
+        full disk) the temp file is removed, and the error names `target`."""
         fd = open_creating(tmp, os.O_WRONLY | os.O_EXCL, 0o444)
+        size = 0
         try:
-            view = memoryview(zlib.compress(full, LOOSE_COMPRESSION))
-            size = len(view)
-            while view:
-                view = view[os.write(fd, view) :]
+            for chunk in chunks:
+                view = memoryview(chunk)
+                size += len(view)
+                while view:
+                    view = view[os.write(fd, view) :]
             if self.durable:
                 os.fsync(fd)
-        except OSError as exc:  # a full disk: no half-written temp left, and say where
+        except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
-        os.replace(tmp, target)  # same name means same content: replacing is harmless
+        return size
+
+    def _rename(self, tmp: Path, target: Path, size: int) -> None:
+        """Move the written object `tmp` into place as `target` and count it."""
+        for _ in range(CREATE_ATTEMPTS):
+            try:  # same name means same content: replacing is harmless
+                os.replace(tmp, target)
+                break
+            except FileNotFoundError:  # its folder is missing, or pruned by `git gc`
+                target.parent.mkdir(exist_ok=True)
+        else:
+            os.replace(tmp, target)
         if self.durable:
-            fsync_dir(folder)
+            fsync_dir(target.parent)
         self.written += 1
         self.written_bytes += size
-        return sha
+
+
+def stated_size(f: BinaryIO) -> int | None:
+    """The content size a loose object's header states, from the first bytes of its
+    file `f` (left at its start); None if they are no loose object's."""
+    try:
+        head = zlib.decompressobj().decompress(f.read(256), 64)
+    except zlib.error:
+        return None
+    finally:
+        f.seek(0)
+    size = head.partition(b"\0")[0].partition(b" ")[2]
+    return int(size) if size.isdigit() else None
 
 
 def file_blob_id(path: str | os.PathLike[str], st: os.stat_result) -> bytes:
@@ -175,13 +272,18 @@ def file_blob_id(path: str | os.PathLike[str], st: os.stat_result) -> bytes:
         now = os.fstat(f.fileno())
         if not stat.S_ISREG(now.st_mode):
             return NULL_ID
-        left = now.st_size
-        digest = hashlib.sha1(b"blob %d\0" % left, usedforsecurity=False)
-        while left and (chunk := f.read(min(left, HASH_CHUNK))):
-            digest.update(chunk)
-            left -= len(chunk)
-    return NULL_ID if left else digest.hexdigest().encode()
+        return hash_stream(f, now.st_size)
 
+
+def hash_stream(f: BinaryIO, size: int) -> bytes:
+    """The blob id (hex) of the next `size` bytes of `f`, read a chunk at a time; the
+    null id if `f` ends before."""
+    digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+    left = size
+    while left and (chunk := f.read(min(left, HASH_CHUNK))):
+        digest.update(chunk)
+        left -= len(chunk)
+    return NULL_ID if left else digest.hexdigest().encode()
 
 def _open_unfollowed(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)

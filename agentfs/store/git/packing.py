@@ -40,7 +40,7 @@ from dulwich.pack import Pack, PackFileDisappeared, UnpackedObject, load_pack_in
 from agentfs.errors import GitStateError, RemoteError
 from agentfs.store.atomic import alive
 from agentfs.store.git.lineage import ReadRaw, predecessors, skip_delta_bases
-from agentfs.store.git.objects import ObjectWriter
+from agentfs.store.git.objects import LOOSE_TEMP, ObjectWriter, stated_size
 from agentfs.store.git.packfile import TEMP_PREFIXES, delta, install_pack, make_delta, whole
 from agentfs.store.git.remote import git
 from agentfs.store.locking import FileLock, is_held, retry
@@ -54,6 +54,9 @@ CHECK_EVERY = 32
 #: Loose objects put into one pack at most, and their bytes (uncompressed): a bigger
 #: backlog takes several steps.
 BATCH_LIMIT, BATCH_BYTES = 4096, 64 * 1024 * 1024
+#: Objects larger than this stay loose (a step committed a big file): packing reads
+#: each object whole, and `git gc` packs them streaming.
+PACK_OBJECT_MAX = 32 * 1024 * 1024
 #: Seconds after which a `.pack` without its `.idx` is taken for a killed packer's.
 ORPHAN_AGE = 3600
 #: A delta is kept only if it is smaller than this share of its object ...
@@ -70,7 +73,6 @@ MERGE_LIMIT = 40_000
 GIT: str | None = "git"
 
 _SAMPLED = [f"{n:02x}" for n in range(0, 256, 16)]
-_LOOSE_TEMP = "tmp_obj_"  # `agentfs/store/git/objects.py:ObjectWriter`'s temp files
 _HEX = frozenset("0123456789abcdef")
 
 #: (type number, content) of an object this process still has in memory, or None.
@@ -162,8 +164,8 @@ def estimate_loose(objects_dir: Path) -> int:
 def loose_objects(objects_dir: Path) -> tuple[dict[bytes, str], list[str]]:
     """Every loose object (hex id → file), and the temp files beside them."""
     found = {}
-    temps = []
     base = os.fspath(objects_dir)
+    temps = [f"{base}/{name}" for name in _names(objects_dir) if name.startswith(LOOSE_TEMP)]
     for n in range(256):
         folder = f"{base}/{n:02x}"
         try:
@@ -174,7 +176,7 @@ def loose_objects(objects_dir: Path) -> tuple[dict[bytes, str], list[str]]:
         for name in names:
             if len(name) == 38 and _HEX.issuperset(name):
                 found[(prefix + name).encode()] = f"{folder}/{name}"
-            elif name.startswith(_LOOSE_TEMP):
+            elif name.startswith(LOOSE_TEMP):
                 temps.append(f"{folder}/{name}")
     return found, temps
 
@@ -186,6 +188,8 @@ def read_loose(path: str, sha: bytes) -> tuple[int, bytes] | None:
     115 ms CPU this way, in 185 ms that way."""
     try:
         with open(path, "rb") as f:
+            if (stated_size(f) or 0) > PACK_OBJECT_MAX:
+                return None  # left loose, unread
             raw = zlib.decompress(f.read())
     except (FileNotFoundError, zlib.error):
         return None
@@ -249,7 +253,7 @@ def _batch(
             if got is None:
                 got = cached(sha) if cached is not None else None
                 got = got or read_loose(loose[sha], sha)
-            if got is not None:
+            if got is not None and len(got[1]) <= PACK_OBJECT_MAX:
                 read_already[sha] = batch[sha] = got
                 size += len(got[1])
                 if size >= BATCH_BYTES:
@@ -422,7 +426,7 @@ def _remove_dead_temps(paths: list[str]) -> None:
     """
     for path in paths:
         name = os.path.basename(path)
-        prefix = next(p for p in (*TEMP_PREFIXES, _LOOSE_TEMP) if name.startswith(p))
+        prefix = next(p for p in (*TEMP_PREFIXES, LOOSE_TEMP) if name.startswith(p))
         pid, ours, _ = name[len(prefix) :].partition("_")
         if ours and pid.isdigit() and not alive(int(pid)):
             with contextlib.suppress(FileNotFoundError):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Literal, NamedTuple, Self
+from typing import BinaryIO, Literal, NamedTuple, Self
 
 from dulwich.index import IndexEntry, index_entry_from_stat
 from dulwich.objects import Blob, Commit, Tree
@@ -34,7 +34,7 @@ from agentfs.store.git import ids
 from agentfs.store.git.index import IndexUpdate, StatCache, staged_changes, stat_cache
 from agentfs.store.git.intents import DeadIntents, index_intent
 from agentfs.store.git.lockfiles import GitLockFile
-from agentfs.store.git.objects import ObjectWriter
+from agentfs.store.git.objects import FileChangedError, ObjectWriter, hash_stream
 from agentfs.store.git.packing import Packer, PackReport
 from agentfs.store.git.trees import change_tree
 
@@ -45,6 +45,8 @@ EXEC_MODE = 0o100755
 
 #: Attempts at moving a ref before giving up (another process keeps winning).
 CAS_ATTEMPTS = 200
+#: Files larger than this are committed a chunk at a time, never read whole.
+STREAM_BYTES = 8 * 1024 * 1024
 
 
 class UnsafePathError(GitStateError):
@@ -80,16 +82,23 @@ def check_path(path: str) -> None:
 
 @dataclass(frozen=True)
 class Change:
-    """A path's new content for a commit: `data` None deletes it."""
+    """A path's new content for a commit: `data`, or the hex id of a blob already
+    stored (`stored`); with neither, the path is deleted."""
 
     path: str
     data: bytes | None
     mode: int = FILE_MODE
+    stored: bytes | None = None
 
     @cached_property
     def blob(self) -> Blob | None:
         """The blob for `data`, hashed once for both the commit and the index entry."""
         return None if self.data is None else Blob.from_string(self.data)
+
+    @property
+    def blob_id(self) -> bytes | None:
+        """The hex id of the path's new blob; None if the path is deleted."""
+        return self.stored if self.blob is None else self.blob.id
 
 
 def init_repo(root: Path) -> bool:
@@ -337,17 +346,16 @@ class GitRepo:
         changes: list[Change] = []
         index_changes: dict[bytes, IndexEntry | None] = {}
         with _Folders(self.root) as folders:
-            for path in wanted:
-                found = folders.read(path)
+            for path in wanted:  # each blob stored as it is read: one file in memory
+                found = folders.read(path, big=self.objects.add_stream)
                 if found is None:
                     changes.append(Change(path, None))
                     index_changes[path.encode()] = None
                 elif isinstance(found, _File):  # anything else (a fifo) is left out
-                    change = Change(path, found.data, found.mode)
-                    changes.append(change)
-                    assert change.blob is not None
+                    blob_id = found.blob_id or self.objects.add_raw(Blob.type_num, found.data)
+                    changes.append(Change(path, None, found.mode, stored=blob_id))
                     index_changes[path.encode()] = index_entry_from_stat(
-                        found.stat, change.blob.id, mode=found.mode
+                        found.stat, blob_id, mode=found.mode
                     )
         # Lock order: dead intents are claimed (never waited for), then our own
         # intent, then index.lock; main moves only while index.lock is held, so
@@ -403,10 +411,11 @@ class GitRepo:
         """Index entry for a committed blob; stat data only if the work tree matches it,
         so Git re-reads a file that differs instead of trusting its stat."""
         try:
-            found = folders.read(path)
+            found = folders.read(path, big=hash_stream)
         except (UnsafePathError, OSError):
             found = None  # unreadable: the entry is right without stat data
-        if isinstance(found, _File) and Blob.from_string(found.data).id == sha:
+        if isinstance(found, _File) and (
+                found.blob_id or Blob.from_string(found.data).id) == sha:
             return index_entry_from_stat(found.stat, sha, mode=mode)
         return IndexEntry(
             ctime=(0, 0), mtime=(0, 0), dev=0, ino=0, mode=mode, uid=0, gid=0, size=0,
@@ -458,7 +467,7 @@ class GitRepo:
         for change in changes:
             if change.blob is not None:
                 self.objects.add_object(change.blob)
-            sha = None if change.blob is None else bytes.fromhex(change.blob.id.decode())
+            sha = None if change.blob_id is None else bytes.fromhex(change.blob_id.decode())
             tree_changes.append((change.path.encode(), change.mode, sha))
         delay = 0.001
         for _ in range(CAS_ATTEMPTS):
@@ -555,11 +564,13 @@ class GitRepo:
 
 
 class _File(NamedTuple):
-    """A work-tree file or symlink as committed: content (a symlink's target), Git mode."""
+    """A work-tree file or symlink as committed: content (a symlink's target), Git mode;
+    for a file over `STREAM_BYTES`, the id of its blob instead of its content."""
 
     data: bytes
     mode: int
     stat: os.stat_result
+    blob_id: bytes | None = None
 
 
 #: What `_Folders.read` returns for a path that is neither a file nor a symlink.
@@ -586,13 +597,17 @@ class _Folders:
                 os.close(fd)
         self._fds.clear()
 
-    def read(self, path: str) -> _File | Literal["other"] | None:
+    def read(self, path: str, *, big: Callable[[BinaryIO, int], bytes]
+             ) -> _File | Literal["other"] | None:
         """The file or symlink at `path`; None if there is none (a folder there is not a
         file either: as with `git add -A`, the file is gone); `_OTHER` for anything else
-        (a fifo, a socket), which Git cannot store.
+        (a fifo, a socket), which Git cannot store. A file over `STREAM_BYTES` is not
+        read into memory: `big(file, size)` reads it and gives its blob id (stores it,
+        or only hashes it).
 
         Raises:
             UnsafePathError: a folder on the way is a symlink.
+            FileChangedError: a big file was cut short while it was read.
         """
         folder, _, name = path.rpartition("/")
         dir_fd = self._folder(folder, path)
@@ -614,8 +629,14 @@ class _Folders:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 return _OTHER
+            mode = EXEC_MODE if st.st_mode & 0o100 else FILE_MODE
+            if st.st_size > STREAM_BYTES:
+                try:
+                    return _File(b"", mode, st, big(f, st.st_size))
+                except FileChangedError as exc:
+                    raise FileChangedError(f"{path}: {exc}; commit it again") from None
             data = f.read()
-        return _File(data, EXEC_MODE if st.st_mode & 0o100 else FILE_MODE, st)
+        return _File(data, mode, st)
 
     def _folder(self, folder: str, path: str) -> int | None:
         """An fd of `folder`, or None if it is missing or not a folder (so `path` is gone)."""

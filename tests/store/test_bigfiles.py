@@ -1,0 +1,121 @@
+"""Big work-tree files (a bash command may write files of a gigabyte) are committed,
+packed, diffed and restored a chunk at a time: what agentfs holds in memory does not
+grow with the file. Checked with the real `git`."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentfs.store.git import objects, packing
+from agentfs.store.git import repo as gitrepo
+from agentfs.store.git.objects import FileChangedError, ObjectWriter
+from agentfs.store.git.repo import GitRepo, init_repo
+from tests.conftest import assert_git_clean, git
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    root.mkdir()
+    init_repo(root)
+    return root
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files over 64 bytes count as big, and are read 7 bytes at a time."""
+    monkeypatch.setattr(gitrepo, "STREAM_BYTES", 64)
+    monkeypatch.setattr(objects, "HASH_CHUNK", 7)
+
+
+def content(n: int) -> bytes:
+    return b"".join(b"line %d of a big file\n" % i for i in range(n))
+
+
+#: Commits a 256 MB file (sparse: all zeros) with 128 MB of address space to spare.
+LIMITED = r"""
+import resource, sys
+from pathlib import Path
+from agentfs.store.git.repo import GitRepo
+root = Path(sys.argv[1])
+repo = GitRepo(root)
+with open("/proc/self/status") as f:
+    size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + 128 * 2**20, resource.RLIM_INFINITY))
+print(repo.commit_worktree(["big.bin"], b"big\n").decode())
+"""
+
+
+def test_a_file_bigger_than_the_memory_left_is_committed(root: Path) -> None:
+    with open(root / "big.bin", "wb") as f:
+        f.truncate(256 * 2**20)
+    done = subprocess.run([sys.executable, "-c", LIMITED, str(root)], capture_output=True,
+                          text=True, check=False, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert git(root, "rev-parse", "main").strip() == done.stdout.strip()
+    assert git(root, "cat-file", "-s", "main:big.bin").strip() == str(256 * 2**20)
+    assert_git_clean(root)
+
+
+def test_a_big_file_is_committed_byte_for_byte_with_its_mode(
+    root: Path, small_chunks: None
+) -> None:
+    (root / "big.txt").write_bytes(content(40))
+    (root / "run.sh").write_bytes(b"#!/bin/sh\n" + content(10))
+    (root / "run.sh").chmod(0o755)
+    (root / "small.txt").write_bytes(b"small\n")
+    repo = GitRepo(root)
+    repo.commit_worktree(["big.txt", "run.sh", "small.txt"], b"files\n")
+    assert subprocess.run(["git", "cat-file", "blob", "main:big.txt"], cwd=root,
+                          capture_output=True, check=True).stdout == content(40)
+    assert "100755" in git(root, "ls-tree", "main", "run.sh")
+    assert_git_clean(root)  # the index entries hold the blobs' ids and the files' stat
+    written = repo.objects.written
+    repo.commit_worktree(["big.txt"], b"again\n")  # unchanged: no new blob
+    assert repo.objects.written == written + 1  # the commit: blob and tree exist
+    repo.close()
+
+
+def test_a_big_file_cut_short_while_it_is_stored_is_refused_and_leaves_no_temp(
+    root: Path,
+) -> None:
+    writer = GitRepo(root).objects
+    with pytest.raises(FileChangedError, match="cut short"):
+        writer.add_stream(io.BytesIO(b"only this"), 100)
+    objects_dir = root / ".git" / "objects"
+    assert not [p for p in objects_dir.rglob("tmp_obj_*")]
+    assert writer.written == 0
+
+
+def test_a_stored_big_blob_has_the_id_git_gives_it(root: Path, small_chunks: None) -> None:
+    writer = ObjectWriter(None, root / ".git" / "objects")
+    data = content(30)
+    sha = writer.add_stream(io.BytesIO(data), len(data))
+    (root / "f").write_bytes(data)
+    assert sha.decode() == git(root, "hash-object", "--no-filters", "f").strip()
+    assert subprocess.run(["git", "cat-file", "blob", sha], cwd=root, capture_output=True,
+                          check=True).stdout == data
+
+
+def test_objects_too_big_to_pack_stay_loose_and_readable(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(packing, "PACK_OBJECT_MAX", 1000)
+    (root / "big.txt").write_bytes(content(200))
+    (root / "small.txt").write_bytes(b"small\n")
+    repo = GitRepo(root)
+    repo.commit_worktree(["big.txt", "small.txt"], b"files\n")
+    big = git(root, "rev-parse", "main:big.txt").strip()
+    small = git(root, "rev-parse", "main:small.txt").strip()
+    report = repo.pack()
+    assert report is not None and report.packed >= 3  # commit, tree, small blob
+    loose = packing.loose_objects(root / ".git" / "objects")[0]
+    assert big.encode() in loose and small.encode() not in loose
+    assert repo.objects.read_raw(big.encode())[1] == content(200)
+    repo.close()
+    assert_git_clean(root)
