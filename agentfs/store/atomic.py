@@ -7,11 +7,13 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 
 def atomic_write(
-    path: Path, data: bytes, *, tmp_dir: Path | None = None, sync_dir: bool = False
+    path: Path, data: bytes | Iterable[bytes], *, tmp_dir: Path | None = None,
+    sync_dir: bool = False,
 ) -> None:
     """Replace `path` with `data` so a reader sees the old or the new bytes, never a mix.
 
@@ -21,14 +23,19 @@ def atomic_write(
     rename, so the file is never found empty or cut short after a crash;
     with `sync_dir` the rename itself is fsynced too, so the new file also
     survives a power loss that follows at once (see `fsync` in
-    docs/configuration.md).
+    docs/configuration.md). `data` may be chunks (a file too big to hold): their
+    folders are then made first, as chunks cannot be written twice.
     """
+    if not isinstance(data, bytes):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if tmp_dir is not None:
+            tmp_dir.mkdir(parents=True, exist_ok=True)
     for attempt in range(2):
         try:
             _write(path, data, tmp_dir, sync_dir)
             return
         except FileNotFoundError:
-            if attempt:
+            if attempt or not isinstance(data, bytes):
                 raise
             # the folders are made on first use only: mkdir costs a syscall per write
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -36,13 +43,15 @@ def atomic_write(
                 tmp_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _write(path: Path, data: bytes, tmp_dir: Path | None, sync_dir: bool) -> None:
-    if tmp_dir is not None:
+def _write(path: Path, data: bytes | Iterable[bytes], tmp_dir: Path | None, sync_dir: bool) -> None:
+    chunks = not isinstance(data, bytes)
+    if tmp_dir is not None and not (  # chunks are written once: the device checked first
+            chunks and os.stat(tmp_dir).st_dev != os.stat(path.parent).st_dev):
         try:
             _write_via(tmp_dir / _temp_name(path), path, data, sync_dir)
             return
         except OSError as exc:
-            if exc.errno != errno.EXDEV:  # another filesystem: fall back to a temp beside it
+            if exc.errno != errno.EXDEV or chunks:  # another filesystem: a temp beside it
                 raise
     _write_via(path.with_name("." + _temp_name(path)), path, data, sync_dir)
 
@@ -55,16 +64,17 @@ def _temp_name(path: Path) -> str:
 _TEMP = re.compile(r"([0-9]{1,9})-[0-9a-f]{8}(?:-.+)?\.tmp", re.DOTALL)
 
 
-def _fill(fd: int, data: bytes, mode: int) -> None:
+def _fill(fd: int, data: bytes | Iterable[bytes], mode: int) -> None:
     """Give the new file `fd` its mode and all of `data`, on disk before it is renamed."""
     os.fchmod(fd, mode)
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    for chunk in [data] if isinstance(data, bytes) else data:
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(fd, view) :]
     os.fsync(fd)
 
 
-def _write_via(tmp: Path, path: Path, data: bytes, sync_dir: bool) -> None:
+def _write_via(tmp: Path, path: Path, data: bytes | Iterable[bytes], sync_dir: bool) -> None:
     try:
         mode = stat.S_IMODE(os.stat(path).st_mode)  # keep an executable bit
     except FileNotFoundError:
@@ -75,6 +85,9 @@ def _write_via(tmp: Path, path: Path, data: bytes, sync_dir: bool) -> None:
     except OSError as exc:  # os.write names no file (a full disk): say which one
         tmp.unlink(missing_ok=True)
         raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+    except BaseException:  # chunks that failed to come
+        tmp.unlink(missing_ok=True)
+        raise
     finally:
         os.close(fd)
     try:

@@ -130,15 +130,15 @@ def worktree_state(full: Path) -> State:
 
 def _write(repo: GitRepo, full: Path, want: tuple[int, bytes], tmp_dir: Path) -> None:
     mode, sha = want
-    data = repo.objects[sha].as_raw_string()
     if mode == SYMLINK_MODE:
         full.parent.mkdir(parents=True, exist_ok=True)
         tmp = full.with_name(f".{full.name}.{os.getpid()}.agentfs-link")
         tmp.unlink(missing_ok=True)
-        os.symlink(os.fsdecode(data), tmp)
+        os.symlink(os.fsdecode(repo.objects[sha].as_raw_string()), tmp)
         os.replace(tmp, full)
         return
     if full.is_symlink() or (full.exists() and not full.is_file()):
         full.unlink()
-    atomic_write(full, data, tmp_dir=tmp_dir, sync_dir=repo.durable)
+    # a chunk at a time: a file a bash command wrote may be larger than memory
+    atomic_write(full, repo.objects.blob_chunks(sha), tmp_dir=tmp_dir, sync_dir=repo.durable)
     os.chmod(full, 0o755 if mode == EXEC_MODE else 0o644)

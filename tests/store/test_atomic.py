@@ -77,3 +77,38 @@ def test_only_temp_files_of_dead_processes_are_purged_not_caches_named_like_them
         (tmp_path / name).write_text("left by a killed process")
     purge_stale_temps(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*kept, f"{dead}-x.clean"])
+
+
+def test_chunks_are_written_whole_and_failed_ones_leave_the_old_file(tmp_path: Path) -> None:
+    from agentfs.store.atomic import atomic_write
+
+    path, tmp_dir = tmp_path / "new" / "f.bin", tmp_path / "tmp"
+    atomic_write(path, iter([b"one ", b"two ", b"three"]), tmp_dir=tmp_dir)
+    assert path.read_bytes() == b"one two three"
+
+    def failing():
+        yield b"half"
+        raise ValueError("the source broke")
+
+    with pytest.raises(ValueError):
+        atomic_write(path, failing(), tmp_dir=tmp_dir)
+    assert path.read_bytes() == b"one two three"
+    assert os.listdir(tmp_dir) == [] and os.listdir(path.parent) == ["f.bin"]
+
+
+def test_chunks_for_another_file_system_are_written_once_beside_the_file(tmp_path: Path) -> None:
+    """A temp folder on another device cannot be renamed from: chunks, which can be
+    read only once, go to a temp file beside the target from the start."""
+    from agentfs.store.atomic import atomic_write
+
+    other = Path("/tmp") if os.stat("/tmp").st_dev != os.stat(tmp_path).st_dev else None
+    if other is None:
+        pytest.skip("no second file system here")
+    tmp_dir = other / f"agentfs-test-{os.getpid()}"
+    tmp_dir.mkdir(exist_ok=True)
+    try:
+        atomic_write(tmp_path / "f.bin", iter([b"a", b"b"]), tmp_dir=tmp_dir)
+        assert (tmp_path / "f.bin").read_bytes() == b"ab"
+        assert os.listdir(tmp_path) == ["f.bin"]
+    finally:
+        tmp_dir.rmdir()

@@ -7,10 +7,12 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
 
+from agentfs.errors import GitStateError
 from agentfs.store.git import objects, packing
 from agentfs.store.git import repo as gitrepo
 from agentfs.store.git.objects import FileChangedError, ObjectWriter
@@ -119,3 +121,23 @@ def test_objects_too_big_to_pack_stay_loose_and_readable(
     assert repo.objects.read_raw(big.encode())[1] == content(200)
     repo.close()
     assert_git_clean(root)
+
+
+def test_a_blob_is_read_back_a_chunk_at_a_time_and_a_damaged_one_is_refused(
+    root: Path, small_chunks: None
+) -> None:
+    repo = GitRepo(root)
+    (root / "big.txt").write_bytes(content(50))
+    repo.commit_worktree(["big.txt"], b"big\n")
+    sha = git(root, "rev-parse", "main:big.txt").strip().encode()
+    chunks = list(repo.objects.blob_chunks(sha))
+    assert len(chunks) > 2 and b"".join(chunks) == content(50)
+    repo.pack()  # packed now (small): read whole
+    assert b"".join(repo.objects.blob_chunks(sha)) == content(50)
+    other = repo.objects.add_stream(io.BytesIO(content(60)), len(content(60)))
+    path = root / ".git" / "objects" / other[:2].decode() / other[2:].decode()
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(b"blob 5\0hello"))  # an object of other content
+    with pytest.raises(GitStateError, match="damaged"):
+        b"".join(repo.objects.blob_chunks(other))
+    repo.close()

@@ -110,6 +110,41 @@ class ObjectWriter:
             pass  # packed (or packed meanwhile); a damaged one is read to say so
         return len(self.read_raw(sha)[1])
 
+    def blob_chunks(self, sha: bytes) -> Iterator[bytes]:
+        """The content of blob `sha` (hex id) a chunk at a time: a loose one (big
+        files stay loose) decompressed as it is read, a packed one whole.
+
+        Raises:
+            KeyError: the repository does not have it.
+        """
+        path = self.objects_dir / sha[:2].decode() / sha[2:].decode()
+        try:
+            f = open(path, "rb")  # noqa: SIM115 — closed when the chunks end
+        except FileNotFoundError:
+            yield self.read_raw(sha)[1]
+            return
+        with f:
+            inflate, digest = zlib.decompressobj(), hashlib.sha1(usedforsecurity=False)
+            head: bytes | None = b""
+            try:
+                while chunk := f.read(HASH_CHUNK):
+                    data = inflate.decompress(chunk)
+                    digest.update(data)
+                    if head is not None:  # the header, up to its NUL, is no content
+                        head += data
+                        if b"\0" not in head:
+                            continue
+                        data, head = head.partition(b"\0")[2], None
+                    yield data
+                rest = inflate.flush()
+            except zlib.error:
+                rest = b""
+            digest.update(rest)
+            if head is not None or digest.hexdigest().encode() != sha:
+                raise GitStateError(f"{path}: object {sha.decode()} is damaged "
+                                    "(git fsck names what else is)")
+            yield rest
+
     def _read_stored(self, sha: bytes) -> tuple[int, bytes]:
         with self._store_lock:
             for attempt in range(READ_ATTEMPTS):
