@@ -15,6 +15,7 @@ deleted; reads look again, as Git does.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import secrets
 import stat
@@ -44,7 +45,7 @@ LOOSE_TEMP = "tmp_obj_"
 
 #: The id no object has (Git's "no object").
 NULL_ID = b"0" * 40
-#: Bytes read at a time by `file_blob_id`.
+#: Bytes read at a time from a file hashed or stored, or from a big loose object.
 HASH_CHUNK = 1024 * 1024
 
 #: Reads of an object that is being packed meanwhile (see the module docstring).
@@ -100,7 +101,7 @@ class ObjectWriter:
         Raises:
             KeyError: the repository does not have it.
         """
-        path = self.objects_dir / sha[:2].decode() / sha[2:].decode()
+        path = self._loose_path(sha.decode())
         try:
             with open(path, "rb") as f:
                 size = stated_size(f)
@@ -117,7 +118,7 @@ class ObjectWriter:
         Raises:
             KeyError: the repository does not have it.
         """
-        path = self.objects_dir / sha[:2].decode() / sha[2:].decode()
+        path = self._loose_path(sha.decode())
         try:
             f = open(path, "rb")  # noqa: SIM115 — closed when the chunks end
         except FileNotFoundError:
@@ -193,7 +194,7 @@ class ObjectWriter:
         hex_id = hashlib.sha1(full, usedforsecurity=False).hexdigest()
         sha = hex_id.encode()
         self._remember(sha, type_num, data)
-        target = self.objects_dir / hex_id[:2] / hex_id[2:]
+        target = self._loose_path(hex_id)
         if target.exists():
             return sha
         tmp = target.parent / f"{LOOSE_TEMP}{os.getpid()}_{secrets.token_hex(4)}"
@@ -217,13 +218,12 @@ class ObjectWriter:
         def compressed() -> Iterator[bytes]:
             yield compress.compress(header)
             left = size
-            while left:
-                chunk = f.read(min(left, HASH_CHUNK))
-                if not chunk:
-                    raise FileChangedError("the file was cut short while it was stored")
+            for chunk in _next_bytes(f, size):
                 digest.update(chunk)
                 left -= len(chunk)
                 yield compress.compress(chunk)
+            if left:
+                raise FileChangedError("the file was cut short while it was stored")
             yield compress.flush()
 
         # written before its id is known, so beside the object folders; renamed
@@ -231,12 +231,16 @@ class ObjectWriter:
         tmp = self.objects_dir / f"{LOOSE_TEMP}{os.getpid()}_{secrets.token_hex(4)}"
         written = self._write_temp(tmp, compressed(), tmp)
         hex_id = digest.hexdigest()
-        target = self.objects_dir / hex_id[:2] / hex_id[2:]
+        target = self._loose_path(hex_id)
         if target.exists():
             tmp.unlink()
         else:
             self._rename(tmp, target, written)
         return hex_id.encode()
+
+    def _loose_path(self, hex_id: str) -> Path:
+        """Where the loose object `hex_id` is, or goes."""
+        return self.objects_dir / hex_id[:2] / hex_id[2:]
 
     def _write_temp(self, tmp: Path, chunks: Iterable[bytes], target: Path) -> int:
         """Write `chunks` into the new file `tmp`; returns its size. On an error (a
@@ -300,9 +304,8 @@ def file_blob_id(path: str | os.PathLike[str], st: os.stat_result) -> bytes:
     gets the null id, which no blob has.
     """
     if stat.S_ISLNK(st.st_mode):
-        data = os.fsencode(os.readlink(path))
-        return hashlib.sha1(b"blob %d\0%s" % (len(data), data),
-                            usedforsecurity=False).hexdigest().encode()
+        target = os.fsencode(os.readlink(path))
+        return hash_stream(io.BytesIO(target), len(target))
     with open(path, "rb", opener=_open_unfollowed) as f:
         now = os.fstat(f.fileno())
         if not stat.S_ISREG(now.st_mode):
@@ -315,10 +318,19 @@ def hash_stream(f: BinaryIO, size: int) -> bytes:
     null id if `f` ends before."""
     digest = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
     left = size
-    while left and (chunk := f.read(min(left, HASH_CHUNK))):
+    for chunk in _next_bytes(f, size):
         digest.update(chunk)
         left -= len(chunk)
     return NULL_ID if left else digest.hexdigest().encode()
+
+
+def _next_bytes(f: BinaryIO, size: int) -> Iterator[bytes]:
+    """The next `size` bytes of `f`, `HASH_CHUNK` at a time; fewer if `f` ends first."""
+    left = size
+    while left and (chunk := f.read(min(left, HASH_CHUNK))):
+        left -= len(chunk)
+        yield chunk
+
 
 def _open_unfollowed(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
