@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import os
+import zlib
 from pathlib import Path
 
 import pytest
 
 from agentfs.store.git import objects
-from agentfs.store.git.objects import NULL_ID, file_blob_id
+from agentfs.store.git.objects import NULL_ID, file_blob_id, stated_size
 from agentfs.store.git.repo import init_repo
 from tests.conftest import git
 
@@ -46,3 +48,17 @@ def test_a_file_swapped_for_a_fifo_or_a_link_after_its_lstat_is_not_read(tmp_pat
     path.symlink_to("target")
     with pytest.raises(OSError):
         file_blob_id(path, st)
+
+
+@pytest.mark.parametrize(("raw", "size"), [
+    (b"blob 12\0hello world!", 12),
+    (b"blob 40000000\0", 40_000_000),
+    (b"blob 40", None),  # cut before its NUL: the digits so far are no size
+    (b"blob 12", None),
+    (b"", None),
+])
+def test_a_loose_objects_stated_size_needs_its_whole_header(raw: bytes, size: int | None) -> None:
+    f = io.BytesIO(zlib.compress(raw))
+    assert stated_size(f) == size
+    assert f.tell() == 0
+    assert stated_size(io.BytesIO(b"not zlib")) is None

@@ -290,8 +290,9 @@ def stated_size(f: BinaryIO) -> int | None:
         return None
     finally:
         f.seek(0)
-    size = head.partition(b"\0")[0].partition(b" ")[2]
-    return int(size) if size.isdigit() else None
+    header, nul, _ = head.partition(b"\0")
+    size = header.partition(b" ")[2]
+    return int(size) if nul and size.isdigit() else None  # a cut header states nothing
 
 
 def file_blob_id(path: str | os.PathLike[str], st: os.stat_result) -> bytes:
