@@ -130,13 +130,21 @@ def test_a_change_after_saving_is_seen(
     assert shard_name(1000) not in saved["folders"]
 
 
-def test_a_folder_changed_moments_ago_is_not_saved(project: Project) -> None:
+def test_a_folder_changed_moments_ago_is_not_saved(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
     long_trace(project, "demo", 1200)
+    newest = project.workspace.root / "traces" / "demo" / "messages" / shard_name(1000)
+    changed = max(os.stat(newest).st_mtime_ns, os.stat(newest).st_ctime_ns)
+    # the folder of #1000-#1200 was written a moment ago (whatever the machine's
+    # load): a change in the same clock tick could keep its stamp, so its names are
+    # listed again next time (the racy rule)
+    monkeypatch.setattr(message_dir_module.time, "time_ns", lambda: changed + RACY_NS // 2)
     trace = new_process(project.workspace.root)
     assert trace.message_dir.sequences(0) == list(range(1, 1201))
-    # the folder of #1000-#1200 was written just now: a change in the same clock tick
-    # could keep its stamp, so its names are listed again next time (the racy rule)
-    assert not project.workspace.folder_names("demo").exists()
+    saved = project.workspace.folder_names("demo")
+    # the folder of #1-#999 may be saved: on a busy machine it settled before the end
+    assert not saved.exists() or newest.name not in json.loads(saved.read_bytes())["folders"]
 
 
 #: Saved files that are not names files: each is ignored.
