@@ -151,9 +151,14 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
     for path in queue_step_files(trace.repo, branch_head, trace.rel(trace.messages_dir),
                                  step.first):
         full = trace.workspace.root / path
-        if (full.is_file() and not full.is_symlink()
+        try:
+            st = os.lstat(full)
+        except FileNotFoundError:
+            continue
+        on_branch = trace.repo.tree_lookup(branch_head, path)
+        if (stat.S_ISREG(st.st_mode) and on_branch is not None
                 and trace.repo.tree_lookup(head_commit, path) is None
-                and full.read_bytes() == trace.repo.read_file(branch_head, path)):
+                and file_blob_id(full, st) == on_branch[1]):  # hashed a chunk at a time
             full.unlink()
 
 
