@@ -140,8 +140,9 @@ def without_clock(data: bytes) -> bytes:
 def assert_git_clean(root: Path) -> None:
     """`git status --porcelain` and `git diff --cached` empty, `git fsck --strict` clean.
 
-    First waits for packing a killed process left running (its `git repack` goes on and
-    deletes the packs it merged, which a `git fsck` meanwhile reports as broken)."""
+    First waits for packing a killed process left running (its `git pack-objects` goes
+    on writing the merged pack, and a `git fsck` beside a merge may report the packs
+    being deleted as broken)."""
     assert wait_for_packing(root / ".git", timeout=120), "packing went on for 120 s"
     assert git(root, "status", "--porcelain", "--untracked-files=all") == ""
     assert git(root, "diff", "--cached", "--name-status") == ""  # the index matches HEAD

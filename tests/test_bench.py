@@ -71,3 +71,12 @@ def _show_status(root: Path) -> str:
     from tests.conftest import run_cli
 
     return run_cli("status", "--json", cwd=root).stdout
+
+
+def test_bigfiles_commits_a_big_file_then_steps(tmp_path, capsys):
+    from bench import bigfiles
+
+    assert bigfiles.main(["--mb", "1", "--steps", "20", "--scratch", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "of the same bytes again" in printed and "still loose" in printed
+    assert "x git gc" in printed

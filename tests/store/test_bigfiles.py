@@ -5,9 +5,11 @@ grow with the file. Checked with the real `git`."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ import pytest
 from agentfs.errors import GitStateError
 from agentfs.store.git import objects, packing
 from agentfs.store.git import repo as gitrepo
-from agentfs.store.git.objects import FileChangedError, ObjectWriter
+from agentfs.store.git.objects import FileChangedError
 from agentfs.store.git.repo import GitRepo, init_repo
 from tests.conftest import assert_git_clean, git
 
@@ -95,7 +97,7 @@ def test_a_big_file_cut_short_while_it_is_stored_is_refused_and_leaves_no_temp(
 
 
 def test_a_stored_big_blob_has_the_id_git_gives_it(root: Path, small_chunks: None) -> None:
-    writer = ObjectWriter(None, root / ".git" / "objects")
+    writer = GitRepo(root).objects
     data = content(30)
     sha = writer.add_stream(io.BytesIO(data), len(data))
     (root / "f").write_bytes(data)
@@ -123,6 +125,36 @@ def test_objects_too_big_to_pack_stay_loose_and_readable(
     assert_git_clean(root)
 
 
+@pytest.mark.parametrize("with_git", [True, False], ids=["git", "dulwich"])
+def test_a_merge_of_packs_leaves_big_objects_loose(
+    root: Path, monkeypatch: pytest.MonkeyPatch, with_git: bool
+) -> None:
+    """Merging packs rewrites only what the packs hold: a big file's object stays
+    loose (a step must not wait while it is compressed again)."""
+    monkeypatch.setattr(packing, "PACK_OBJECT_MAX", 1000)
+    monkeypatch.setattr(packing, "MIN_PACKS", 2)
+    if not with_git:
+        monkeypatch.setattr(packing, "GIT", None)
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    (root / "big.txt").write_bytes(content(200))
+    repo.commit_worktree(["big.txt"], b"big\n")
+    big = git(root, "rev-parse", "main:big.txt").strip().encode()
+    merged = []
+    for n in range(3):
+        (root / "small.txt").write_bytes(b"small %d\n" % n)
+        repo.commit_worktree(["small.txt"], b"small\n")
+        report = repo.pack()
+        assert report is not None
+        merged += report.merged
+    assert merged  # the packs were merged ...
+    assert big in packing.loose_objects(root / ".git" / "objects")[0]  # ... not the big one
+    assert not any(big.decode() in git(root, "verify-pack", "-v", str(idx))
+                   for idx in (root / ".git" / "objects" / "pack").glob("*.idx"))
+    repo.close()
+    assert_git_clean(root)
+
+
 def test_a_blob_is_read_back_a_chunk_at_a_time_and_a_damaged_one_is_refused(
     root: Path, small_chunks: None
 ) -> None:
@@ -140,4 +172,92 @@ def test_a_blob_is_read_back_a_chunk_at_a_time_and_a_damaged_one_is_refused(
     path.write_bytes(zlib.compress(b"blob 5\0hello"))  # an object of other content
     with pytest.raises(GitStateError, match="damaged"):
         b"".join(repo.objects.blob_chunks(other))
+    repo.close()
+
+
+def test_a_big_file_the_repository_has_is_hashed_not_stored_again(
+    root: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As `git hash-object -w`: a file whose blob exists (touched, or written again with
+    the same bytes) is only hashed, never compressed and written again."""
+    (root / "big.txt").write_bytes(content(40))
+    repo = GitRepo(root)
+    repo.commit_worktree(["big.txt"], b"big\n")
+
+    def no_compression(*args: object) -> None:
+        raise AssertionError("compressed again")
+
+    monkeypatch.setattr(objects.zlib, "compressobj", no_compression)
+    (root / "big.txt").write_bytes(content(40))
+    repo.commit_worktree(["big.txt"], b"again\n")
+    assert_git_clean(root)
+    repo.close()
+
+
+def test_a_big_file_rewritten_while_it_is_stored_is_read_again(
+    root: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file cut short and written again while a step commits it (a program
+    rewriting its output) is read again from its start: the commit holds what the
+    file holds once it could be read whole."""
+    (root / "big.txt").write_bytes(content(40))
+    read = objects._next_bytes
+    rewrites = [content(30), content(35)]
+
+    def rewritten_meanwhile(f: io.BufferedReader, size: int) -> Iterator[bytes]:
+        for n, chunk in enumerate(read(f, size)):
+            if n == 2 and rewrites:
+                (root / "big.txt").write_bytes(rewrites.pop(0))
+            yield chunk
+
+    monkeypatch.setattr(objects, "_next_bytes", rewritten_meanwhile)
+    repo = GitRepo(root)
+    repo.commit_worktree(["big.txt"], b"big\n")
+    assert not rewrites
+    assert subprocess.run(["git", "cat-file", "blob", "main:big.txt"], cwd=root,
+                          capture_output=True, check=True).stdout == content(35)
+    assert_git_clean(root)
+    repo.close()
+
+
+def test_a_big_file_that_keeps_shrinking_fails_the_commit_naming_it(
+    root: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root / "big.txt").write_bytes(content(400))
+    read = objects._next_bytes
+
+    def shrinking(f: io.BufferedReader, size: int) -> Iterator[bytes]:
+        for n, chunk in enumerate(read(f, size)):
+            if n == 1:
+                os.truncate(root / "big.txt", os.stat(root / "big.txt").st_size - 10)
+            yield chunk
+
+    monkeypatch.setattr(objects, "_next_bytes", shrinking)
+    repo = GitRepo(root)
+    with pytest.raises(FileChangedError, match="big.txt: .*commit it again"):
+        repo.commit_worktree(["big.txt"], b"big\n")
+    assert repo.head() is None
+    assert not list((root / ".git" / "objects").rglob("tmp_obj_*"))
+    repo.close()
+
+
+def test_a_big_file_swapped_for_a_folder_while_it_is_read_counts_as_gone(
+    root: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root / "big.txt").write_bytes(content(40))
+    repo = GitRepo(root)
+    repo.commit_worktree(["big.txt"], b"big\n")
+    real_stat = os.stat
+
+    def swapped_after(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        got = real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
+        if path == "big.txt":
+            (root / "big.txt").unlink()
+            (root / "big.txt").mkdir()
+        return got
+
+    monkeypatch.setattr(os, "stat", swapped_after)
+    repo.commit_worktree(["big.txt"], b"gone\n")
+    monkeypatch.undo()
+    assert git(root, "ls-tree", "main").strip() == ""
     repo.close()

@@ -28,6 +28,7 @@ from dulwich.pack import Pack, apply_delta, write_pack_index
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentfs.errors import RemoteError
 from agentfs.store.git import packing
 from agentfs.store.git.lineage import changed_entries, predecessors, skip_delta_bases, tree_entries
 from agentfs.store.git.packfile import install_pack, make_delta, whole
@@ -40,7 +41,7 @@ TEXT = "The notes mention three follow-ups: migrate the build, own the checklist
 
 @pytest.fixture(params=["git", "dulwich"])
 def merger(request, monkeypatch) -> str:
-    """Packs merged by `git repack --geometric=2`, and with `git` hidden, by dulwich."""
+    """Packs merged by `git pack-objects --stdin-packs`, and with `git` hidden, by dulwich."""
     monkeypatch.setattr(packing, "MIN_PACKS", 2)
     if request.param == "dulwich":
         monkeypatch.setattr(packing, "GIT", None)
@@ -570,7 +571,7 @@ if role == "packer":  # packs without the lock, as `git gc` would
         try:
             packing.merge_packs(root / ".git")
         except GitStateError:
-            pass  # two `git repack` at once: one may give up, as with two `git gc`
+            pass  # two merges at once: one may give up, as with two `git gc`
     print("done", flush=True)
     sys.exit(0)
 n = int(sys.argv[4])
@@ -698,9 +699,9 @@ def test_processes_packing_at_once_lose_nothing(root: Path) -> None:
         assert {f"traces/c{i}/messages/{n:06d}-user.md" for n in range(1, count + 1)} <= files
 
 
-#: A `git` that stops at `repack` until the test lets it go, then runs the real one.
+#: A `git` that stops at `pack-objects` until the test lets it go, then runs the real one.
 SLOW_GIT = """#!/bin/sh
-case " $* " in *" repack "*)
+case " $* " in *" pack-objects "*)
   : > "$GATE/started"
   while [ ! -e "$GATE/go" ]; do sleep 0.01; done ;;
 esac
@@ -723,12 +724,13 @@ for n in range(1, 4):
 """
 
 
-def test_a_git_repack_that_outlives_its_killed_process_keeps_the_packing_lock(
-    root: Path, tmp_path: Path
+def test_a_git_merge_that_outlives_its_killed_process_keeps_the_packing_lock(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Killed while its `git repack` merges packs, a process leaves that repack running
-    (it deletes the packs it merged when it ends): the packing lock stays held until
-    then, so no other packer starts meanwhile and `wait_for_packing` waits for it."""
+    """Killed while its `git pack-objects` merges packs, a process leaves that git
+    running (it writes the merged pack): the packing lock stays held until then, so
+    no other packer starts meanwhile and `wait_for_packing` waits for it. The packs
+    it merged stay until the next merge (their objects are in two packs meanwhile)."""
     gate, bin_dir = tmp_path / "gate", tmp_path / "bin"
     gate.mkdir()
     bin_dir.mkdir()
@@ -759,7 +761,41 @@ def test_a_git_repack_that_outlives_its_killed_process_keeps_the_packing_lock(
         if child.stderr is not None:
             child.stderr.close()
     assert not is_held(lock)
-    assert len(packs(root)) == 1  # the repack ended its work: one pack
+    assert len(packs(root)) == 3  # the merged pack beside the two it merged
+    assert_everything_readable(root)
+    monkeypatch.setattr(packing, "MIN_PACKS", 2)
+    report = GitRepo(root).pack()
+    assert report is not None and report.merged
+    assert len(packs(root)) == 1
+    assert_everything_readable(root)
+
+
+def test_a_merge_that_runs_out_of_time_is_killed_and_leaves_the_lock_free(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate, bin_dir = tmp_path / "gate", tmp_path / "bin"
+    gate.mkdir()
+    bin_dir.mkdir()
+    (bin_dir / "git").write_text(SLOW_GIT)
+    (bin_dir / "git").chmod(0o755)
+    monkeypatch.setenv("GATE", str(gate))
+    monkeypatch.setenv("REAL_GIT", shutil.which("git") or "git")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(packing, "MIN_PACKS", 2)
+    monkeypatch.setattr(packing, "MERGE_TIMEOUT", 0.5)
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    commit_message(repo, 1)
+    repo.pack()
+    commit_message(repo, 2)
+    with pytest.raises(RemoteError, match="git pack-objects did not finish in"):
+        repo.pack()
+    assert not is_held(root / ".git" / "agentfs" / "locks" / "pack.lock")
+    assert len(packs(root)) == 2  # nothing merged, nothing lost
+    (gate / "go").touch()
+    report = repo.pack()
+    assert report is not None and len(report.merged) == 2
+    repo.close()
     assert_everything_readable(root)
 
 
@@ -808,6 +844,16 @@ def test_temp_files_of_git_itself_are_never_taken_for_a_dead_process(root: Path)
         path.write_bytes(b"")
     repo.pack()
     assert all(path.exists() for path in theirs)
+    # ... until they have not been written for an hour: a `git` killed while
+    # it wrote a pack (a merge that ran out of time) leaves them for good
+    two_hours_ago = time.time() - 7200
+    abandoned = [*theirs[1:], root / ".git/objects/pack/.tmp-4-pack-abc.pack"]
+    abandoned[-1].write_bytes(b"")
+    for path in abandoned:
+        os.utime(path, (two_hours_ago, two_hours_ago))
+    repo.pack()
+    assert not any(path.exists() for path in abandoned)
+    assert theirs[0].exists()  # loose temps are git prune's business
     repo.close()
 
 

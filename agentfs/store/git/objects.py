@@ -83,6 +83,8 @@ class ObjectWriter:
         return ShaFile.from_raw_string(type_num, data, verify_sha=ObjectID(sha))
 
     def __contains__(self, sha: bytes) -> bool:
+        if self._loose_path(sha.decode()).exists():  # dulwich would read it whole
+            return True
         with self._store_lock:
             return any(sha in self.store for _ in range(READ_ATTEMPTS))
 
@@ -203,14 +205,25 @@ class ObjectWriter:
         return sha
 
     def add_stream(self, f: BinaryIO, size: int) -> bytes:
-        """Store the next `size` bytes of `f` as a blob, read, hashed and compressed a
-        chunk at a time, so a file of any size costs `HASH_CHUNK` of memory; returns
-        its hex id.
+        """Store the next `size` bytes of `f` (seekable) as a blob, read, hashed and
+        compressed a chunk at a time, so a file of any size costs `HASH_CHUNK` of
+        memory; returns its hex id.
+
+        The bytes are hashed first, as `git hash-object -w` does: a blob the
+        repository has (a file touched, or written again the same) is not
+        compressed and written again.
 
         Raises:
             FileChangedError: `f` ended before `size` bytes (the file was cut
                 short while it was read).
         """
+        start = f.tell()
+        sha = hash_stream(f, size)
+        if sha == NULL_ID:
+            raise FileChangedError("the file was cut short while it was read")
+        if sha in self:
+            return sha
+        f.seek(start)
         header = b"blob %d\0" % size
         digest = hashlib.sha1(header, usedforsecurity=False)
         compress = zlib.compressobj(LOOSE_COMPRESSION)
@@ -223,7 +236,7 @@ class ObjectWriter:
                 left -= len(chunk)
                 yield compress.compress(chunk)
             if left:
-                raise FileChangedError("the file was cut short while it was stored")
+                raise FileChangedError("the file was cut short while it was read")
             yield compress.flush()
 
         # written before its id is known, so beside the object folders; renamed

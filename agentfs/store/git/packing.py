@@ -7,8 +7,8 @@ commit, once about `LOOSE_LIMIT` loose objects exist, the committing process
 moves them into one pack, storing each new version of a tree or file as a
 delta against an earlier version of the same path (`lineage.py`), and then
 deletes the loose copies. Once there are `MIN_PACKS` packs, the small ones
-are merged so that their sizes grow geometrically: by `git repack
---geometric=2 -d` when a `git` binary is found, else by copying their entries
+are merged so that their sizes grow geometrically: by `git pack-objects
+--stdin-packs` when a `git` binary is found, else by copying their entries
 through dulwich's writers. There are only ever a handful, and a merge
 rewrites a bounded number of objects, so no step waits long for it.
 
@@ -68,6 +68,8 @@ DELTA_MIN = 512
 MIN_PACKS = 8
 #: Objects a merge may write at most; bigger packs are left as they are.
 MERGE_LIMIT = 40_000
+#: Seconds a merge by `git` may take; then it is killed, and tried again later.
+MERGE_TIMEOUT = 120.0
 #: The `git` that merges packs; None merges them through dulwich (as when no `git`
 #: binary is found).
 GIT: str | None = "git"
@@ -321,12 +323,14 @@ def packs_to_merge(pack_dir: Path) -> list[str]:
 def merge_packs(git_dir: Path, *, hold: tuple[int, ...] = ()) -> list[str]:
     """Merge the small packs that are due (`packs_to_merge`); returns those now gone.
 
-    With a `git` binary (unless `GIT` is None) this is `git repack
-    --geometric=2 -d`, which also finds deltas for the objects each pack
-    stores whole; without one, `merge_with_dulwich` copies the entries as they
-    are. `hold` are the packing lock's file descriptors: `git repack` keeps them
-    open, so the lock stays held while it runs, even after this process is
-    killed (it goes on and deletes the packs it merged).
+    With a `git` binary (unless `GIT` is None), `git pack-objects --stdin-packs`
+    writes one pack of those packs' objects, which also finds deltas for the
+    objects each pack stores whole, and the merged packs are deleted once it is
+    in place; loose objects are left alone (`git repack --geometric` would pack
+    them too, big files included). Without `git`, `merge_with_dulwich` copies
+    the entries as they are. `hold` are the packing lock's file descriptors:
+    `git` keeps them open, so the lock stays held while it writes, even after
+    this process is killed.
     """
     pack_dir = git_dir / "objects" / "pack"
     due = packs_to_merge(pack_dir)
@@ -335,11 +339,20 @@ def merge_packs(git_dir: Path, *, hold: tuple[int, ...] = ()) -> list[str]:
     if GIT is None:
         merge_with_dulwich(git_dir, due)
     else:
+        listed = "".join(f"{name}.pack\n" for name in due).encode()
         try:
-            git(git_dir, f"--git-dir={git_dir}", "repack", "--geometric=2", "-d", "-q",
-                pass_fds=hold)
+            done = git(git_dir, f"--git-dir={git_dir}", "pack-objects", "--stdin-packs",
+                       "--delta-base-offset", "-q", str(pack_dir / "pack"), input=listed,
+                       pass_fds=hold, timeout=MERGE_TIMEOUT)
         except FileNotFoundError:  # no `git` on this machine
             merge_with_dulwich(git_dir, due)
+        else:
+            merged = f"pack-{done.stdout.decode().strip()}"
+            if not (pack_dir / f"{merged}.idx").is_file():
+                raise GitStateError(f"git pack-objects wrote no {merged}.idx in {pack_dir}")
+            for name in due:
+                if name != merged:
+                    remove_pack(pack_dir, name)
     files = set(_names(pack_dir))
     return [name for name in due if f"{name}.idx" not in files]
 
@@ -399,18 +412,20 @@ def remove_pack(pack_dir: Path, name: str) -> None:
 
 
 def remove_stale_files(git_dir: Path) -> None:
-    """Delete what killed packers left: temp files of processes that are gone, a
-    `.pack` whose `.idx` never came (killed between the two renames; unseen by Git
-    and dulwich, and left an hour in case a `git` command is installing it). (Temp files of loose objects go
-    when loose objects are packed.)"""
+    """Delete what killed packers left in `objects/pack`: our temp files of processes
+    that are gone; Git's temp files (`tmp_*`, `.tmp-*`: a `git` killed while it wrote a
+    pack, as a merge that ran out of time is) and a `.pack` whose `.idx` never came
+    (killed between the two renames; unseen by Git and dulwich) once they have not
+    been written for `ORPHAN_AGE`, in case a `git` command is writing them. (Temp
+    files of loose objects go when loose objects are packed.)"""
     pack_dir = git_dir / "objects" / "pack"
     files = set(_names(pack_dir))
-    _remove_dead_temps(
-        [os.path.join(pack_dir, name) for name in files if name.startswith(TEMP_PREFIXES)]
-    )
     for name in files:
-        if name.endswith(".pack") and f"{name[:-5]}.idx" not in files:
-            path = pack_dir / name
+        path = pack_dir / name
+        if _temp_pid(name) is not None:
+            _remove_dead_temps([os.fspath(path)])
+        elif (name.startswith(("tmp_", ".tmp-"))
+                or (name.endswith(".pack") and f"{name[:-5]}.idx" not in files)):
             try:
                 if time.time() - path.stat().st_mtime > ORPHAN_AGE:
                     path.unlink()
@@ -419,18 +434,25 @@ def remove_stale_files(git_dir: Path) -> None:
 
 
 def _remove_dead_temps(paths: list[str]) -> None:
-    """Delete temp files (`<prefix><pid>_<random>`) whose writing process is gone.
-
-    Git's own (`tmp_obj_XXXXXX`, 6 random letters and digits, no `_`) are left
-    alone: one that is all digits would read as the pid of a dead process.
-    """
+    """Delete our temp files (`<prefix><pid>_<random>`) whose writing process is gone."""
     for path in paths:
-        name = os.path.basename(path)
-        prefix = next(p for p in (*TEMP_PREFIXES, LOOSE_TEMP) if name.startswith(p))
-        pid, ours, _ = name[len(prefix) :].partition("_")
-        if ours and pid.isdigit() and not alive(int(pid)):
+        pid = _temp_pid(os.path.basename(path))
+        if pid is not None and not alive(pid):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
+
+
+def _temp_pid(name: str) -> int | None:
+    """The pid in the name of one of our temp files (`<prefix><pid>_<random>`), else None.
+
+    Git's own (`tmp_obj_XXXXXX`, 6 random letters and digits, no `_`) have none: one
+    that is all digits would read as the pid of a dead process.
+    """
+    prefix = next((p for p in (*TEMP_PREFIXES, LOOSE_TEMP) if name.startswith(p)), None)
+    if prefix is None:
+        return None
+    pid, ours, _ = name[len(prefix) :].partition("_")
+    return int(pid) if ours and pid.isdigit() else None
 
 
 def _names(folder: Path) -> list[str]:
@@ -442,7 +464,7 @@ def _names(folder: Path) -> list[str]:
 
 def wait_for_packing(git_dir: Path, timeout: float) -> bool:
     """Wait up to `timeout` seconds while a packing run holds the repository's packing
-    lock (one of any agentfs process, or a `git repack` it left running when it was
+    lock (one of any agentfs process, or a `git pack-objects` it left running when it was
     killed); whether none is running now. `git fsck` run meanwhile may report the
     packs being merged as missing."""
     path = git_dir / "agentfs" / "locks" / "pack.lock"

@@ -53,8 +53,9 @@ def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
         done = subprocess.run(["git", *_OPTIONS, *args], cwd=root, capture_output=True,
                               timeout=timeout, input=input, check=False, pass_fds=pass_fds,
                               env={**os.environ, **_ENV})
-    except subprocess.TimeoutExpired:
-        raise RemoteError(f"git {args[0]} did not finish in {timeout:.0f} s") from None
+    except subprocess.TimeoutExpired:  # killed, and waited for
+        verb = next((arg for arg in args if not arg.startswith("-")), "")
+        raise RemoteError(f"git {verb} did not finish in {timeout:.0f} s in {root}") from None
     if check and done.returncode != 0:
         raise GitStateError(f"git {' '.join(args[:2])} failed in {root}: "
                             f"{done.stderr.decode(errors='replace').strip()}")

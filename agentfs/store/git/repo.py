@@ -47,6 +47,8 @@ EXEC_MODE = 0o100755
 CAS_ATTEMPTS = 200
 #: Files larger than this are committed a chunk at a time, never read whole.
 STREAM_BYTES = 8 * 1024 * 1024
+#: Reads of a big file that is cut short while it is read (rewritten meanwhile).
+STREAM_ATTEMPTS = 3
 
 
 class UnsafePathError(GitStateError):
@@ -625,18 +627,15 @@ class _Folders:
                          dir_fd=dir_fd)
         except FileNotFoundError:
             return None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped since the stat: a folder is the file gone
+            os.close(fd)
+            return None if stat.S_ISDIR(st.st_mode) else _OTHER
         with open(fd, "rb") as f:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return _OTHER
             mode = EXEC_MODE if st.st_mode & 0o100 else FILE_MODE
-            if st.st_size > STREAM_BYTES:
-                try:
-                    return _File(b"", mode, st, big(f, st.st_size))
-                except FileChangedError as exc:
-                    raise FileChangedError(f"{path}: {exc}; commit it again") from None
-            data = f.read()
-        return _File(data, mode, st)
+            if st.st_size <= STREAM_BYTES:
+                return _File(f.read(), mode, st)
+            return _File(b"", mode, *_read_big(f, path, big))
 
     def _folder(self, folder: str, path: str) -> int | None:
         """An fd of `folder`, or None if it is missing or not a folder (so `path` is gone)."""
@@ -662,6 +661,27 @@ class _Folders:
                     raise UnsafePathError(path, f"{folder} is a symlink") from None
         self._fds[folder] = fd
         return fd
+
+
+def _read_big(f: BinaryIO, path: str, big: Callable[[BinaryIO, int], bytes]
+              ) -> tuple[os.stat_result, bytes]:
+    """(stat, blob id) of the big file `f` at `path`, through `big`. A file cut short
+    while it is read (rewritten meanwhile) is read again from its start, up to
+    `STREAM_ATTEMPTS` times in all.
+
+    Raises:
+        FileChangedError: it was cut short every time.
+    """
+    for attempt in range(1, STREAM_ATTEMPTS + 1):
+        st = os.fstat(f.fileno())
+        try:
+            return st, big(f, st.st_size)
+        except FileChangedError as exc:
+            if attempt == STREAM_ATTEMPTS:
+                raise FileChangedError(f"{path}: {exc}, {STREAM_ATTEMPTS} times in a row; "
+                                       "commit it again") from None
+            f.seek(0)
+    raise AssertionError("unreachable")
 
 
 def _utc_offset(timestamp: int) -> int:
