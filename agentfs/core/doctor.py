@@ -6,8 +6,9 @@ message files by `agentfs/store/message_dir.py:MessageDir.problems` (the rules a
 run applies, each file once, the parse cache reused), the side-branch queue by
 `agentfs/core/sidequeue.py:queue_problems`, skills by `agentfs/skills.py:load_skills`,
 knowledge items by `agentfs/core/knowledge.py:load_items`, the inboxes by
-`agentfs/store/inbox.py:inbox_problem`, and the index against HEAD by
-`agentfs/store/git/index.py:staged_changes`. Each problem is one line naming
+`agentfs/store/inbox.py:inbox_problem`, the index against HEAD by
+`agentfs/store/git/index.py:staged_changes`, and packing by
+`agentfs/store/git/packing.py:backlog_problem`. Each problem is one line naming
 the file and its fix.
 
 `check_config` is the cheap check `agentfs status` runs: the bytes of an
@@ -94,6 +95,7 @@ def diagnose(workspace: Workspace) -> Diagnosis:
     message files, side-branch queues and the index's entries for `traces/`."""
     from agentfs.core.goals import GoalTree
     from agentfs.core.sidequeue import queue_problems
+    from agentfs.store.git.packing import backlog_problem
     from agentfs.store.git.repo import GitRepo
     from agentfs.store.trace import Trace
 
@@ -133,6 +135,7 @@ def diagnose(workspace: Workspace) -> Diagnosis:
             f"`git restore --staged {path}` puts the index back to HEAD)"
             for path, how in staged
         ]
+        report.problems += filter(None, [backlog_problem(repo.git_dir)])
     finally:
         repo.close()
     return report

@@ -6,6 +6,9 @@ import json
 import shutil
 from pathlib import Path
 
+from dulwich.objects import Blob
+
+from agentfs.store.git.repo import GitRepo
 from tests.conftest import assert_git_clean, git, replay_workspace, run_cli
 
 SCRIPT = {"turns": [{"text": "One."}, {"text": "Two."}, {"text": "Three."}]}
@@ -216,3 +219,21 @@ def test_doctor_names_linked_skills_knowledge_and_inboxes(tmp_path: Path) -> Non
         folder.unlink()
         folder.mkdir()
     assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
+
+
+def test_doctor_says_when_packing_has_not_kept_up_and_git_gc_clears_it(tmp_path: Path) -> None:
+    """Packing never fails a step, so a repository it stopped on only grows: doctor
+    names the backlog and `git gc`."""
+    ws = make(tmp_path)
+    objects = ws / ".git" / "objects"
+    repo = GitRepo(ws)
+    for n in range(3000):  # what packing that stopped leaves after a few hundred steps
+        repo.objects.add_raw(Blob.type_num, b"%d\n" % n)
+    repo.close()
+    done = run_cli("doctor", cwd=ws, check=False)
+    assert done.returncode == 1
+    assert "loose objects" in done.stdout and "`git gc`" in done.stdout
+    assert str(objects) in done.stdout
+    git(ws, "gc", "-q", "--prune=now")
+    assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
+    assert_git_clean(ws)

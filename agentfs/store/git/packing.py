@@ -66,6 +66,8 @@ DELTA_WORTH = 0.5
 DELTA_MIN = 512
 #: Merges wait until there are this many packs that may be merged.
 MIN_PACKS = 8
+#: Loose objects and packs that tell packing has stopped (`backlog_problem`).
+BACKLOG_LOOSE, BACKLOG_PACKS = 8 * LOOSE_LIMIT, 4 * MIN_PACKS
 #: Objects a merge may write at most; bigger packs are left as they are.
 MERGE_LIMIT = 40_000
 #: Seconds a merge by `git` may take; then it is killed, and tried again later.
@@ -460,6 +462,25 @@ def _names(folder: Path) -> list[str]:
         return os.listdir(folder)
     except FileNotFoundError:
         return []
+
+
+def backlog_problem(git_dir: Path) -> str | None:
+    """What to do when packing has not kept up: loose objects or packs far past what
+    starts a packing run or a merge (`BACKLOG_LOOSE`, `BACKLOG_PACKS`); None if it has.
+
+    Packing never fails a commit, so a repository it stopped on (a damaged object,
+    a packing run that never ended) only grows; this says so, for `agentfs doctor`.
+    """
+    objects_dir = git_dir / "objects"
+    loose = estimate_loose(objects_dir)
+    packs = sum(1 for name in _names(objects_dir / "pack") if name.endswith(".idx"))
+    if loose <= BACKLOG_LOOSE and packs <= BACKLOG_PACKS:
+        return None
+    holder = (" (a packing run holds agentfs/locks/pack.lock now)"
+              if is_held(git_dir / "agentfs" / "locks" / "pack.lock") else "")
+    return (f"{objects_dir}: about {loose:,} loose objects and {packs} packs: packing has "
+            f"not kept up{holder}; `git gc` packs them (if this comes back, `git fsck` "
+            "names any damaged object that stops it)")
 
 
 def wait_for_packing(git_dir: Path, timeout: float) -> bool:
