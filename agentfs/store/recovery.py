@@ -153,7 +153,7 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
         full = trace.workspace.root / path
         try:
             st = os.lstat(full)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a folder on the way is a file now
             continue
         on_branch = trace.repo.tree_lookup(branch_head, path)
         if (stat.S_ISREG(st.st_mode) and on_branch is not None

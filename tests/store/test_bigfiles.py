@@ -4,6 +4,7 @@ grow with the file. Checked with the real `git`."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import subprocess
@@ -241,23 +242,90 @@ def test_a_big_file_that_keeps_shrinking_fails_the_commit_naming_it(
     repo.close()
 
 
-def test_a_big_file_swapped_for_a_folder_while_it_is_read_counts_as_gone(
-    root: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("swapped_for", ["folder", "symlink"])
+def test_a_file_swapped_while_it_is_read_is_committed_as_what_it_is_then(
+    root: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch, swapped_for: str
 ) -> None:
+    """Swapped between its `lstat` and its opening: a folder there means the file is
+    gone; a symlink is committed as a symlink (it is never followed)."""
     (root / "big.txt").write_bytes(content(40))
     repo = GitRepo(root)
     repo.commit_worktree(["big.txt"], b"big\n")
     real_stat = os.stat
+    swaps = [swapped_for]
 
     def swapped_after(path: object, *args: object, **kwargs: object) -> os.stat_result:
         got = real_stat(path, *args, **kwargs)  # type: ignore[arg-type]
-        if path == "big.txt":
+        if path == "big.txt" and swaps:
             (root / "big.txt").unlink()
-            (root / "big.txt").mkdir()
+            if swaps.pop() == "folder":
+                (root / "big.txt").mkdir()
+            else:
+                (root / "big.txt").symlink_to("/etc/passwd")
         return got
 
     monkeypatch.setattr(os, "stat", swapped_after)
-    repo.commit_worktree(["big.txt"], b"gone\n")
+    repo.commit_worktree(["big.txt"], b"swapped\n")
     monkeypatch.undo()
-    assert git(root, "ls-tree", "main").strip() == ""
+    listed = git(root, "ls-tree", "main").strip()
+    if swapped_for == "folder":
+        assert listed == ""
+    else:
+        assert listed.startswith("120000 blob")
+        assert git(root, "cat-file", "blob", "main:big.txt") == "/etc/passwd"
+    repo.close()
+
+
+#: The size and content of a 256 MB blob, read with 128 MB of address space to spare.
+BLOB_READ = r"""
+import hashlib, resource, sys
+from pathlib import Path
+from agentfs.store.git.repo import GitRepo
+repo = GitRepo(Path(sys.argv[1]))
+sha = sys.argv[2].encode()
+with open("/proc/self/status") as f:
+    size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (size + 128 * 2**20, resource.RLIM_INFINITY))
+digest = hashlib.sha256()
+for chunk in repo.objects.blob_chunks(sha):
+    digest.update(chunk)
+print(repo.objects.size(sha), digest.hexdigest())
+"""
+
+
+def test_a_big_blob_loose_or_packed_by_git_gc_is_sized_and_read_a_chunk_at_a_time(
+    root: Path,
+) -> None:
+    """However well it compressed: a megabyte of the object file may hold hundreds."""
+    data = bytes(range(256)) * (2**20)  # 256 MB
+    (root / "big.bin").write_bytes(data)
+    GitRepo(root).commit_worktree(["big.bin"], b"big\n")
+    sha = git(root, "rev-parse", "main:big.bin").strip()
+    expected = [str(len(data)), hashlib.sha256(data).hexdigest()]
+    for packed in (False, True):
+        if packed:
+            git(root, "gc", "-q")
+            assert not packing.loose_objects(root / ".git" / "objects")[0]
+        done = subprocess.run([sys.executable, "-c", BLOB_READ, str(root), sha],
+                              capture_output=True, text=True, check=False,
+                              cwd=Path(__file__).parents[2])
+        assert done.returncode == 0, (packed, done.stderr[:2000])
+        assert done.stdout.split() == expected
+
+
+def test_packed_blobs_and_deltas_are_sized_and_read_back(root: Path) -> None:
+    """Whole entries and deltas (OFS and REF), read back from packs Git wrote."""
+    repo = GitRepo(root)
+    versions = [content(400), content(400) + b"one more line\n", content(399)]
+    shas = []
+    for data in versions:
+        (root / "f.txt").write_bytes(data)
+        repo.commit_worktree(["f.txt"], b"version\n")
+        shas.append(git(root, "rev-parse", "main:f.txt").strip().encode())
+    for options in (["gc", "-q"],  # deltas against an offset in the pack
+                    ["-c", "repack.useDeltaBaseOffset=false", "repack", "-a", "-d", "-f", "-q"]):
+        git(root, *options)
+        for sha, data in zip(shas, versions, strict=True):
+            assert repo.objects.size(sha) == len(data)
+            assert b"".join(repo.objects.blob_chunks(sha)) == data
     repo.close()

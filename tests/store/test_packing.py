@@ -799,6 +799,76 @@ def test_a_merge_that_runs_out_of_time_is_killed_and_leaves_the_lock_free(
     assert_everything_readable(root)
 
 
+def test_a_merge_killed_before_it_deleted_what_it_merged_is_finished_by_the_next(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its `git` installed the merged pack; the packs it merged would otherwise stay
+    beside it for good once that pack is too big to merge again (`MERGE_LIMIT`)."""
+    monkeypatch.setattr(packing, "MIN_PACKS", 2)
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    for n in range(1, 5):
+        commit_message(repo, n)
+        packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
+    due = packing.packs_to_merge(root / ".git" / "objects" / "pack")
+    assert len(due) == 4
+    # what a process killed after its `git pack-objects` and before the deletes leaves
+    record = root / ".git" / "agentfs" / packing.MERGING
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text("".join(f"{name}\n" for name in due))
+    listed = "".join(f"{name}.pack\n" for name in due)
+    subprocess.run(["git", "pack-objects", "--stdin-packs", "-q", ".git/objects/pack/pack"],
+                   cwd=root, input=listed.encode(), check=True, capture_output=True)
+    assert len(packs(root)) == 5
+    commit_message(repo, 5)
+    monkeypatch.setattr(packing, "MERGE_LIMIT", 3)  # the merged pack is too big to merge
+    report = repo.pack()
+    assert report is not None and sorted(report.merged) == sorted(due)
+    assert len(packs(root)) == 2  # the merged pack and the new one
+    assert not record.exists()
+    repo.close()
+    assert_everything_readable(root)
+
+
+def test_a_merge_is_one_pack_whatever_pack_size_limit_says(
+    root: Path, merger: str
+) -> None:
+    git(root, "config", "pack.packSizeLimit", "1m")
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    merged = []
+    for n in range(2):  # two packs of 700 KB: a merge writes 1.4 MB
+        (root / f"noise{n}.bin").write_bytes(random.Random(n).randbytes(700_000))
+        repo.commit_worktree([f"noise{n}.bin"], b"noise\n")
+        report = repo.pack()
+        assert report is not None
+        merged += report.merged
+    assert len(merged) == 2
+    assert len(packs(root)) == 1
+    repo.close()
+    assert_everything_readable(root)
+
+
+def test_a_pack_git_repack_is_installing_is_never_merged(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`git repack` writes `.tmp-<pid>-pack-*` then renames it: taken meanwhile, its
+    rename fails."""
+    monkeypatch.setattr(packing, "MIN_PACKS", 2)
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    for n in range(1, 4):
+        commit_message(repo, n)
+        packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
+    pack_dir = root / ".git" / "objects" / "pack"
+    name = packs(root)[0]
+    for ext in (".pack", ".idx"):
+        shutil.copy(pack_dir / f"{name}{ext}", pack_dir / f".tmp-4242-pack-{'0' * 40}{ext}")
+    due = packing.packs_to_merge(pack_dir)
+    assert due and not any(name.startswith(".tmp-") for name in due)
+    repo.close()
+
+
 # --- leftovers -------------------------------------------------------------------------
 
 

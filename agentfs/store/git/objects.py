@@ -14,6 +14,7 @@ deleted; reads look again, as Git does.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -26,7 +27,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from dulwich.objects import ObjectID, ShaFile, object_class
+from dulwich.object_format import DEFAULT_OBJECT_FORMAT
+from dulwich.objects import Blob, ObjectID, ShaFile, object_class
+from dulwich.pack import OFS_DELTA, REF_DELTA, load_pack_index
 
 from agentfs.errors import GitStateError
 from agentfs.store.atomic import CREATE_ATTEMPTS, fsync_dir, open_creating
@@ -97,8 +100,8 @@ class ObjectWriter:
         return self.cached(sha) or self._read_stored(sha)
 
     def size(self, sha: bytes) -> int:
-        """The content size of object `sha` (hex id): a loose one's from its header
-        alone (big files stay loose), a packed one read.
+        """The content size of object `sha` (hex id), from its header alone, loose or
+        packed; a packed delta's from the start of the delta.
 
         Raises:
             KeyError: the repository does not have it.
@@ -111,42 +114,71 @@ class ObjectWriter:
                 return size
         except FileNotFoundError:
             pass  # packed (or packed meanwhile); a damaged one is read to say so
+        with contextlib.suppress(OSError, IndexError, zlib.error), \
+                self._packed_entry(sha) as entry:
+            if entry is not None:
+                pack, type_num, size = entry
+                if type_num < OFS_DELTA:
+                    return size
+                # a delta starts with the size of its base, then of what it makes
+                head = zlib.decompressobj().decompress(pack.read(64), 20)
+                return _varints(head, 2)[1]
         return len(self.read_raw(sha)[1])
 
     def blob_chunks(self, sha: bytes) -> Iterator[bytes]:
-        """The content of blob `sha` (hex id) a chunk at a time: a loose one (big
-        files stay loose) decompressed as it is read, a packed one whole.
+        """The content of blob `sha` (hex id) a chunk at a time, decompressed as it is
+        read and checked against its id: a loose one, or one a pack holds whole (big
+        files are loose, or packed whole by `git gc`); a delta is read whole.
 
         Raises:
             KeyError: the repository does not have it.
+            GitStateError: the object is damaged.
         """
         path = self._loose_path(sha.decode())
         try:
             f = open(path, "rb")  # noqa: SIM115 — closed when the chunks end
         except FileNotFoundError:
-            yield self.read_raw(sha)[1]
+            pass
+        else:
+            with f:
+                yield from _inflated(f, sha, path, header=None)
             return
-        with f:
-            inflate, digest = zlib.decompressobj(), hashlib.sha1(usedforsecurity=False)
-            head: bytes | None = b""
+        with self._packed_entry(sha) as entry:
+            if entry is not None and entry[1] == Blob.type_num:
+                pack, _, size = entry
+                yield from _inflated(pack, sha, pack.name, header=b"blob %d\0" % size)
+                return
+        yield self.read_raw(sha)[1]
+
+    @contextlib.contextmanager
+    def _packed_entry(self, sha: bytes) -> Iterator[tuple[BinaryIO, int, int] | None]:
+        """The pack holding object `sha` (hex id) open at its entry's data, the entry's
+        type (a delta's own) and size; None if no pack holds it (or it went meanwhile)."""
+        pack_dir = self.objects_dir / "pack"
+        try:
+            names = [name for name in os.listdir(pack_dir) if name.endswith(".idx")]
+        except FileNotFoundError:
+            names = []
+        for name in names:
             try:
-                while chunk := f.read(HASH_CHUNK):
-                    data = inflate.decompress(chunk)
-                    digest.update(data)
-                    if head is not None:  # the header, up to its NUL, is no content
-                        head += data
-                        if b"\0" not in head:
-                            continue
-                        data, head = head.partition(b"\0")[2], None
-                    yield data
-                rest = inflate.flush()
-            except zlib.error:
-                rest = b""
-            digest.update(rest)
-            if head is not None or digest.hexdigest().encode() != sha:
-                raise GitStateError(f"{path}: object {sha.decode()} is damaged "
-                                    "(git fsck names what else is)")
-            yield rest
+                index = load_pack_index(str(pack_dir / name), DEFAULT_OBJECT_FORMAT)
+            except (OSError, ValueError, AssertionError):
+                continue  # gone meanwhile, or damaged: left to the slow path
+            try:
+                offset = index.object_offset(ObjectID(sha))
+            except KeyError:
+                continue
+            finally:
+                index.close()
+            try:
+                f = open(pack_dir / f"{name[:-4]}.pack", "rb")  # noqa: SIM115
+            except FileNotFoundError:
+                break
+            with f:
+                f.seek(offset)
+                yield f, *_entry_header(f)
+                return
+        yield None
 
     def _read_stored(self, sha: bytes) -> tuple[int, bytes]:
         with self._store_lock:
@@ -292,6 +324,69 @@ class ObjectWriter:
             fsync_dir(target.parent)
         self.written += 1
         self.written_bytes += size
+
+
+def _inflated(f: BinaryIO, sha: bytes, where: str | os.PathLike[str],
+              header: bytes | None) -> Iterator[bytes]:
+    """The content of the zlib stream at `f`, at most `HASH_CHUNK` at a time however
+    well it compressed, checked against `sha` as it ends: a loose object (its
+    header, in the stream, is skipped) or a pack entry (`header` is its object's)."""
+    inflate, digest = zlib.decompressobj(), hashlib.sha1(usedforsecurity=False)
+    head: bytes | None = b""
+    if header is not None:
+        digest.update(header)
+        head = None
+    try:
+        while not inflate.eof:
+            chunk = inflate.unconsumed_tail or f.read(HASH_CHUNK)
+            data = inflate.decompress(chunk, HASH_CHUNK)
+            if not chunk and not data:
+                break  # the file ends before the stream does
+            digest.update(data)
+            if head is not None:  # the header, up to its NUL, is no content
+                head += data
+                if b"\0" not in head:
+                    continue
+                data, head = head.partition(b"\0")[2], None
+            yield data
+    except zlib.error:
+        pass
+    if head is not None or not inflate.eof or digest.hexdigest().encode() != sha:
+        raise GitStateError(f"{where}: object {sha.decode()} is damaged "
+                            "(git fsck names what else is)")
+
+
+def _entry_header(f: BinaryIO) -> tuple[int, int]:
+    """(type, size) of the pack entry at `f`, which is left at its compressed data
+    (past a delta's base)."""
+    byte = f.read(1)[0]
+    type_num, size, shift = (byte >> 4) & 7, byte & 15, 4
+    while byte & 0x80:
+        byte = f.read(1)[0]
+        size |= (byte & 0x7F) << shift
+        shift += 7
+    if type_num == OFS_DELTA:
+        while f.read(1)[0] & 0x80:
+            pass
+    elif type_num == REF_DELTA:
+        f.read(20)
+    return type_num, size
+
+
+def _varints(data: bytes, count: int) -> list[int]:
+    """The first `count` little-endian base-128 numbers of `data` (a delta's sizes)."""
+    found, at = [], 0
+    for _ in range(count):
+        value = shift = 0
+        while True:
+            byte = data[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        found.append(value)
+    return found
 
 
 def stated_size(f: BinaryIO) -> int | None:

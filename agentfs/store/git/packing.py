@@ -34,7 +34,7 @@ from pathlib import Path
 
 from dulwich.errors import ChecksumMismatch
 from dulwich.object_format import DEFAULT_OBJECT_FORMAT
-from dulwich.objects import object_class
+from dulwich.objects import ObjectID, object_class
 from dulwich.pack import Pack, PackFileDisappeared, UnpackedObject, load_pack_index
 
 from agentfs.errors import GitStateError, RemoteError
@@ -72,6 +72,8 @@ BACKLOG_LOOSE, BACKLOG_PACKS = 8 * LOOSE_LIMIT, 4 * MIN_PACKS
 MERGE_LIMIT = 40_000
 #: Seconds a merge by `git` may take; then it is killed, and tried again later.
 MERGE_TIMEOUT = 120.0
+#: The packs a merge by `git` is merging, in `.git/agentfs/`, until it has deleted them.
+MERGING = "merging"
 #: The `git` that merges packs; None merges them through dulwich (as when no `git`
 #: binary is found).
 GIT: str | None = "git"
@@ -297,7 +299,8 @@ def packs_to_merge(pack_dir: Path) -> list[str]:
     sized = []
     for file in files:
         name = file[:-4]
-        if not file.endswith(".idx") or f"{name}.pack" not in files:
+        # `.tmp-<pid>-pack-*` is a `git repack` installing its pack: not ours to take
+        if not (file.startswith("pack-") and file.endswith(".idx")) or f"{name}.pack" not in files:
             continue
         if any(f"{name}{ext}" in files for ext in (".keep", ".promisor", ".mtimes")):
             continue
@@ -335,28 +338,92 @@ def merge_packs(git_dir: Path, *, hold: tuple[int, ...] = ()) -> list[str]:
     this process is killed.
     """
     pack_dir = git_dir / "objects" / "pack"
+    gone = _finish_killed_merge(git_dir)
     due = packs_to_merge(pack_dir)
     if not due:
-        return []
+        return gone
     if GIT is None:
         merge_with_dulwich(git_dir, due)
     else:
-        listed = "".join(f"{name}.pack\n" for name in due).encode()
+        record = git_dir / "agentfs" / MERGING
+        # a torn record names no pack: nothing is deleted by it
+        record.write_bytes("".join(f"{name}\n" for name in due).encode())
         try:
-            done = git(git_dir, f"--git-dir={git_dir}", "pack-objects", "--stdin-packs",
-                       "--delta-base-offset", "-q", str(pack_dir / "pack"), input=listed,
-                       pass_fds=hold, timeout=MERGE_TIMEOUT)
+            _merge_with_git(git_dir, due, hold)
         except FileNotFoundError:  # no `git` on this machine
             merge_with_dulwich(git_dir, due)
-        else:
-            merged = f"pack-{done.stdout.decode().strip()}"
-            if not (pack_dir / f"{merged}.idx").is_file():
-                raise GitStateError(f"git pack-objects wrote no {merged}.idx in {pack_dir}")
-            for name in due:
-                if name != merged:
-                    remove_pack(pack_dir, name)
+        finally:
+            record.unlink(missing_ok=True)
     files = set(_names(pack_dir))
-    return [name for name in due if f"{name}.idx" not in files]
+    return gone + [name for name in due if f"{name}.idx" not in files]
+
+
+def _merge_with_git(git_dir: Path, due: list[str], hold: tuple[int, ...]) -> None:
+    """Merge the packs `due` into one by `git pack-objects --stdin-packs`, then delete
+    them. One pack whatever `pack.packSizeLimit` says: the merged packs are deleted
+    only once one pack holds all their objects."""
+    pack_dir = git_dir / "objects" / "pack"
+    listed = "".join(f"{name}.pack\n" for name in due).encode()
+    done = git(git_dir, f"--git-dir={git_dir}", "-c", "pack.packSizeLimit=0", "pack-objects",
+               "--stdin-packs", "--delta-base-offset", "-q", str(pack_dir / "pack"),
+               input=listed, pass_fds=hold, timeout=MERGE_TIMEOUT)
+    merged = f"pack-{done.stdout.decode().strip()}"
+    if not (pack_dir / f"{merged}.idx").is_file():
+        raise GitStateError(f"git pack-objects wrote no {merged}.idx in {pack_dir}")
+    for name in due:
+        if name != merged:
+            remove_pack(pack_dir, name)
+
+
+def _finish_killed_merge(git_dir: Path) -> list[str]:
+    """Delete the packs that a merge killed before it could delete them had listed
+    (`MERGING`): its `git` went on and installed the merged pack. Each listed pack
+    whose objects one other pack all holds goes; returns those. (Left, they would
+    stay for good beside a merged pack too big to merge again.)"""
+    record = git_dir / "agentfs" / MERGING
+    try:
+        listed = record.read_text().split()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return []
+    pack_dir = git_dir / "objects" / "pack"
+    gone = []
+    others = [file[:-4] for file in _names(pack_dir)
+              if file.startswith("pack-") and file.endswith(".idx") and file[:-4] not in listed]
+    for name in listed:
+        shas = _pack_shas(pack_dir, name)
+        if shas and any(_holds_all(pack_dir, other, shas) for other in others):
+            remove_pack(pack_dir, name)
+            gone.append(name)
+    record.unlink(missing_ok=True)
+    return gone
+
+
+def _pack_shas(pack_dir: Path, name: str) -> list[ObjectID]:
+    """The ids of the objects in pack `name`; [] if it is gone or unreadable."""
+    try:
+        index = load_pack_index(str(pack_dir / f"{name}.idx"), DEFAULT_OBJECT_FORMAT)
+    except (OSError, ValueError, AssertionError):
+        return []
+    try:
+        return list(index)
+    finally:
+        index.close()
+
+
+def _holds_all(pack_dir: Path, name: str, shas: list[ObjectID]) -> bool:
+    """Whether pack `name` holds every object of `shas`."""
+    try:
+        index = load_pack_index(str(pack_dir / f"{name}.idx"), DEFAULT_OBJECT_FORMAT)
+    except (OSError, ValueError, AssertionError):
+        return False
+    try:
+        for sha in shas:
+            index.object_offset(sha)
+    except KeyError:
+        return False
+    finally:
+        index.close()
+    return True
 
 
 def merge_with_dulwich(git_dir: Path, names: list[str]) -> str | None:

@@ -54,12 +54,23 @@ def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
                               timeout=timeout, input=input, check=False, pass_fds=pass_fds,
                               env={**os.environ, **_ENV})
     except subprocess.TimeoutExpired:  # killed, and waited for
-        verb = next((arg for arg in args if not arg.startswith("-")), "")
-        raise RemoteError(f"git {verb} did not finish in {timeout:.0f} s in {root}") from None
+        raise RemoteError(f"git {_verb(args)} did not finish in {timeout:g} s in {root}"
+                          ) from None
     if check and done.returncode != 0:
         raise GitStateError(f"git {' '.join(args[:2])} failed in {root}: "
                             f"{done.stderr.decode(errors='replace').strip()}")
     return done
+
+
+def _verb(args: Sequence[str]) -> str:
+    """The git command among `args`: the first that is neither an option nor the value
+    of `-c` or `-C`."""
+    after_option = False
+    for arg in args:
+        if not after_option and not arg.startswith("-"):
+            return arg
+        after_option = arg in ("-c", "-C") and not after_option
+    return ""
 
 
 def identity(root: Path) -> list[str]:

@@ -599,13 +599,14 @@ class _Folders:
                 os.close(fd)
         self._fds.clear()
 
-    def read(self, path: str, *, big: Callable[[BinaryIO, int], bytes]
+    def read(self, path: str, *, big: Callable[[BinaryIO, int], bytes], again: bool = False
              ) -> _File | Literal["other"] | None:
         """The file or symlink at `path`; None if there is none (a folder there is not a
         file either: as with `git add -A`, the file is gone); `_OTHER` for anything else
         (a fifo, a socket), which Git cannot store. A file over `STREAM_BYTES` is not
         read into memory: `big(file, size)` reads it and gives its blob id (stores it,
-        or only hashes it).
+        or only hashes it). A file swapped for something else between its `lstat` and
+        its opening is taken as what it is then (`again`: this is the second look).
 
         Raises:
             UnsafePathError: a folder on the way is a symlink.
@@ -619,18 +620,20 @@ class _Folders:
             st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
                 return _File(os.fsencode(os.readlink(name, dir_fd=dir_fd)), stat.S_IFLNK, st)
-            if stat.S_ISDIR(st.st_mode):
-                return None
             if not stat.S_ISREG(st.st_mode):
-                return _OTHER
+                return _not_a_file(st)
             fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                          dir_fd=dir_fd)
         except FileNotFoundError:
             return None
+        except OSError as exc:  # swapped for a symlink since the stat: looked at again
+            if exc.errno != errno.ELOOP or again:
+                raise
+            return self.read(path, big=big, again=True)
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):  # swapped since the stat: a folder is the file gone
+        if not stat.S_ISREG(st.st_mode):  # swapped since the stat
             os.close(fd)
-            return None if stat.S_ISDIR(st.st_mode) else _OTHER
+            return _not_a_file(st)
         with open(fd, "rb") as f:
             mode = EXEC_MODE if st.st_mode & 0o100 else FILE_MODE
             if st.st_size <= STREAM_BYTES:
@@ -661,6 +664,12 @@ class _Folders:
                     raise UnsafePathError(path, f"{folder} is a symlink") from None
         self._fds[folder] = fd
         return fd
+
+
+def _not_a_file(st: os.stat_result) -> Literal["other"] | None:
+    """What `_Folders.read` gives for what is no file: None for a folder (the file is
+    gone, as with `git add -A`), `_OTHER` for anything else (a fifo, a socket)."""
+    return None if stat.S_ISDIR(st.st_mode) else _OTHER
 
 
 def _read_big(f: BinaryIO, path: str, big: Callable[[BinaryIO, int], bytes]
