@@ -66,6 +66,17 @@ def commit_message(repo: GitRepo, n: int, trace: str = "t") -> bytes:
     return repo.commit_worktree([name, f"traces/{trace}/trace.json"], f"{trace}: #{n}\n".encode())
 
 
+def one_pack_a_step(root: Path, steps: int) -> GitRepo:
+    """A repository whose `steps` steps each went into a pack of their own, unmerged;
+    its `GitRepo`, with packing after commits turned off."""
+    repo = GitRepo(root)
+    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
+    for n in range(1, steps + 1):
+        commit_message(repo, n)
+        packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
+    return repo
+
+
 def loose_count(root: Path) -> int:
     return len(packing.loose_objects(root / ".git" / "objects")[0])
 
@@ -805,11 +816,7 @@ def test_a_merge_killed_before_it_deleted_what_it_merged_is_finished_by_the_next
     """Its `git` installed the merged pack; the packs it merged would otherwise stay
     beside it for good once that pack is too big to merge again (`MERGE_LIMIT`)."""
     monkeypatch.setattr(packing, "MIN_PACKS", 2)
-    repo = GitRepo(root)
-    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
-    for n in range(1, 5):
-        commit_message(repo, n)
-        packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
+    repo = one_pack_a_step(root, 4)
     due = packing.packs_to_merge(root / ".git" / "objects" / "pack")
     assert len(due) == 4
     # what a process killed after its `git pack-objects` and before the deletes leaves
@@ -855,11 +862,7 @@ def test_a_pack_git_repack_is_installing_is_never_merged(
     """`git repack` writes `.tmp-<pid>-pack-*` then renames it: taken meanwhile, its
     rename fails."""
     monkeypatch.setattr(packing, "MIN_PACKS", 2)
-    repo = GitRepo(root)
-    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
-    for n in range(1, 4):
-        commit_message(repo, n)
-        packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
+    repo = one_pack_a_step(root, 3)
     pack_dir = root / ".git" / "objects" / "pack"
     name = packs(root)[0]
     for ext in (".pack", ".idx"):
@@ -930,11 +933,7 @@ def test_temp_files_of_git_itself_are_never_taken_for_a_dead_process(root: Path)
 def test_a_damaged_pack_fails_packing_but_never_the_commit(
     root: Path, monkeypatch, merger: str
 ) -> None:
-    repo = GitRepo(root)
-    repo.packer.after_commit = lambda: None  # type: ignore[method-assign]
-    for n in range(1, 4):
-        commit_message(repo, n)
-        packing.pack_loose_objects(root / ".git", read=repo.objects.read_raw)
+    repo = one_pack_a_step(root, 3)
     del repo.packer.after_commit
     pack_dir = root / ".git/objects/pack"
     victim = min(pack_dir.glob("*.pack"))
