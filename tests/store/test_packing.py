@@ -811,7 +811,7 @@ def test_a_merge_that_runs_out_of_time_is_killed_and_leaves_the_lock_free(
 
 
 def test_a_merge_killed_before_it_deleted_what_it_merged_is_finished_by_the_next(
-    root: Path, monkeypatch: pytest.MonkeyPatch
+    root: Path, monkeypatch: pytest.MonkeyPatch, merger: str
 ) -> None:
     """Its `git` installed the merged pack; the packs it merged would otherwise stay
     beside it for good once that pack is too big to merge again (`MERGE_LIMIT`)."""

@@ -342,18 +342,19 @@ def merge_packs(git_dir: Path, *, hold: tuple[int, ...] = ()) -> list[str]:
     due = packs_to_merge(pack_dir)
     if not due:
         return gone
-    if GIT is None:
-        merge_with_dulwich(git_dir, due)
-    else:
-        record = git_dir / "agentfs" / MERGING
-        # a torn record names no pack: nothing is deleted by it
-        record.write_bytes("".join(f"{name}\n" for name in due).encode())
-        try:
-            _merge_with_git(git_dir, due, hold)
-        except FileNotFoundError:  # no `git` on this machine
+    record = git_dir / "agentfs" / MERGING
+    # a torn record names no pack: nothing is deleted by it
+    record.write_bytes("".join(f"{name}\n" for name in due).encode())
+    try:
+        if GIT is None:
             merge_with_dulwich(git_dir, due)
-        finally:
-            record.unlink(missing_ok=True)
+        else:
+            try:
+                _merge_with_git(git_dir, due, hold)
+            except FileNotFoundError:  # no `git` on this machine
+                merge_with_dulwich(git_dir, due)
+    finally:
+        record.unlink(missing_ok=True)
     files = set(_names(pack_dir))
     return gone + [name for name in due if f"{name}.idx" not in files]
 
@@ -376,10 +377,10 @@ def _merge_with_git(git_dir: Path, due: list[str], hold: tuple[int, ...]) -> Non
 
 
 def _finish_killed_merge(git_dir: Path) -> list[str]:
-    """Delete the packs that a merge killed before it could delete them had listed
-    (`MERGING`): its `git` went on and installed the merged pack. Each listed pack
-    whose objects one other pack all holds goes; returns those. (Left, they would
-    stay for good beside a merged pack too big to merge again.)"""
+    """Delete the packs a merge listed (`MERGING`) and was killed before it deleted:
+    its merged pack may be in place (a `git` goes on after its process is killed).
+    Each listed pack whose objects one other pack all holds goes; returns those.
+    (Left, they would stay for good beside a merged pack too big to merge again.)"""
     record = git_dir / "agentfs" / MERGING
     try:
         listed = record.read_text().split()
