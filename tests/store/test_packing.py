@@ -33,7 +33,7 @@ from agentfs.store.git import packing
 from agentfs.store.git.lineage import changed_entries, predecessors, skip_delta_bases, tree_entries
 from agentfs.store.git.packfile import install_pack, make_delta, whole
 from agentfs.store.git.repo import GitRepo, init_repo
-from agentfs.store.locking import is_held
+from agentfs.store.locking import FileLock, is_held
 from tests.conftest import git
 
 TEXT = "The notes mention three follow-ups: migrate the build, own the checklist. " * 6
@@ -349,7 +349,7 @@ def test_a_batch_cut_by_its_size_takes_the_oldest_objects(root: Path, monkeypatc
 def test_another_process_packing_meanwhile_makes_packing_skip(root: Path) -> None:
     repo = GitRepo(root)
     commit_message(repo, 1)
-    with packing._pack_lock(root / ".git" / "agentfs") as lock:
+    with FileLock(packing._lock_path(root / ".git"), wait=0) as lock:
         assert lock.held
         assert repo.pack() is None
     assert repo.pack() is not None

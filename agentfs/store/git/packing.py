@@ -72,7 +72,7 @@ BACKLOG_LOOSE, BACKLOG_PACKS = 8 * LOOSE_LIMIT, 4 * MIN_PACKS
 MERGE_LIMIT = 40_000
 #: Seconds a merge by `git` may take; then it is killed, and tried again later.
 MERGE_TIMEOUT = 120.0
-#: The packs a merge by `git` is merging, in `.git/agentfs/`, until it has deleted them.
+#: The packs a merge is merging, in `.git/agentfs/`, until it has deleted them.
 MERGING = "merging"
 #: The `git` that merges packs; None merges them through dulwich (as when no `git`
 #: binary is found).
@@ -103,7 +103,6 @@ class Packer:
     def __init__(self, git_dir: Path, objects: ObjectWriter) -> None:
         self.git_dir = git_dir
         self.objects_dir = git_dir / "objects"
-        self.state_dir = git_dir / "agentfs"
         self.objects = objects
         self._next_check = 0  # `objects.written` at which to count the loose objects again
         self._packed_at = (0, 0)  # `objects.written` and `written_bytes` when it last packed
@@ -139,7 +138,7 @@ class Packer:
 
         Returns None if another process is packing this repository.
         """
-        with _pack_lock(self.state_dir) as lock:
+        with FileLock(_lock_path(self.git_dir), wait=0) as lock:  # never waits
             if not lock.held:
                 return None
             report = PackReport()
@@ -343,6 +342,7 @@ def merge_packs(git_dir: Path, *, hold: tuple[int, ...] = ()) -> list[str]:
     if not due:
         return gone
     record = git_dir / "agentfs" / MERGING
+    record.parent.mkdir(exist_ok=True)
     # a torn record names no pack: nothing is deleted by it
     record.write_bytes("".join(f"{name}\n" for name in due).encode())
     try:
@@ -544,8 +544,8 @@ def backlog_problem(git_dir: Path) -> str | None:
     packs = sum(1 for name in _names(objects_dir / "pack") if name.endswith(".idx"))
     if loose <= BACKLOG_LOOSE and packs <= BACKLOG_PACKS:
         return None
-    holder = (" (a packing run holds agentfs/locks/pack.lock now)"
-              if is_held(git_dir / "agentfs" / "locks" / "pack.lock") else "")
+    holder = (f" (a packing run holds {_lock_path(git_dir)} now)"
+              if is_held(_lock_path(git_dir)) else "")
     return (f"{objects_dir}: about {loose:,} loose objects and {packs} packs: packing has "
             f"not kept up{holder}; `git gc` packs them (if this comes back, `git fsck` "
             "names any damaged object that stops it)")
@@ -556,11 +556,10 @@ def wait_for_packing(git_dir: Path, timeout: float) -> bool:
     lock (one of any agentfs process, or a `git pack-objects` it left running when it was
     killed); whether none is running now. `git fsck` run meanwhile may report the
     packs being merged as missing."""
-    path = git_dir / "agentfs" / "locks" / "pack.lock"
-    return retry(lambda: (not is_held(path)) or None, timeout) is not None
+    return retry(lambda: (not is_held(_lock_path(git_dir))) or None, timeout) is not None
 
 
-def _pack_lock(state_dir: Path) -> FileLock:
-    """The repository's packing lock: `with _pack_lock(...) as lock`, `lock.held` says
-    whether this process got it (it never waits)."""
-    return FileLock(state_dir / "locks" / "pack.lock", wait=0)
+def _lock_path(git_dir: Path) -> Path:
+    """The repository's packing lock: an flock on this file (`FileLock`), by one
+    packing run at a time."""
+    return git_dir / "agentfs" / "locks" / "pack.lock"
