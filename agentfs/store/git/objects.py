@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 
 from dulwich.object_format import DEFAULT_OBJECT_FORMAT
 from dulwich.objects import Blob, ObjectID, ShaFile, object_class
-from dulwich.pack import OFS_DELTA, REF_DELTA, load_pack_index
+from dulwich.pack import OFS_DELTA, REF_DELTA, PackIndex, load_pack_index
 
 from agentfs.errors import GitStateError
 from agentfs.store.atomic import CREATE_ATTEMPTS, fsync_dir, open_creating
@@ -160,16 +160,13 @@ class ObjectWriter:
         except FileNotFoundError:
             names = []
         for name in names:
-            try:
-                index = load_pack_index(str(pack_dir / name), DEFAULT_OBJECT_FORMAT)
-            except (OSError, ValueError, AssertionError):
-                continue  # gone meanwhile, or damaged: left to the slow path
-            try:
-                offset = index.object_offset(ObjectID(sha))
-            except KeyError:
-                continue
-            finally:
-                index.close()
+            with open_pack_index(pack_dir / name) as index:
+                if index is None:  # the slow path reads it, or says what is wrong
+                    continue
+                try:
+                    offset = index.object_offset(ObjectID(sha))
+                except KeyError:
+                    continue
             try:
                 f = open(pack_dir / f"{name[:-4]}.pack", "rb")  # noqa: SIM115
             except FileNotFoundError:
@@ -324,6 +321,21 @@ class ObjectWriter:
             fsync_dir(target.parent)
         self.written += 1
         self.written_bytes += size
+
+
+@contextlib.contextmanager
+def open_pack_index(path: Path) -> Iterator[PackIndex | None]:
+    """The pack index at `path`, closed after use; None if it is gone (its pack was
+    merged meanwhile) or damaged (left for `git fsck` to report)."""
+    try:
+        index = load_pack_index(str(path), DEFAULT_OBJECT_FORMAT)
+    except (OSError, ValueError, AssertionError):
+        yield None
+        return
+    try:
+        yield index
+    finally:
+        index.close()
 
 
 def _inflated(f: BinaryIO, sha: bytes, where: str | os.PathLike[str],

@@ -35,12 +35,12 @@ from pathlib import Path
 from dulwich.errors import ChecksumMismatch
 from dulwich.object_format import DEFAULT_OBJECT_FORMAT
 from dulwich.objects import ObjectID, object_class
-from dulwich.pack import Pack, PackFileDisappeared, UnpackedObject, load_pack_index
+from dulwich.pack import Pack, PackFileDisappeared, UnpackedObject
 
 from agentfs.errors import GitStateError, RemoteError
 from agentfs.store.atomic import alive
 from agentfs.store.git.lineage import ReadRaw, predecessors, skip_delta_bases
-from agentfs.store.git.objects import LOOSE_TEMP, ObjectWriter, stated_size
+from agentfs.store.git.objects import LOOSE_TEMP, ObjectWriter, open_pack_index, stated_size
 from agentfs.store.git.packfile import TEMP_PREFIXES, delta, install_pack, make_delta, whole
 from agentfs.store.git.remote import git
 from agentfs.store.locking import FileLock, is_held, retry
@@ -303,14 +303,9 @@ def packs_to_merge(pack_dir: Path) -> list[str]:
             continue
         if any(f"{name}{ext}" in files for ext in (".keep", ".promisor", ".mtimes")):
             continue
-        try:
-            index = load_pack_index(str(pack_dir / file), DEFAULT_OBJECT_FORMAT)
-            try:
+        with open_pack_index(pack_dir / file) as index:
+            if index is not None:  # else damaged, or gone meanwhile: left for Git to report
                 sized.append((len(index), name))
-            finally:
-                index.close()
-        except (OSError, ValueError, AssertionError):
-            continue  # damaged, or gone meanwhile: left for Git to report
     if len(sized) < MIN_PACKS:
         return []
     sized.sort()
@@ -401,29 +396,20 @@ def _finish_killed_merge(git_dir: Path) -> list[str]:
 
 def _pack_shas(pack_dir: Path, name: str) -> list[ObjectID]:
     """The ids of the objects in pack `name`; [] if it is gone or unreadable."""
-    try:
-        index = load_pack_index(str(pack_dir / f"{name}.idx"), DEFAULT_OBJECT_FORMAT)
-    except (OSError, ValueError, AssertionError):
-        return []
-    try:
-        return list(index)
-    finally:
-        index.close()
+    with open_pack_index(pack_dir / f"{name}.idx") as index:
+        return [] if index is None else list(index)
 
 
 def _holds_all(pack_dir: Path, name: str, shas: list[ObjectID]) -> bool:
     """Whether pack `name` holds every object of `shas`."""
-    try:
-        index = load_pack_index(str(pack_dir / f"{name}.idx"), DEFAULT_OBJECT_FORMAT)
-    except (OSError, ValueError, AssertionError):
-        return False
-    try:
-        for sha in shas:
-            index.object_offset(sha)
-    except KeyError:
-        return False
-    finally:
-        index.close()
+    with open_pack_index(pack_dir / f"{name}.idx") as index:
+        if index is None:
+            return False
+        try:
+            for sha in shas:
+                index.object_offset(sha)
+        except KeyError:
+            return False
     return True
 
 
