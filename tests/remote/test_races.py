@@ -116,3 +116,12 @@ def test_an_idle_worker_folds_anothers_leftover_steps_only_after_a_lease(tmp_pat
     assert remote_refs(server, "refs/agentfs/") == ""
     assert [e for e, _ in owner_events if e == "folded"] == []
     check_remote(person, server, ["a: hello"])
+
+
+def test_a_failed_git_command_is_named_by_its_verb_not_an_option(tmp_path: Path) -> None:
+    """Options and `-c` values (agentfs's identity) come before the command."""
+    from agentfs.errors import GitStateError
+    from agentfs.store.git.remote import git
+
+    with pytest.raises(GitStateError, match=r"^git commit failed in "):
+        git(tmp_path, "-c", "user.name=agentfs", f"--git-dir={tmp_path}/none", "commit")

@@ -57,7 +57,7 @@ def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
         raise RemoteError(f"git {_verb(args)} did not finish in {timeout:g} s in {root}"
                           ) from None
     if check and done.returncode != 0:
-        raise GitStateError(f"git {' '.join(args[:2])} failed in {root}: "
+        raise GitStateError(f"git {_verb(args)} failed in {root}: "
                             f"{done.stderr.decode(errors='replace').strip()}")
     return done
 
