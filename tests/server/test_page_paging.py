@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agentfs.core.project import Project
 from agentfs.store.messages import Message, render_message
-from tests.conftest import git, long_trace
+from tests.conftest import git, long_trace, run_cli
 from tests.server.conftest import Served
 from tests.server.test_page import log_in, page, pytestmark, sync_api  # noqa: F401 -- fixtures
 
@@ -93,3 +93,100 @@ def test_the_page_reads_a_summarys_originals_and_a_long_fork_when_opened(
     fork.click()
     expect(page.locator("#m-170")).to_contain_text("#170")
     expect(page.locator("#m-141")).to_have_class("msg role-assistant off-path")
+
+
+def _summarized(served: Served) -> None:
+    """Trace `t`: 140 messages, #130 a summary of #3-#129, the head at #140."""
+    project = Project.open(served.root)
+    long_trace(project, "t", 140, parents={130: 2})
+    summary = Message(id="m130", sequence=130, parent_sequence=2, role="user",
+                      synthetic="summary", content="Summary: what #3-#129 did")
+    project.trace("t").message_path(summary).write_bytes(render_message(summary))
+    git(served.root, "add", "-A")
+    git(served.root, "commit", "-q", "-m", "t: 140 messages, #130 a summary")
+
+
+def test_a_live_update_leaves_the_keyboard_where_it_was(served: Served, page):  # noqa: F811
+    _summarized(served)
+    expect = sync_api.expect
+    log_in(page, served)
+    with page.expect_response(lambda r: r.url.endswith("/api/traces/t/events")):
+        page.goto(served.url + "#trace=t")
+    with served.client() as client:  # the page follows the trace: each post redraws it
+        client.post("/api/traces/t/messages", json={"text": "first"})
+        expect(page.locator("#m-141")).to_contain_text("first")
+        opener = page.locator("#m-130 details.originals > summary")
+        opener.focus()
+        client.post("/api/traces/t/messages", json={"text": "second"})
+        expect(page.locator("#m-142")).to_contain_text("second")
+        expect(opener).to_be_focused()
+        page.keyboard.press("Enter")
+        expect(page.locator("#m-102")).to_contain_text("#102")
+
+        page.keyboard.press("j")  # a card focused with j/k stays focused too
+        card = page.locator("#tree article.msg:focus")
+        expect(card).to_have_count(1)
+        focused = card.get_attribute("id")
+        client.post("/api/traces/t/messages", json={"text": "third"})
+        expect(page.locator("#m-143")).to_contain_text("third")
+        expect(page.locator("#" + focused)).to_be_focused()
+
+
+def test_a_trace_chosen_while_the_list_loads_is_read_once(served: Served, page):  # noqa: F811
+    _summarized(served)
+    expect = sync_api.expect
+    held: list = []
+    page.route("**/api/traces", lambda route: held.append(route))  # noqa: PLW0108 -- a bound method is refused
+    reads: list[str] = []
+    page.on("request", lambda r: reads.append(r.url) if "/tree?" in r.url else None)
+    log_in(page, served)
+    expect(page.locator("#empty")).to_be_visible()
+    page.goto(served.url + "#trace=t")  # chosen before the list came
+    expect(page.locator("#m-140")).to_contain_text("#140")
+    opener = page.locator("#m-130 details.originals > summary")
+    opener.focus()
+    assert held  # the list: asked for at the start and after the trace was read
+    for route in held:
+        route.continue_()
+    page.unroute("**/api/traces")
+    expect(page.locator("#traces")).to_contain_text("t")
+    with served.client() as client:  # a later update: the one read it causes comes after
+        client.post("/api/traces/t/messages", json={"text": "first"})
+    expect(page.locator("#m-141")).to_contain_text("first")
+    assert reads == [reads[0]] * 2  # the trace read, then its update; not read again
+    expect(opener).to_be_focused()
+
+
+def test_run_is_enabled_by_a_waiting_file_the_list_tells_of_after_the_trace_is_drawn(
+        served: Served, page):  # noqa: F811
+    run_cli("new", "t", "-m", "hi", cwd=served.root)
+    run_cli("run", "t", cwd=served.root)  # the model answered: nothing to do, but for...
+    (served.root / "traces" / "t" / "inbox" / "later.md").write_text("one more thing\n")
+    expect = sync_api.expect
+    log_in(page, served)
+    held: list = []
+    page.route("**/api/traces", lambda route: held.append(route))  # noqa: PLW0108 -- a bound method is refused
+    page.goto("about:blank")
+    page.goto(served.url + "#trace=t")  # a fresh load: the trace is read beside the list
+    expect(page.locator("#tree article.head.role-assistant")).to_have_count(1)
+    expect(page.locator("#run")).to_be_disabled()  # no list yet: no inbox known
+    for route in held:
+        route.continue_()
+    page.unroute("**/api/traces")
+    expect(page.locator("#traces")).to_contain_text("1 waiting")
+    expect(page.locator("#run")).to_be_enabled()
+
+
+def test_a_rewind_from_the_keyboard_leaves_the_focus_on_its_card(served: Served, page):  # noqa: F811
+    _summarized(served)
+    expect = sync_api.expect
+    log_in(page, served)
+    page.goto(served.url + "#trace=t")
+    button = page.locator("#m-138 > header button.rewind")
+    button.focus()
+    page.keyboard.press("Enter")
+    page.locator("#confirm-yes").click()
+    expect(page.locator("#m-138")).to_have_class("msg role-user head")  # its button went
+    expect(page.locator("#m-138")).to_be_focused()
+    page.keyboard.press("k")  # the keyboard goes on from there
+    expect(page.locator("#m-137")).to_be_focused()

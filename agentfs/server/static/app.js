@@ -69,6 +69,7 @@
     }
     state.rows = new Map(data.traces.map((row) => [row.trace, row]));
     for (const row of data.traces) nav.append(traceRow(row));
+    if (state.data && state.data.trace === state.trace) enableActions(state.data);  // its inbox
   }
 
   // One trace in the list: its title (or id), status, last activity and cost. The
@@ -228,9 +229,43 @@
     badge.className = data.running ? "badge running" : "badge";
     $("trace-usage").textContent = data.usage && data.usage.calls ? data.usage.text : "";
     renderGoals(data.goals);
+    const focused = focusInTree();
     $("tree").replaceChildren(buildTree(data));
+    refocus(focused);
     renderApproval(data.approval);
     enableActions(data);
+  }
+
+  // A redraw (a live update, a page read) keeps the keyboard where it was: on the same
+  // card, or on the element with the same tag and text in it (the same one of several
+  // alike), else on the card (its button went: the head moved) or the tree's own level.
+  function focusInTree() {
+    const element = document.activeElement;
+    if (!element || element === $("tree") || !$("tree").contains(element)) return null;
+    const holder = element.closest("[id]");
+    const focused = { holder: holder.id, self: holder === element, tag: element.tagName,
+      text: element.textContent, index: 0 };
+    focused.index = alike(holder, focused).indexOf(element);
+    return focused;
+  }
+
+  function alike(holder, focused) {
+    return [...holder.querySelectorAll(focused.tag)].filter((e) =>
+      e.closest("[id]") === holder && e.textContent === focused.text);
+  }
+
+  function refocus(focused) {
+    if (!focused || document.activeElement !== document.body) return;  // moved on since
+    const holder = $(focused.holder);
+    if (!holder) return;
+    const found = focused.self ? [] : alike(holder, focused);
+    const same = found[Math.min(focused.index, found.length - 1)];
+    if (same) {
+      same.focus();
+    } else if (holder !== $("tree")) {
+      holder.tabIndex = -1;
+      holder.focus();
+    }
   }
 
   function renderApproval(approval) {
@@ -928,13 +963,11 @@
     follow(trace);
   }
 
-  async function start() {
-    try {
-      await loadTraces();
-      await show(chosenTrace());
-    } catch (error) {
-      notify(error.message, false);
-    }
+  // The list and the chosen trace are read side by side; a trace chosen while the list
+  // loads (a link followed, the address changed) is shown once, by the hashchange.
+  function start() {
+    loadTraces().catch((error) => notify(error.message, false));
+    show(chosenTrace()).catch((error) => notify(error.message, false));
   }
 
   window.addEventListener("hashchange", () => show(chosenTrace()).catch((e) => notify(e.message)));
