@@ -92,16 +92,6 @@ class Change:
     mode: int = FILE_MODE
     stored: bytes | None = None
 
-    @cached_property
-    def blob(self) -> Blob | None:
-        """The blob for `data`, hashed once for both the commit and the index entry."""
-        return None if self.data is None else Blob.from_string(self.data)
-
-    @property
-    def blob_id(self) -> bytes | None:
-        """The hex id of the path's new blob; None if the path is deleted."""
-        return self.stored if self.blob is None else self.blob.id
-
 
 def init_repo(root: Path) -> bool:
     """Make `root` a Git repository on branch `main` unless it is one; True if created."""
@@ -467,9 +457,9 @@ class GitRepo:
             check_path(change.path)
         tree_changes: list[tuple[bytes, int, bytes | None]] = []
         for change in changes:
-            if change.blob is not None:
-                self.objects.add_object(change.blob)
-            sha = None if change.blob_id is None else bytes.fromhex(change.blob_id.decode())
+            blob_id = (change.stored if change.data is None
+                       else self.objects.add_raw(Blob.type_num, change.data))
+            sha = None if blob_id is None else bytes.fromhex(blob_id.decode())
             tree_changes.append((change.path.encode(), change.mode, sha))
         delay = 0.001
         for _ in range(CAS_ATTEMPTS):
