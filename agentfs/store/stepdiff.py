@@ -3,7 +3,9 @@ trace's own folder, and their unified diff, as `git show` prints it.
 
 The diff is dulwich's (`dulwich.patch`), between the step's commit and its first
 parent; the tree walk skips every subtree the two commits share, so a step costs
-what it changed, not the size of the workspace.
+what it changed, not the size of the workspace. Objects are read through the
+repository's `ObjectWriter`, as every other reader does: a server's threads may
+commit and merge packs meanwhile, and dulwich's own store is not safe for that.
 """
 
 from __future__ import annotations
@@ -12,10 +14,9 @@ import io
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
 
-from dulwich.diff_tree import tree_changes
 from dulwich.patch import write_object_diff
 
-from agentfs.store.git import ids
+from agentfs.store.git.carry import changed_paths
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.messages import Message
 from agentfs.store.meta import ForkOrigin
@@ -54,24 +55,10 @@ def changed_files(repo: GitRepo, commit: bytes, *, outside: str | None,
     sha = repo.commit(commit)
     parent = repo.commit(sha.parents[0]).tree if sha.parents else None
     prefix = outside.rstrip("/") + "/" if outside is not None else None
-    found = []
-    for change in tree_changes(repo.store, ids.object_id(parent) if parent else None,
-                               ids.object_id(sha.tree)):
-        old, new = change.old, change.new
-        path = ((new.path if new is not None and new.path else None)
-                or (old.path if old is not None else None))
-        if path is None:
-            continue
-        name = path.decode("utf-8", "surrogateescape")
-        if (prefix is not None and name.startswith(prefix)) or (
-                only is not None and name not in only):
-            continue
-        found.append(FileChange(
-            name,
-            (old.mode, old.sha) if old is not None and old.sha is not None else None,
-            (new.mode, new.sha) if new is not None and new.sha is not None else None,
-        ))
-    return sorted(found, key=lambda c: c.path)
+    return [FileChange(path, old, new)
+            for path, (old, new) in sorted(changed_paths(repo, parent, sha.tree).items())
+            if not (prefix is not None and path.startswith(prefix))
+            and (only is None or path in only)]
 
 
 def render_diff(repo: GitRepo, changes: Iterable[FileChange]) -> str:
@@ -86,7 +73,7 @@ def render_diff(repo: GitRepo, changes: Iterable[FileChange]) -> str:
             out.write(_too_large(path, change, sizes))
             continue
         write_object_diff(
-            out, repo.store,
+            out, repo.objects,  # type: ignore[arg-type]
             (path if change.old else None, *(change.old or (None, None))),
             (path if change.new else None, *(change.new or (None, None))),
         )

@@ -55,7 +55,7 @@ def changed_paths(repo: GitRepo, old_tree: bytes | None,
             change.new.mode, change.new.sha)
         side = change.new if new is not None else change.old
         assert side is not None and side.path is not None  # a change has a side with a path
-        found[side.path.decode()] = (old, new)
+        found[side.path.decode("utf-8", "surrogateescape")] = (old, new)
     return found
 
 
