@@ -63,8 +63,8 @@ class IndexUpdate:
         """Take the lock and read the index.
 
         Raises:
-            GitStateError: the index is of a kind agentfs cannot update (e.g. a
-                split index), found before anything is committed.
+            GitStateError: an index agentfs cannot read (a broken split index, a
+                kind dulwich does not read either), found before anything is committed.
         """
         self._lock.acquire()
         try:

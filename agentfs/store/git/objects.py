@@ -60,8 +60,9 @@ class FileChangedError(GitStateError):
 
 
 class ObjectWriter:
-    """An object store view for `commit_tree_changes`: reads go to dulwich, writes are
-    lock-free."""
+    """The repository's objects as every agentfs reader and writer sees them: writes
+    are lock-free loose objects, reads go to dulwich's store under one lock (and
+    retry when a merge moved the object meanwhile)."""
 
     def __init__(self, store: Any, objects_dir: Path, *, durable: bool = False) -> None:
         self.store = store
@@ -179,14 +180,10 @@ class ObjectWriter:
 
     def _read_stored(self, sha: bytes) -> tuple[int, bytes]:
         with self._store_lock:
-            for attempt in range(READ_ATTEMPTS):
-                try:
-                    type_num, data = self.store.get_raw(sha)
-                    return type_num, data
-                except KeyError:
-                    if attempt == READ_ATTEMPTS - 1:
-                        raise
-        raise AssertionError("unreachable")
+            for _ in range(READ_ATTEMPTS - 1):
+                with contextlib.suppress(KeyError):
+                    return self.store.get_raw(sha)
+            return self.store.get_raw(sha)
 
     def forget_removed_packs(self) -> None:
         """Have dulwich close the packs it has open that were deleted (merged), so

@@ -263,12 +263,9 @@ class GitRepo:
 
     def branches(self, prefix: str) -> list[str]:
         """Branch names under `prefix` (e.g. `agentfs/demo/`)."""
-        base = b"refs/heads/" + prefix.encode()
-        return sorted(
-            (b"refs/heads/" + name).decode()[len("refs/heads/") :]
-            for name in self.repo.refs.keys(base=ids.ref(b"refs/heads/"))
-            if (b"refs/heads/" + name).startswith(base)
-        )
+        base = prefix.encode()
+        return sorted(name.decode() for name in self.repo.refs.keys(base=ids.ref(b"refs/heads/"))
+                      if name.startswith(base))
 
     def stat_cache(self) -> StatCache:
         """The index's stat data (`agentfs/store/git/index.py:StatCache`)."""
