@@ -17,7 +17,13 @@ from agentfs.store.fork import default_fork_id, fork_trace
 from agentfs.store.frontmatter import FrontmatterError, replace_body
 from agentfs.store.history import unanswered_calls
 from agentfs.store.inbox import save_in_inbox
-from agentfs.store.ingest import Rejected, SettingsCheck, finish_staged, take_file
+from agentfs.store.ingest import (
+    Rejected,
+    SettingsCheck,
+    finish_staged,
+    parse_dropped_text,
+    take_file,
+)
 from agentfs.store.messages import Message
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
@@ -51,7 +57,7 @@ class Edited:
 
 def post_message(trace: Trace, text: str, *, patience: float = 10.0,
                  run_holds_it: Callable[[], bool] = lambda: False,
-                 check: SettingsCheck | None = None) -> Posted:
+                 check: SettingsCheck | None = None, origin: str = "<message>") -> Posted:
     """Post a user message through the inbox's door: written atomically into
     `traces/ID/inbox/`, then taken at once as the next user message (one `user`
     commit), as `agentfs run` takes inbox files.
@@ -61,12 +67,19 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
     next step; it is never lost. Likewise if the head waits for tool results (the
     next run finishes that step first). The text is read as a dropped file is:
     frontmatter optional, its trace settings checked by `check`
-    (`agentfs/core/project.py:Project.drop_check`).
+    (`agentfs/core/project.py:Project.drop_check`), before anything is written:
+    text that cannot be a message is refused whether or not a run holds the
+    trace. A post refused once written (recovery refused an edit of the trace)
+    leaves nothing in the inbox.
 
     Raises:
-      AgentfsError: the text cannot be a message (the file is put aside in
-        `inbox/.rejected/` with a note), or recovery refused an edit of the trace.
+      MessageFileError: the text cannot be a message; errors name `origin`.
+      AgentfsError: recovery refused an edit of the trace, or the file was put
+        aside all the same (`inbox/.rejected/`, with a note).
     """
+    first = parse_dropped_text(origin, text.encode("utf-8", "surrogatepass"))
+    if check is not None:
+        check(first)
     file = save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir,
                          durable=trace.repo.durable)
     name = trace.rel(file)
@@ -85,8 +98,12 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
 
 def _take(trace: Trace, file, name: str, check: SettingsCheck | None) -> Posted:
     trace.reload()
-    trace.recover()
-    finish_staged(trace, check)
+    try:
+        trace.recover()
+        finish_staged(trace, check)
+    except Exception:
+        file.unlink(missing_ok=True)  # refused: a retry must not find it taken twice later
+        raise
     if trace.meta.side_queue is not None or unanswered_calls(trace.main_path()):
         # A tool step or a side-branch queue comes first (a new head would abandon the
         # queue): the next run finishes it, then takes the file.

@@ -15,6 +15,7 @@ from agentfs.core.options import RunnerOptions
 from agentfs.core.system_prompt import build_system_prompt
 from agentfs.errors import AgentfsError, MessageFileError, TraceExists, TraceLocked
 from agentfs.models.base import Model
+from agentfs.models.resolve import check_untrusted_model
 from agentfs.prices import PriceTable
 from agentfs.skills import SkillCatalog, load_skills
 from agentfs.store.atomic import atomic_write
@@ -105,7 +106,8 @@ class Project:
     def drop_check(self, skills: SkillCatalog | None = None) -> SettingsCheck:
         """The check every door applies to a dropped file's trace settings (see
         `check_trace_settings`)."""
-        return settings_check(self.config, skills or load_skills(self.workspace.skills_dir))
+        return settings_check(self.config, skills or load_skills(self.workspace.skills_dir),
+                              self.workspace.root)
 
     def new_trace(  # noqa: PLR0913 -- keyword-only options, each with its default
         self,
@@ -131,7 +133,7 @@ class Project:
         """
         skills = skills if skills is not None else load_skills(self.workspace.skills_dir)
         if first_message is not None:
-            settings_check(self.config, skills)(first_message)
+            settings_check(self.config, skills, self.workspace.root)(first_message)
             preset = preset or first_message.preset
             model = model or first_message.model
             inject_skills = list(inject_skills or [])
@@ -153,7 +155,7 @@ class Project:
             trace.commit_step("create", [system], summary=f"new trace ({meta.created_at})",
                               extra_paths=[trace.rel(keep)])
             if first_message is None:  # the claimed file that started it (see `start_trace`)
-                finish_staged(trace, settings_check(self.config, skills))
+                finish_staged(trace, settings_check(self.config, skills, self.workspace.root))
             else:
                 user = trace.new_message("user", first_message.content, **first_message.fields)
                 trace.commit_step("user", [user])
@@ -176,6 +178,7 @@ class Project:
         origin = self.workspace.root / staged.origin
         try:
             first = read_staged(staged, origin)
+            self.drop_check()(first)  # before the trace is made: a refusal makes none
             self.new_trace(trace_id, None, preset=first.preset, model=first.model,
                            inject_skills=list(first.inject_skills))
         except TraceExists:
@@ -211,12 +214,15 @@ def check_trace_settings(config: WorkspaceConfig, skills: SkillCatalog, preset: 
         skills.get(name)
 
 
-def settings_check(config: WorkspaceConfig, skills: SkillCatalog) -> SettingsCheck:
-    """`check_trace_settings` for the dropped files a door takes, wherever they go:
-    one file is accepted or refused alike by every door. Errors name the file."""
+def settings_check(config: WorkspaceConfig, skills: SkillCatalog, root: Path) -> SettingsCheck:
+    """`check_trace_settings` for the dropped files a door takes, wherever they go, and
+    their model (`agentfs/models/resolve.py:check_untrusted_model`, for the workspace
+    `root`): one file is accepted or refused alike by every door. Errors name the file."""
     def check(first: Dropped) -> None:
         try:
             check_trace_settings(config, skills, first.preset, first.inject_skills)
+            if first.model is not None:
+                check_untrusted_model(first.model, root=root)
         except AgentfsError as exc:
             raise MessageFileError(first.origin, exc.message, hint=exc.hint) from None
 

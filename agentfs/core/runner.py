@@ -199,7 +199,7 @@ class Runner:
         self.skills = (options.skills if options.skills is not None
                        else load_skills(workspace.skills_dir))
         self.options = replace(options, skills=self.skills)  # children share the catalog
-        self._drop_check = settings_check(self.config, self.skills)
+        self._drop_check = settings_check(self.config, self.skills, workspace.root)
         self.project = Project(workspace, repo, self.config)
         self.requests = RequestBuilder(self.config, model.name, on_event=options.on_event)
 

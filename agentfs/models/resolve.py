@@ -10,7 +10,7 @@ from agentfs.errors import ConfigError
 from agentfs.models.base import Model
 from agentfs.models.providers import ModelSpec, ProviderSettings, find_provider
 
-__all__ = ["ProviderSettings", "rebase_model_name", "resolve_model"]
+__all__ = ["ProviderSettings", "check_untrusted_model", "rebase_model_name", "resolve_model"]
 
 
 def rebase_model_name(name: str, *, base_dir: Path, root: Path) -> str:
@@ -25,6 +25,38 @@ def rebase_model_name(name: str, *, base_dir: Path, root: Path) -> str:
         return f"replay:{path.relative_to(root.resolve()).as_posix()}"
     except ValueError:
         return f"replay:{path}"
+
+
+def check_untrusted_model(name: str, *, root: Path) -> Path | None:
+    """Check a model name the person did not give themselves (a dropped file's
+    frontmatter, a request to the API): a known provider, and a replay script that
+    is a file of the workspace `root` (a relative path is taken from it), never one
+    elsewhere on the machine, whose text the run would write into the trace.
+    Returns the replay script's resolved path (None for other providers).
+
+    Raises:
+      ConfigError: the name is not `PROVIDER:REST`, names no known provider, or a
+        replay script outside the workspace.
+    """
+    provider, sep, rest = name.partition(":")
+    if not sep or not rest:
+        raise ConfigError(f"model {name!r} is not PROVIDER:NAME",
+                          hint="use replay:PATH, anthropic:MODEL-ID or openai:MODEL-ID")
+    find_provider(provider)
+    if provider != "replay":
+        return None
+    workspace = root.resolve()
+    try:
+        target = (workspace / rest).resolve()
+    except (ValueError, OSError) as exc:  # a NUL, a lone surrogate, a loop of links
+        raise ConfigError(f"model {name!r}: not a path to a replay script ({exc})",
+                          hint="give its path relative to the workspace, e.g. "
+                          "replay:scripts/x.json") from None
+    if not target.is_relative_to(workspace):
+        raise ConfigError(f"model {name!r}: a replay script named here must be a file of the "
+                          "workspace", hint="give its path relative to the workspace, e.g. "
+                          "replay:scripts/x.json, or name one elsewhere with --model")
+    return target
 
 
 def resolve_model(name: str, *, base_dir: Path, settings: ProviderSettings) -> Model:

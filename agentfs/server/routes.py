@@ -37,6 +37,7 @@ from agentfs.errors import (
     TraceNotFound,
 )
 from agentfs.models.base import Model
+from agentfs.models.resolve import check_untrusted_model
 from agentfs.prices import PriceTable
 from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
@@ -91,8 +92,12 @@ class Server:
     def model(self, trace: Trace | None, requested: str | None) -> Model:
         """The model as `agentfs run` chooses it; a bad `model` in the body is a 422."""
         meta = trace.meta if trace is not None else None
-        if requested and requested.startswith("replay:"):
-            requested = "replay:" + self._replay_path(requested.removeprefix("replay:"))
+        if requested:  # a replay script is a file of the workspace, found from its root
+            try:
+                script = check_untrusted_model(requested, root=self.project.workspace.root)
+            except ConfigError as exc:
+                raise ApiError(422, exc.message, exc.hint) from None
+            requested = f"replay:{script}" if script is not None else requested
         try:
             return self.choose_model(meta.model if meta else None, meta.preset if meta else None,
                                      requested)
@@ -100,19 +105,6 @@ class Server:
             if requested:
                 raise ApiError(422, f"model {requested!r}: {exc.message}", exc.hint) from None
             raise
-
-
-    def _replay_path(self, path: str) -> str:
-        """A replay script named over HTTP is a file of the workspace, its path taken
-        from the workspace's root (not the server's working directory): a request
-        cannot make the server open, and describe, any file of the machine."""
-        root = self.project.workspace.root.resolve()
-        target = (root / path).resolve()
-        if not target.is_relative_to(root):
-            raise ApiError(422, f"model 'replay:{path}': a replay script named over HTTP must "
-                           "be a file of the workspace",
-                           "give its path relative to the workspace, e.g. replay:scripts/x.json")
-        return str(target)
 
 
 # --- bodies -----------------------------------------------------------------------
@@ -333,17 +325,14 @@ def _message_routes(api: APIRouter, server: Server) -> None:
         # it is, the answer is a success (a client retrying an error would post twice).
         model = server.model(trace, body.model) if body.run else None
         posted = post_message(trace, body.text, check=server.project.drop_check(),
-                              run_holds_it=lambda: server.runs.running(trace.id))
+                              run_holds_it=lambda: server.runs.running(trace.id), origin="<api>")
         record: dict[str, Any] = {"trace": trace.id, "status": posted.status,
                                   "file": posted.file, "sequence": posted.sequence}
         if posted.status == "committed":
             server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
                                                        "head": posted.sequence})
         if model is not None and posted.status == "committed":
-            try:
-                record["run"] = server.runs.start(RunRequest(trace.id, model))
-            except TraceLocked as exc:  # the message is committed all the same
-                record["run"] = {"status": "not started", "error": exc.message, "hint": exc.hint}
+            record["run"] = _start_after_commit(server, RunRequest(trace.id, model))
         return JSONResponse(record, status_code=201 if posted.status == "committed" else 202)
 
     @api.post("/traces/{trace_id}/rewind", summary="Move the head back (`agentfs rewind`)")
@@ -480,7 +469,7 @@ def _run_routes(api: APIRouter, server: Server) -> None:
         record = {"trace": trace.id, "approval": _pending_record(answered)}
         if model is None:
             return JSONResponse(record)
-        outcome = server.runs.start(RunRequest(trace.id, model, approve="acting"))
+        outcome = _start_after_commit(server, RunRequest(trace.id, model, approve="acting"))
         return JSONResponse({**record, "run": outcome},
                             status_code=202 if outcome.get("status") == "running" else 200)
 
@@ -512,6 +501,16 @@ def _run_routes(api: APIRouter, server: Server) -> None:
             raise ApiError(409, "no pending knowledge items: nothing to evaluate",
                            "reflection (POST .../reflect) writes pending items")
         return _side_work(server, trace_id, body, "evaluate_knowledge", Runner.evaluate_knowledge)
+
+
+def _start_after_commit(server: Server, request: RunRequest) -> dict[str, Any]:
+    """Start a run once the request's change is committed: a trace another process
+    took meanwhile is a run not started, not an error (a client retrying the error
+    would be refused, or repeat the change)."""
+    try:
+        return server.runs.start(request)
+    except TraceLocked as exc:
+        return {"status": "not started", "error": exc.message, "hint": exc.hint}
 
 
 def _event_routes(api: APIRouter, server: Server) -> None:

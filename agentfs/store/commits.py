@@ -14,14 +14,12 @@ both work on these messages.
 from __future__ import annotations
 
 import enum
-import re
 from dataclasses import dataclass
 
-from agentfs.store.messages import Message
+from agentfs.store.messages import CONTROL_CHARACTERS, Message
 from agentfs.store.spent import Spent
 
 SUMMARY_WIDTH = 72
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 class StepKind(enum.StrEnum):
     """Kinds of step, each one commit (the `Agentfs-Kind` trailer)."""
@@ -70,8 +68,8 @@ class Step:
         if self.sequence is not None:
             trailers.append(f"Agentfs-Sequence: {self.sequence}")
         trailers.append(f"Agentfs-Kind: {self.kind}")
-        if self.goal_id:
-            trailers.append(f"Agentfs-Goal: {self.goal_id}")
+        if self.goal_id:  # one line by `Message`'s rule; a trailer never spans two
+            trailers.append(f"Agentfs-Goal: {one_line(self.goal_id, SUMMARY_WIDTH)}")
         if self.usage:
             trailers.append(f"Agentfs-Usage: {self.usage}")
         parts = [head]
@@ -115,7 +113,7 @@ def one_line(text: str, width: int) -> str:
     """First non-empty line of `text`, cut to `width` characters with an ellipsis.
     Control characters become spaces: a NUL in a commit message fails `git fsck`."""
     for raw in text.splitlines():
-        line = " ".join(_CONTROL.sub(" ", raw).split())
+        line = " ".join(CONTROL_CHARACTERS.sub(" ", raw).split())
         if line:
             if len(line) > width:
                 return line[: max(width - 1, 0)] + "…"

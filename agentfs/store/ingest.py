@@ -32,7 +32,13 @@ from agentfs.store.inbox import (
     unstage,
     waiting,
 )
-from agentfs.store.messages import Message, authored_fields, load_dropped, parse_dropped
+from agentfs.store.messages import (
+    CONTROL_CHARACTERS,
+    Message,
+    authored_fields,
+    load_dropped,
+    parse_dropped,
+)
 from agentfs.store.trace import Trace
 from agentfs.store.tracelock import TraceLock
 from agentfs.store.workspace import TRACE_ID, Workspace
@@ -134,6 +140,11 @@ def dropped(message: Message, origin: Path | str) -> Dropped:
         if key in fields and not (isinstance(fields[key], str) and fields[key]):
             raise MessageFileError(origin, f"{key} must be a name, not {fields[key]!r}",
                                    hint=f"write `{key}: NAME` or remove the line")
+    goal = fields.get("goal_id")
+    if goal is not None and CONTROL_CHARACTERS.search(goal):  # a message's goal_id is a str
+        raise MessageFileError(  # it becomes a commit trailer: one line, no NUL
+            origin, f"goal_id must be one line without control characters, not {goal!r:.80}",
+            hint="write `goal_id: ID` on one line (e.g. 1.2) or remove the line")
     skills = fields.get("inject_skills", [])
     skills = [skills] if isinstance(skills, str) else skills
     if not isinstance(skills, list) or not all(isinstance(s, str) and s for s in skills):

@@ -40,6 +40,8 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_SEQUENCE = 999_999_999
 
 FILE_NAME = re.compile(r"^(?P<sequence>\d{6,})-(?P<role>[a-z]+)\.(?P<ext>md|json)$")
+#: Characters no single-line field may hold (line breaks, NUL, other C0 and C1 controls).
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class UnwritableMessage(MessageFileError):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentfs.core.project import Project
-from agentfs.errors import AgentfsError
+from agentfs.errors import AgentfsError, MessageFileError
 from agentfs.store.inbox import EMPTY_GRACE, SettleClock, save_in_inbox, stage, staged_in
 from agentfs.store.ingest import (
     Rejected,
@@ -387,9 +387,11 @@ def test_a_bad_dropped_file_is_refused_alike_by_every_door(project, trace, tmp_p
     with trace.lock():
         report = take_waiting(trace, SettleClock(0), check=project.drop_check())
     assert report.taken == [] and len(report.rejected) == 1
-    # the API's post
-    with pytest.raises(AgentfsError, match="not taken"):
+    # the API's post: refused before it is written, so nothing is put aside either
+    inbox = sorted(trace.inbox_dir.rglob("*"))
+    with pytest.raises(MessageFileError, match="<message>"):
         post_message(fresh(project), text, check=project.drop_check())
+    assert sorted(trace.inbox_dir.rglob("*")) == inbox
     # `agentfs run -m` and `agentfs new -f`
     script = tmp_path / "script.json"
     script.write_text('{"turns": [{"text": "ok"}]}')
