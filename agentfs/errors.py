@@ -57,6 +57,10 @@ class TraceExists(AgentfsError):
     """A trace with that id exists already (creating it again would overwrite it)."""
 
 
+class NotDefined(AgentfsError):
+    """A name the workspace does not define: a preset of agentfs.toml, a skill."""
+
+
 class GitStateError(AgentfsError):
     """The repository is in a state agentfs cannot commit to (e.g. HEAD not on main)."""
 

@@ -13,11 +13,17 @@ from agentfs.config import DEFAULT_CONFIG_TEXT, DEFAULT_MODEL, WorkspaceConfig
 from agentfs.core.doctor import load_valid_config
 from agentfs.core.options import RunnerOptions
 from agentfs.core.system_prompt import build_system_prompt
-from agentfs.errors import AgentfsError, MessageFileError, TraceExists, TraceLocked
+from agentfs.errors import (
+    AgentfsError,
+    MessageFileError,
+    NotDefined,
+    TraceExists,
+    TraceLocked,
+)
 from agentfs.models.base import Model
 from agentfs.models.resolve import check_untrusted_model
 from agentfs.prices import PriceTable
-from agentfs.skills import SkillCatalog, load_skills
+from agentfs.skills import SkillCatalog, SkillError, load_skills
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step
 from agentfs.store.git.repo import GitRepo, init_repo
@@ -102,6 +108,15 @@ class Project:
         trace = Trace(self.workspace, self.repo, self.workspace.resolve_trace(ref))
         trace.check_folders()
         return trace
+
+    def check_settings(self, preset: str | None, inject_skills: Iterable[str]) -> None:
+        """`check_trace_settings` against this workspace's config and skills.
+
+        Raises:
+            NotDefined: naming the preset or skill and where to define it.
+        """
+        check_trace_settings(self.config, load_skills(self.workspace.skills_dir), preset,
+                             inject_skills)
 
     def drop_check(self, skills: SkillCatalog | None = None) -> SettingsCheck:
         """The check every door applies to a dropped file's trace settings (see
@@ -202,16 +217,19 @@ def check_trace_settings(config: WorkspaceConfig, skills: SkillCatalog, preset: 
     """Refuse a preset that agentfs.toml does not define, or a skill that is not found.
 
     Raises:
-        AgentfsError: naming the preset or skill and where to define it.
+        NotDefined: naming the preset or skill and where to define it.
     """
     if preset is not None and preset not in config.presets:
         known = ", ".join(config.presets) or "none defined"
-        raise AgentfsError(
+        raise NotDefined(
             f"unknown preset {preset!r} (presets: {known})",
             hint=f"define [presets.{preset}] in {CONFIG_FILE}",
         )
     for name in inject_skills:
-        skills.get(name)
+        try:
+            skills.get(name)
+        except SkillError as exc:
+            raise NotDefined(exc.message, hint=exc.hint) from None
 
 
 def settings_check(config: WorkspaceConfig, skills: SkillCatalog, root: Path) -> SettingsCheck:

@@ -20,6 +20,7 @@ from agentfs.errors import (
     ConfigError,
     MessageFileError,
     ModelError,
+    NotDefined,
     TraceLocked,
     TraceNotFound,
 )
@@ -48,7 +49,7 @@ def status_of(exc: AgentfsError) -> int:
         return 404
     if isinstance(exc, TraceLocked):
         return 409
-    if isinstance(exc, MessageFileError):
+    if isinstance(exc, MessageFileError | NotDefined):
         return 422
     if isinstance(exc, ModelError):
         return 502  # the model failed after its retries, or cannot be set up
@@ -104,6 +105,10 @@ def create_app(project: Project, choose_model: ChooseModel, *, access: Access | 
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI could not decode the body into JSON at all
+            return _error(422, "bad request: body: not JSON in UTF-8 (bytes that are not "
+                          "UTF-8, another charset, or nested too deep to read)",
+                          "send a JSON object encoded in UTF-8")
         hint = "GET /openapi.json lists the API" if exc.status_code in (404, 405) else None
         response = _error(exc.status_code, str(exc.detail), hint)
         response.headers.update(exc.headers or {})  # e.g. Allow, with a 405

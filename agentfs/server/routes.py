@@ -449,6 +449,8 @@ def _run_routes(api: APIRouter, server: Server) -> None:
     def start_run(trace_id: str, body: RunBody | None = None) -> JSONResponse:
         body = body or RunBody()
         trace = server.trace(trace_id)
+        if body.inject_skills:  # a skill that is not found is a bad body, before the run
+            server.project.check_settings(None, body.inject_skills)
         outcome = server.runs.start(RunRequest(
             trace.id, server.model(trace, body.model), max_iterations=body.max_iterations,
             inject_skills=tuple(body.inject_skills),

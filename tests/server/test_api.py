@@ -131,6 +131,13 @@ def test_errors_are_json_with_the_right_status(served: Served):
         check(client.post("/api/traces/t/messages", content=b"{not json", headers=headers),
               422, "body: not valid JSON")
         check(client.post("/api/traces/t/messages", json={"text": 5}), 422, "text")
+        for body in (b'{"text": "caf\xe9"}', b"[" * 50_000 + b"]" * 50_000):  # latin-1; deep
+            check(client.post("/api/traces/t/messages", content=body, headers=headers),
+                  422, "body: not JSON in UTF-8")
+        check(client.post("/api/traces", json={"id": "p", "text": "hi", "preset": "nope"}),
+              422, "unknown preset 'nope'")
+        check(client.post("/api/traces/t/run", json={"inject_skills": ["nope"]}), 422,
+              "unknown skill 'nope'")
         check(client.post("/api/traces/t/messages", json={"text": ""}), 422, "text")
         check(client.post("/api/traces/t/messages", json={"text": "x", "extra": 1}), 422,
               "extra")
