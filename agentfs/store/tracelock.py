@@ -32,9 +32,11 @@ class TraceLock(Lock):
         if not self._lock.acquire():
             holder = read_holder(self.path)
             who = f" by pid {holder['pid']} on {holder['host']}" if holder else ""
+            # a run holds it until it ends; a post, rewind, edit or fork for a moment
             raise TraceLocked(
-                f"trace {self.trace_id!r} is being run{who}",
-                hint="wait for that run to finish, or stop it (Ctrl-C) first",
+                f"trace {self.trace_id!r} is in use{who}",
+                hint="a run holds it until it ends: wait, or stop it (Ctrl-C); a post, "
+                "rewind or edit only for a moment: try again",
             ) from None
         record = {"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}
         assert self._lock.fd is not None

@@ -420,10 +420,10 @@ def test_a_trace_another_process_runs_is_refused_per_turn_and_the_session_goes_o
     with TraceLock(root / ".git" / "agentfs" / "locks", "t6"):  # another runner holds it
         chat.expect("Resume it now? [Y/n] ")
         chat.line("y")
-        chat.expect(f"agentfs: error: trace 't6' is being run by pid {os.getpid()}")
+        chat.expect(f"agentfs: error: trace 't6' is in use by pid {os.getpid()}")
         chat.expect("t6> ")
         chat.line("more")
-        chat.expect("is being run by pid")
+        chat.expect("is in use by pid")
         chat.expect("t6> ")
     chat.line("/resume")
     chat.expect("Hello! This is the first answer.")
