@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 from collections.abc import Container, Iterable
 from dataclasses import dataclass
+from stat import S_IFMT
 
 from dulwich.patch import write_object_diff
 
@@ -72,11 +73,16 @@ def render_diff(repo: GitRepo, changes: Iterable[FileChange]) -> str:
         if max(sizes) > DIFF_MAX_BYTES:
             out.write(_too_large(path, change, sizes))
             continue
-        write_object_diff(
-            out, repo.objects,  # type: ignore[arg-type]
-            (path if change.old else None, *(change.old or (None, None))),
-            (path if change.new else None, *(change.new or (None, None))),
-        )
+        old, new = change.old, change.new
+        # a file made a link (or back) is shown as `git show` shows it: deleted, then added
+        pairs = ([(old, None), (None, new)] if old and new and S_IFMT(old[0]) != S_IFMT(new[0])
+                 else [(old, new)])
+        for before, after in pairs:
+            write_object_diff(
+                out, repo.objects,  # type: ignore[arg-type]
+                (path if before else None, *(before or (None, None))),
+                (path if after else None, *(after or (None, None))),
+            )
     return out.getvalue().decode("utf-8", "replace")
 
 

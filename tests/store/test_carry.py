@@ -84,3 +84,23 @@ def test_merge_keeps_both_sides_of_a_real_conflict_and_resolves_what_it_can(repo
     assert git(repo, "show", f"{sha}:traces/a/m1.md") == "both\n"
     assert git(repo, "log", "--format=%P", "-1", sha).split() == [ours, theirs]
     git(repo, "fsck", "--strict", "--no-dangling")
+
+
+def test_a_file_made_a_link_is_one_change_shown_as_git_shows_it(repo):
+    """dulwich reports a type change as a deletion and an addition of one path; read as
+    one change, it is carried without a false conflict, and diffed as `git show` does."""
+    from agentfs.store.stepdiff import changed_files, render_diff
+
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "shared.md").unlink()
+    (repo / "shared.md").symlink_to("traces/a/m1.md")
+    git(repo, "add", "shared.md")
+    git(repo, "commit", "-qm", "a link now")
+    tip = git(repo, "rev-parse", "HEAD").strip()
+    git_repo = GitRepo(repo)
+    [change] = changed_files(git_repo, tip.encode(), outside=None)
+    assert (change.path, change.old[0], change.new[0]) == ("shared.md", 0o100644, 0o120000)
+    shown = git(repo, "show", "--format=", tip)
+    assert render_diff(git_repo, [change]) == shown
+    carried = carry(git_repo, [tip.encode()], base.encode())  # onto its own parent
+    assert git(repo, "ls-tree", carried.decode(), "shared.md").startswith("120000")

@@ -49,13 +49,17 @@ def changed_paths(repo: GitRepo, old_tree: bytes | None,
     found: dict[str, tuple[Entry | None, Entry | None]] = {}
     # through the locked view: dulwich's own store is not safe while a packer merges
     for change in tree_changes(repo.objects, old_tree, new_tree):  # type: ignore[arg-type]
-        old = None if change.old is None or change.old.sha is None else (
+        old: Entry | None = None if change.old is None or change.old.sha is None else (
             change.old.mode, change.old.sha)
-        new = None if change.new is None or change.new.sha is None else (
+        new: Entry | None = None if change.new is None or change.new.sha is None else (
             change.new.mode, change.new.sha)
         side = change.new if new is not None else change.old
         assert side is not None and side.path is not None  # a change has a side with a path
-        found[side.path.decode("utf-8", "surrogateescape")] = (old, new)
+        path = side.path.decode("utf-8", "surrogateescape")
+        if path in found:  # a file made a link (or back): dulwich says delete, then add
+            was_old, was_new = found[path]
+            old, new = was_old or old, was_new or new
+        found[path] = (old, new)
     return found
 
 
