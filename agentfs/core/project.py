@@ -193,9 +193,10 @@ class Project:
         origin = self.workspace.root / staged.origin
         try:
             first = read_staged(staged, origin)
-            self.drop_check()(first)  # before the trace is made: a refusal makes none
+            skills = load_skills(self.workspace.skills_dir)  # read once, for both
+            self.drop_check(skills)(first)  # before the trace is made: a refusal makes none
             self.new_trace(trace_id, None, preset=first.preset, model=first.model,
-                           inject_skills=list(first.inject_skills))
+                           skills=skills, inject_skills=list(first.inject_skills))
         except TraceExists:
             return trace_id
         except TraceLocked:

@@ -68,7 +68,7 @@ class Step:
         if self.sequence is not None:
             trailers.append(f"Agentfs-Sequence: {self.sequence}")
         trailers.append(f"Agentfs-Kind: {self.kind}")
-        if self.goal_id:  # one line by `Message`'s rule; a trailer never spans two
+        if self.goal_id:  # a message file may hold any; a trailer never spans two lines
             trailers.append(f"Agentfs-Goal: {one_line(self.goal_id, SUMMARY_WIDTH)}")
         if self.usage:
             trailers.append(f"Agentfs-Usage: {self.usage}")
