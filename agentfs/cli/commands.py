@@ -102,7 +102,7 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
     elif file is not None:
         first = read_dropped(file)
     else:
-        first = parse_dropped_text("<-m>", _text_or_stdin(message or "").encode())
+        first = parse_dropped_text("<-m>", _text_or_stdin(message or ""))
     trace = project.new_trace(trace_id, first, preset=preset, model=model)
     click.echo(f"created trace {trace.id} in {trace.dir}")
 
@@ -179,8 +179,9 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
 
 
 def _text_or_stdin(text: str) -> str:
-    """`-` stands for standard input, as in most commands."""
-    return sys.stdin.read() if text == "-" else text
+    """`-` stands for standard input, as in most commands. Bytes that are not UTF-8
+    are kept as Python keeps them in arguments, for the message's reader to refuse."""
+    return sys.stdin.buffer.read().decode("utf-8", "surrogateescape") if text == "-" else text
 
 
 def _say_waiting(project: Project, trace_id: str) -> None:

@@ -24,7 +24,7 @@ from agentfs.store.ingest import (
     parse_dropped_text,
     take_file,
 )
-from agentfs.store.messages import Message
+from agentfs.store.messages import Message, utf8
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import GOALS_FILE
 
@@ -77,7 +77,7 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
       AgentfsError: recovery refused an edit of the trace, or the file was put
         aside all the same (`inbox/.rejected/`, with a note).
     """
-    first = parse_dropped_text(origin, text.encode("utf-8", "surrogatepass"))
+    first = parse_dropped_text(origin, text)
     if check is not None:
         check(first)
     file = save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir,
@@ -196,7 +196,7 @@ def _edited_bytes(name: str, message: Message, before: bytes, text: str) -> byte
     """The file `name` with its text replaced, as an editor would save it."""
     if message.file_ext == "md":
         try:
-            return replace_body(before.decode(), text).encode()
+            return utf8(replace_body(before.decode(), text), name)
         except FrontmatterError as exc:
             raise MessageFileError(name, exc.message, hint=exc.hint) from None
     content: object = text
@@ -208,4 +208,4 @@ def _edited_bytes(name: str, message: Message, before: bytes, text: str) -> byte
                                    f"{exc}", hint="send JSON, or edit the file") from None
     fields = json.loads(before)
     fields["content"] = content
-    return (json.dumps(fields, indent=2, ensure_ascii=False) + "\n").encode()
+    return utf8(json.dumps(fields, indent=2, ensure_ascii=False) + "\n", name)

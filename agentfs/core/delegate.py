@@ -86,7 +86,7 @@ def run_child(parent: Trace, task: str, name: str | None, *, project: Project, m
     while f"{parent.id}--{slug}-{number}" in existing:
         number += 1
     child_id = f"{parent.id}--{slug}-{number}"
-    child = project.new_trace(child_id, parse_dropped_text("<message>", task.encode()),
+    child = project.new_trace(child_id, parse_dropped_text("<message>", task),
                               skills=options.skills)
     collaborators[child_id] = Collaborator(trace=child_id, task=task[:200])
     emit("delegate", trace=parent.id, child=child_id)

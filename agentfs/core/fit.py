@@ -8,6 +8,12 @@ call's input is replaced by a note, and that call is answered with an error
 instead of being run (`refused_reason`), so the model can try again in parts.
 Text is cut with a visible marker; thinking blocks go last, and only if
 nothing else makes the turn fit.
+
+Text that is not valid Unicode (a lone surrogate, which a JSON escape such as
+`\\ud800` gives and no UTF-8 file can hold) is dealt with first, the same way: a
+tool call whose input holds one is not run, its input replaced by a note; the
+text holds U+FFFD in its place; a thinking block holding one is dropped (its
+signature would no longer match it).
 """
 
 from __future__ import annotations
@@ -15,7 +21,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentfs.store.messages import MAX_MESSAGE_BYTES, Message, UnwritableMessage, render_message
+from agentfs.store.messages import (
+    MAX_MESSAGE_BYTES,
+    Message,
+    UnwritableMessage,
+    render_message,
+    valid_unicode,
+)
 from agentfs.tools.base import cut_text
 
 __all__ = ["REFUSED_INPUT_KEY", "fit_turn", "refused_reason"]
@@ -26,6 +38,9 @@ REFUSED_INPUT_KEY = "agentfs_refused_input"
 
 def fit_turn(message: Message) -> Message:
     """`message` if it can be written, else a copy that can (see the module docstring)."""
+    if _fits(message):
+        return message
+    message = _valid_unicode(message)
     if _fits(message):
         return message
     calls = [
@@ -55,6 +70,34 @@ def _refusal(arguments: dict[str, Any]) -> str:
     return (f"not run: this call's input ({size}) was too large or too deep for agentfs to "
             "store, so it was replaced by this note. Call the tool again with smaller input, "
             "for example writing a file in parts with append.")
+
+
+#: The note stored in place of a tool input that is not valid Unicode.
+NOT_UNICODE = ("not run: this call's input holds text that is not valid Unicode (a lone "
+               "surrogate escape such as \\ud800), which agentfs cannot store, so it was "
+               "replaced by this note. Call the tool again with the text as plain characters.")
+
+
+def _valid_unicode(message: Message) -> Message:
+    """`message` without lone surrogates (see the module docstring)."""
+    calls = [call if _is_unicode(call.input)
+             else call.model_copy(update={"input": {REFUSED_INPUT_KEY: NOT_UNICODE}})
+             for call in message.tool_calls or []]
+    thinking = [block for block in message.thinking or [] if _is_unicode(block)]
+    return message.model_copy(update={
+        "content": valid_unicode(message.content), "tool_calls": calls or None,
+        "thinking": thinking or None, "blocks": valid_unicode(message.blocks)})
+
+
+def _is_unicode(data: object) -> bool:
+    """False if `data` holds a lone surrogate; other problems are left to the size checks."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    except (TypeError, ValueError, RecursionError):
+        pass
+    return True
 
 
 def _fits(message: Message) -> bool:

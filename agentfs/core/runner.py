@@ -72,7 +72,7 @@ from agentfs.store.ingest import (
     parse_dropped_text,
     take_waiting,
 )
-from agentfs.store.messages import Message, ToolCall
+from agentfs.store.messages import Message, ToolCall, valid_unicode
 from agentfs.store.spent import Spent
 from agentfs.store.trace import Trace
 from agentfs.store.workspace import Workspace
@@ -173,7 +173,7 @@ class _CallSink:
 
     def __call__(self, text: str) -> None:
         if self.on_text is not None:
-            self.on_text(text)
+            self.on_text(valid_unicode(text))  # printable: a lone surrogate is U+FFFD
 
     def retrying(self, notice: RetryNotice) -> None:
         if callable(getattr(self.on_text, "retrying", None)):  # a delegated child's sink
@@ -258,7 +258,7 @@ class Runner:
         if skill_recency_threshold < 1:
             raise AgentfsError("skill_recency_threshold must be at least 1")
         system, texts = _split_messages(messages)
-        given = [parse_dropped_text("<message>", t.encode()) for t in texts]
+        given = [parse_dropped_text("<message>", t) for t in texts]
         for text in given:  # as the inbox's door would, before anything is written
             self._drop_check(text)
         trace = Trace(self.workspace, self.repo, trace_id)
@@ -576,9 +576,9 @@ class Runner:
         response = self.model.complete(request, self.on_text)
         self.requests.note_estimate(response, request)
         result.iterations += 1
-        result.final_text = response.text
         assistant = self._persist_response(session, response, stale_skills,
                                            request.call_index + 1, started)
+        result.final_text = assistant.text  # as stored (`fit_turn`)
         result.steps.append("assistant")
         return assistant
 

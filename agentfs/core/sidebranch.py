@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
+from agentfs.core.fit import fit_turn, refused_reason
 from agentfs.core.goals import GoalTree
 from agentfs.core.usage import turn_timing
 from agentfs.errors import AgentfsError
@@ -170,6 +171,7 @@ def run_branch(
             timing=turn_timing(response, started), stop_reason=response.stop_reason, thinking=response.thinking,
             **({"blocks": kept_blocks} if kept_blocks else {}), **fields,
         )
+        answer = fit_turn(answer)  # an oversized input, or one no file can hold, is not run
         answer.parent_sequence = sent[-1].sequence
         trace.commit_to_branch(step.branch, [answer])
         sent.append(answer)
@@ -177,7 +179,10 @@ def run_branch(
 
 def _run_call(work: SideWork, step: QueueStep, call: ToolCall, context: ToolContext, *,
               runnable: Collection[str], fields: dict[str, str]) -> Message:
-    if call.name in runnable:
+    refused = refused_reason(call.input)
+    if refused is not None:
+        content, is_error = refused, True
+    elif call.name in runnable:
         outcome = work.tools.call(call.name, call.input, context)
         content, is_error = outcome.content, outcome.is_error
     else:

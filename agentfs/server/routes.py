@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentfs.core.actions import edit_message, fork, post_message, rewind
 from agentfs.core.approval import answer_waiting
@@ -43,7 +43,7 @@ from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
 from agentfs.store.approval import Answer, PendingApproval
 from agentfs.store.ingest import parse_dropped_text
-from agentfs.store.messages import Message
+from agentfs.store.messages import LONE_SURROGATE, Message
 from agentfs.store.stepdiff import message_diff
 from agentfs.store.steplog import trace_log
 from agentfs.store.trace import Trace, TraceView
@@ -115,6 +115,16 @@ MODEL_NAME = r"^[A-Za-z0-9_-]+:.+$"
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _unicode(cls, value: object) -> object:
+        """Text a file can hold: JSON may escape a lone surrogate ("\\ud800"); UTF-8 cannot."""
+        if any(isinstance(text, str) and LONE_SURROGATE.search(text)
+               for text in (value if isinstance(value, list) else [value])):
+            raise ValueError("is not valid Unicode: it holds a lone surrogate "
+                             "(an escape from \\ud800 to \\udfff)")
+        return value
 
 
 class ErrorBody(BaseModel):
@@ -275,7 +285,7 @@ def _trace_routes(api: APIRouter, server: Server) -> None:
                            f"post to it: POST /api/traces/{body.id}/messages")
         if body.model is not None:
             server.model(None, body.model)  # a name this server cannot use is a 422 now
-        first = parse_dropped_text("<api>", body.text.encode())
+        first = parse_dropped_text("<api>", body.text)
         trace = project.new_trace(body.id, first, preset=body.preset, model=body.model)
         server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
                                                    "head": trace.meta.head})

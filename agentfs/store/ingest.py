@@ -168,9 +168,13 @@ def read_dropped(path: Path, origin: Path | str | None = None) -> Dropped:
         raise MessageFileError(origin, problem, hint=exc.hint) from None
 
 
-def parse_dropped_text(label: str, data: bytes) -> Dropped:
+def parse_dropped_text(label: str, data: str | bytes) -> Dropped:
     """Text given as a message (`-m`, standard input, the API) read as a dropped file
-    is; errors name `label` (e.g. `<-m>`)."""
+    is; errors name `label` (e.g. `<-m>`). Text holding a lone surrogate (bytes of an
+    argument that are not UTF-8, a JSON escape such as "\\ud800") is refused as a
+    file that is not UTF-8 is."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")  # kept, for the reader to refuse
     return dropped(parse_dropped(Path(label), data), label)
 
 

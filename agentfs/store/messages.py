@@ -42,6 +42,9 @@ MAX_SEQUENCE = 999_999_999
 FILE_NAME = re.compile(r"^(?P<sequence>\d{6,})-(?P<role>[a-z]+)\.(?P<ext>md|json)$")
 #: Characters no single-line field may hold (line breaks, NUL, other C0 and C1 controls).
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: What no UTF-8 text holds: a lone surrogate, as Python decodes bytes that are not
+#: UTF-8 (a file name, an argument) or reads a JSON escape such as "\ud800".
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class UnwritableMessage(MessageFileError):
@@ -195,6 +198,8 @@ def workspace_path_problem(path: str) -> str | None:
         return "it is empty"
     if "\x00" in path or "\\" in path:
         return "it holds a NUL or a backslash"
+    if LONE_SURROGATE.search(path):
+        return "it is not valid UTF-8"
     if path.startswith("/"):
         return "it is absolute"
     parts = path.split("/")
@@ -263,13 +268,51 @@ def render_message(message: Message) -> bytes:
             text = json.dumps(fields, indent=2, ensure_ascii=False) + "\n"
         else:
             text = render(fields, message.content)
+        encoded = utf8(text, name)
     except FrontmatterError as exc:
         error = MessageTooLarge if exc.kind is Problem.TOO_LARGE else UnwritableMessage
         raise error(name, exc.message, hint=exc.hint) from None
-    encoded = text.encode()
+    except UnicodeEncodeError:  # YAML's emitter encodes as it writes
+        raise _not_unicode(name) from None
     if len(encoded) > MAX_MESSAGE_BYTES:
         raise MessageTooLarge(name, _over_limit(len(encoded)), hint=_SIZE_HINT)
     return encoded
+
+
+def utf8(text: str, name: str | Path) -> bytes:
+    """`text` as the UTF-8 of message file `name`.
+
+    Raises:
+        UnwritableMessage: it holds a lone surrogate (`LONE_SURROGATE`), which no
+            UTF-8 file can.
+    """
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        raise _not_unicode(name) from None
+
+
+def _not_unicode(name: str | Path) -> UnwritableMessage:
+    return UnwritableMessage(
+        name, "cannot be written: its text is not valid Unicode (it holds a lone surrogate, "
+        "U+D800 to U+DFFF, as a JSON escape such as \\ud800 makes)",
+        hint="send the text as UTF-8, without lone surrogate escapes")
+
+
+def valid_unicode(value: Any) -> Any:
+    """Text, or JSON data, with each lone surrogate replaced by U+FFFD (`value` itself
+    if it holds none) and each pair of them joined: what a file can hold of text
+    agentfs takes as it comes (a model's turn, a tool's result)."""
+    if isinstance(value, str):
+        if LONE_SURROGATE.search(value) is None:
+            return value
+        # a pair split in two (two JSON escapes read apart) is joined again
+        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    if isinstance(value, list):
+        return [valid_unicode(item) for item in value]
+    if isinstance(value, dict):
+        return {valid_unicode(key): valid_unicode(item) for key, item in value.items()}
+    return value
 
 
 def _digest(message: Message) -> bytes:

@@ -17,7 +17,7 @@ from agentfs.errors import AgentfsError
 from agentfs.models.base import ToolSpec
 from agentfs.store.atomic import atomic_write, atomic_write_at
 from agentfs.store.frontmatter import FrontmatterError, check_depth
-from agentfs.store.messages import MAX_MESSAGE_BYTES
+from agentfs.store.messages import MAX_MESSAGE_BYTES, valid_unicode
 
 __all__ = [
     "TOOL_RESULT_MAX_BYTES",
@@ -195,7 +195,15 @@ class ToolRegistry:
 def _bounded(name: str, result: ToolResult) -> ToolResult:
     """`result` as the store can write it: content cut to `TOOL_RESULT_MAX_BYTES`, and
     JSON data too large or too deeply nested turned into its indented text, cut.
-    Content that is not JSON data is an error."""
+    Content that is not JSON data is an error. Text that is not valid Unicode (a
+    lone surrogate: a file name that is not UTF-8, a JSON escape) holds U+FFFD in
+    its place."""
+    bounded = _cut(name, result)
+    content = valid_unicode(bounded.content)
+    return bounded if content is bounded.content else ToolResult(content, bounded.is_error)
+
+
+def _cut(name: str, result: ToolResult) -> ToolResult:
     hint = f"one tool result holds at most {TOOL_RESULT_MAX_BYTES:,} bytes; ask {name} for less"
     content = result.content
     if isinstance(content, str):

@@ -85,9 +85,15 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
                            limits=bounded, user=chosen.user, sandbox_sets_user=chosen.idmapped)
         after = _snapshot(root)
         changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
-        # a name the message format refuses (a backslash, `.Git/`) is left uncommitted
-        context.changed.update(p for p in not_ignored(root, changed)
-                               if workspace_path_problem(p) is None)
+        # a name the message format refuses (not UTF-8, a backslash, `.Git/`) is left
+        # uncommitted, and the result says so
+        unstored = []
+        for path in sorted(not_ignored(root, changed)):
+            problem = workspace_path_problem(path)
+            if problem is None:
+                context.changed.add(path)
+            else:
+                unstored.append(f"{_shown(path)} ({problem})")
         if done.returncode is None:
             status, failed = f"killed after {timeout:g}s (timeout)", True
         else:
@@ -96,6 +102,10 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         if len(text) > output_limit or done.dropped:
             rest = len(text[output_limit:].encode("utf-8")) + done.dropped
             text = f"{text[:output_limit]}\n{cut_marker(rest, CUT_HINT)}"
+        if unstored:
+            more = f" and {len(unstored) - 3} more" if len(unstored) > 3 else ""
+            text = (f"{text.rstrip()}\n[not committed, names agentfs cannot store: "
+                    f"{', '.join(unstored[:3])}{more}]")
         return ToolResult(f"{text.rstrip()}\n[{status}]".lstrip("\n"), is_error=failed)
 
     return Tool(
@@ -107,6 +117,12 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         schema({"command": {"type": "string"}}, ["command"]),
         run,
     )
+
+
+def _shown(path: str) -> str:
+    """A path as a quoted line of text: bytes that are not UTF-8 as `\\xNN`, controls
+    escaped."""
+    return repr(path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
 
 
 def _limited(limits: Limits) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,12 @@ def test_a_message_that_is_not_utf8_is_refused_before_anything_is_written(ws):
         done = run_cli("run", trace, "-m", "caf\udcff", cwd=ws, check=False)  # argv byte 0xff
         assert done.returncode == 1
         assert "is not valid UTF-8 text (at character 3); nothing was written" in done.stderr
+    done = run_cli("new", "fresh", "-m", "caf\udcff", cwd=ws, check=False)
+    assert done.returncode == 1 and "<-m>: not valid UTF-8 (byte 3)" in done.stderr
+    piped = subprocess.run([sys.executable, "-m", "agentfs", "new", "fresh", "-m", "-"],
+                           cwd=ws, input=b"caf\xff", capture_output=True, check=False)
+    assert piped.returncode == 1 and b"<-m>: not valid UTF-8 (byte 3)" in piped.stderr
+    assert not (ws / "traces" / "fresh").exists()
     assert git(ws, "rev-parse", "HEAD") == before
     assert_git_clean(ws)
 

@@ -1,9 +1,13 @@
-"""A model turn too large or too deep to store is made to fit, never stored unreadable."""
+"""A model turn too large or too deep to store, or not valid Unicode, is made to fit,
+never stored unreadable."""
 
 from __future__ import annotations
 
-from agentfs.core.fit import REFUSED_INPUT_KEY
-from agentfs.store.messages import MAX_MESSAGE_BYTES
+from agentfs.core.fit import NOT_UNICODE, REFUSED_INPUT_KEY
+from agentfs.core.runner import Runner
+from agentfs.models.base import ModelResponse
+from agentfs.store.messages import MAX_MESSAGE_BYTES, ToolCall
+from agentfs.testing import ScriptedModel
 from tests.conftest import assert_git_clean, user
 from tests.core.test_runner import make_runner
 
@@ -46,3 +50,34 @@ def test_a_tool_input_nested_too_deep_is_answered_not_run(project, write_script)
     assert path[2].tool_calls[0].input.keys() == {REFUSED_INPUT_KEY}
     assert path[3].is_error and path[-1].text == "fine"
     assert_git_clean(project.workspace.root)
+
+
+def test_a_turn_that_is_not_valid_unicode_is_stored_readable_and_its_call_is_not_run(project):
+    """JSON may escape what UTF-8 cannot hold (a lone surrogate): such text is stored
+    with U+FFFD, and a call whose input holds it is answered instead of run."""
+    project.new_trace("t", user("go"))
+    shown: list[str] = []
+    model = ScriptedModel(
+        ModelResponse(
+            text="caf\udce9, \ud83d\ude00, \ud800",  # a pair read apart joins again
+            thinking=[{"type": "thinking", "thinking": "hm \ud800", "signature": "sig"}],
+            tool_calls=[ToolCall(id="c1", name="write_file",
+                                 input={"path": "odd\udce9.txt", "content": "x"}),
+                        ToolCall(id="c2", name="write_file",
+                                 input={"path": "fine.txt", "content": "ok\n"})]),
+        "done")
+    result = Runner(project.workspace, project.repo, model, config=project.config,
+                    on_text=shown.append).run("t")
+    path = project.trace("t").main_path()  # every file loads
+    turn = path[2]
+    assert turn.text == "caf\ufffd, \U0001f600, \ufffd" == shown[0]  # streamed as stored
+    assert turn.thinking is None  # changed, its signature would no longer hold
+    assert turn.tool_calls[0].input == {REFUSED_INPUT_KEY: NOT_UNICODE}
+    assert turn.tool_calls[1].input == {"path": "fine.txt", "content": "ok\n"}
+    refused, written = (m for m in path if m.role == "tool")
+    assert refused.is_error and refused.text == NOT_UNICODE
+    assert not written.is_error and written.files_changed == ["fine.txt"]
+    root = project.workspace.root
+    assert sorted(p.name for p in root.iterdir() if p.suffix == ".txt") == ["fine.txt"]
+    assert path[-1].text == "done" == result.final_text
+    assert_git_clean(root)

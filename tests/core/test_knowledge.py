@@ -48,6 +48,28 @@ def test_completion_reflection_saves_pending_items(workspace, write_script):
     assert_git_clean(workspace)
 
 
+def test_a_side_branch_turn_that_is_not_valid_unicode_is_stored_readable(workspace, write_script):
+    """As on the main path (`agentfs/core/fit.py:fit_turn`): U+FFFD in the text, and a call
+    whose input holds a lone surrogate answered, not run."""
+    configure(workspace, "\n[knowledge]\nenable_completion_extraction = true\n")
+    script = write_script(
+        [{"text": "done with the task"}],
+        reflection=[
+            {"text": "Reading caf\udce9.", "tool_calls": [
+                {"name": "read_file", "input": {"path": "caf\udce9.md"}}]},
+            {"text": "## Check names\nSome are not UTF-8.\n"}],
+    )
+    run_cli("run", "t", "-m", "do it", "--model", f"replay:{script}", cwd=workspace)
+    assert "pending   check-names" in run_cli("knowledge", cwd=workspace).stdout
+    [branch] = side_branches(workspace, "t", "reflection")
+    files = git(workspace, "ls-tree", "-r", "--name-only", branch, "traces/t/messages/").split()
+    turn, result = (git(workspace, "show", f"{branch}:{f}") for f in files
+                    if f.endswith(("5-assistant.md", "6-tool.md")))
+    assert "reflection" in turn and turn.endswith("---\nReading caf\ufffd.\n")
+    assert "is_error: true" in result and "not valid Unicode" in result
+    assert_git_clean(workspace)
+
+
 def test_knowledge_eval_runs_in_the_queue_and_search_finds_accepted(workspace, write_script):
     (workspace / "knowledge" / "tmp-fixtures.md").write_text(
         "---\nid: tmp-fixtures\ntitle: Use tmp_path fixtures\nstatus: pending\n"

@@ -153,3 +153,23 @@ def test_an_answer_committed_before_another_process_took_the_trace_is_a_success(
     assert answer.json()["run"]["status"] == "not started"
     assert "another process" in answer.json()["run"]["error"]
     assert git(root, "log", "-1", "--format=%s").strip() == "t: approval #3 write_file answered yes"
+
+
+def test_text_that_is_not_valid_unicode_is_refused_at_every_write_route(served: Served):
+    """JSON may escape what UTF-8 cannot hold (a lone surrogate); no file can hold it."""
+    run_cli("new", "t", "-m", "hi", cwd=served.root)
+    before = git(served.root, "rev-parse", "HEAD")
+    with served.client() as client:
+        for method, url, body in (
+                ("POST", "/api/traces", {"id": "x", "text": "caf\udce9"}),
+                ("POST", "/api/traces/t/messages", {"text": "a \ud800 b"}),
+                ("PUT", "/api/traces/t/messages/2", {"text": "edited \ud800"}),
+                ("POST", "/api/traces/t/fork", {"at": 2, "id": "f\udce9"}),
+                ("POST", "/api/traces/t/run", {"inject_skills": ["s\ud800"]})):
+            answer = client.request(method, url, content=json.dumps(body),  # \u escapes
+                                    headers={"content-type": "application/json"})
+            _refused(answer, "is not valid Unicode: it holds a lone surrogate")
+        assert _user_texts(client, "t") == ["hi"]
+    assert git(served.root, "rev-parse", "HEAD") == before
+    assert [p.name for p in (served.root / "traces" / "t" / "inbox").iterdir()] == [".gitkeep"]
+    assert_git_clean(served.root)

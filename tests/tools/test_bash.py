@@ -82,3 +82,29 @@ def test_bash_is_off_unless_enabled_and_its_files_are_committed(project, write_s
                 "--grep", "t2: tool")
     assert "made-by-bash.txt" in shown
     assert_git_clean(project.workspace.root)
+
+
+def test_a_file_named_in_bytes_that_are_not_utf8_is_left_uncommitted_and_named(
+        project, write_script):
+    """A message file cannot hold such a name: the run goes on, and says so."""
+    script = write_script([{"tool_calls": [{"name": "bash", "input": {
+        "command": "echo a > $'caf\\xe9.txt'; echo b > 'back\\slash.txt'; echo c > fine.txt"}}]},
+        {"text": "done"}])
+    config = project.workspace.config_path
+    config.write_text(config.read_text() + "\n[tools]\nbash = true\n")
+    root = project.workspace.root
+    git(root, "commit", "-qam", "enable bash")
+    from agentfs.core.project import Project
+
+    project = Project.open(root)
+    project.new_trace("t", user("go"))
+    Runner(project.workspace, project.repo, ReplayModel(script), config=project.config).run("t")
+    path = project.trace("t").main_path()  # every file loads
+    result = path[3]
+    assert result.files_changed == ["fine.txt"] and path[-1].text == "done"
+    assert result.text == (
+        "[not committed, names agentfs cannot store: 'back\\\\slash.txt' (it holds a NUL or "
+        "a backslash), 'caf\\\\xe9.txt' (it is not valid UTF-8)]\n[exit status 0]")
+    assert git(root, "status", "--porcelain").splitlines() == [
+        '?? "back\\\\slash.txt"', '?? "caf\\351.txt"']
+    assert "fine.txt" in git(root, "show", "--name-only", "--format=", "HEAD~1")

@@ -60,6 +60,15 @@ def call(tool: Tool, tmp_path: Path):
     return ToolRegistry([tool]).call(tool.name, {}, ToolContext(tmp_path, "t"))
 
 
+def run_returning(project, value) -> None:
+    """A run of new trace t whose one tool call returns `value`."""
+    project.new_trace("t", user("go"))
+    model = ScriptedModel(
+        ModelResponse(tool_calls=[ToolCall(id="c1", name="big", input={})]), "done")
+    Runner(project.workspace, project.repo, model, config=project.config,
+           tools=[returning(value)]).run("t")
+
+
 def test_text_that_fits_comes_back_unchanged():
     text = "é" * 100
     assert cut_text(text, 200) is text
@@ -133,6 +142,18 @@ def test_json_nested_too_deeply_to_store_becomes_text(tmp_path):
     assert call(returning([[["fine"]]]), tmp_path).content == [[["fine"]]]
 
 
+def test_a_result_that_is_not_valid_unicode_holds_u_fffd_in_its_place(project):
+    """A file name that is not UTF-8, a JSON escape of an MCP server: lone surrogates."""
+    assert call(returning("caf\udce9 \ud83d\ude00"), project.workspace.root).content \
+        == "caf\ufffd \U0001f600"  # a pair read apart joins again
+    data = {"name\udce9": ["\ud800", 1, None]}
+    assert call(returning(data), project.workspace.root).content == {"name\ufffd": ["\ufffd", 1, None]}
+    run_returning(project, data)
+    assert_every_message_loads(project, "t")
+    assert project.trace("t").main_path()[-2].content == {"name\ufffd": ["\ufffd", 1, None]}
+    assert_git_clean(project.workspace.root)
+
+
 def test_a_result_that_is_not_json_data_is_an_error(tmp_path):
     result = call(returning({"when": object()}), tmp_path)
     assert result.is_error and "big returned dict, which is not JSON data" in result.content
@@ -177,11 +198,7 @@ def assert_every_message_loads(project, trace_id: str) -> None:
     ids=["text", "control_characters", "json"],
 )
 def test_a_run_with_a_huge_tool_result_stays_readable(project, name, value):
-    project.new_trace("t", user("go"))
-    model = ScriptedModel(
-        ModelResponse(tool_calls=[ToolCall(id="c1", name="big", input={})]), "done")
-    Runner(project.workspace, project.repo, model, config=project.config,
-           tools=[returning(value)]).run("t")
+    run_returning(project, value)
     assert_every_message_loads(project, "t")
     # so large a result also sets off a compression: look past the main path
     result = next(m for m in project.trace("t").messages().values() if m.role == "tool")
@@ -191,11 +208,7 @@ def test_a_run_with_a_huge_tool_result_stays_readable(project, name, value):
 
 
 def test_json_content_that_fits_is_stored_as_json(project):
-    project.new_trace("t", user("go"))
-    model = ScriptedModel(
-        ModelResponse(tool_calls=[ToolCall(id="c1", name="big", input={})]), "done")
-    Runner(project.workspace, project.repo, model, config=project.config,
-           tools=[returning({"rows": [1, 2, 3]})]).run("t")
+    run_returning(project, {"rows": [1, 2, 3]})
     result = next(m for m in project.trace("t").main_path() if m.role == "tool")
     assert result.content == {"rows": [1, 2, 3]}
     assert json.loads((project.workspace.root / "traces/t/messages" / message_relpath(result.file_name()))
