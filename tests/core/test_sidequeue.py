@@ -6,10 +6,14 @@ be it a message file, trace.json, a Git object, a ref or the index, is a rename 
 place), so trying every N tries every state a kill can leave between two of them. (A
 kill can also leave a Git `.lock` file behind, which an exception in this process
 would clean up: the campaign of real processes killed with SIGKILL covers that.)
+The steps of a run's loop repeat the same renames, so the longest campaign tries
+each place a rename is made from (agentfs's frames on the stack) at its first and
+its last time in the run rather than every N.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -19,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+import agentfs
 from agentfs.core.project import Project
 from agentfs.core.sidebranch import SUMMARY_HEADER
 from agentfs.errors import AgentfsError
@@ -38,9 +43,9 @@ class Crash(BaseException):
 
 
 @contextmanager
-def crash_after_rename(instant: int | None, counted: list[int]):
+def crash_after_rename(instant: int | None, counted: list[int], sites: list | None = None):
     """Raise `Crash` right after the `instant`-th rename (None: never); `counted`
-    receives how many renames were made."""
+    receives how many renames were made, `sites` where each was made from."""
     real = {name: getattr(os, name) for name in ("replace", "rename")}
     seen = [0]
 
@@ -48,6 +53,8 @@ def crash_after_rename(instant: int | None, counted: list[int]):
         def call(*args, **kwargs):
             done = real[name](*args, **kwargs)
             seen[0] += 1
+            if sites is not None:
+                sites.append(_site())
             if seen[0] == instant:
                 raise Crash
             return done
@@ -61,6 +68,19 @@ def crash_after_rename(instant: int | None, counted: list[int]):
         for name, function in real.items():
             setattr(os, name, function)
         counted.append(seen[0])
+
+
+PACKAGE = os.path.dirname(agentfs.__file__) + os.sep
+
+
+def _site() -> tuple[tuple[str, int], ...]:
+    """Where a rename was made from: the file and line of each of agentfs's frames."""
+    frame, found = inspect.currentframe(), []
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(PACKAGE):
+            found.append((frame.f_code.co_filename, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(found)
 
 
 def configure(root: Path, extra: str) -> None:
@@ -187,12 +207,13 @@ def level2_workspace(tmp_path: Path, write_script) -> tuple[Path, Path]:
     return root, script
 
 
-def run_trial(template: Path, script: Path, tmp: Path, instant: int | None) -> dict:
+def run_trial(template: Path, script: Path, tmp: Path, instant: int | None,
+              sites: list | None = None) -> dict:
     root = tmp / f"run-{instant}"
     shutil.copytree(template, root, symlinks=True)
     counted: list[int] = []
     try:
-        with crash_after_rename(instant, counted):
+        with crash_after_rename(instant, counted, sites):
             Project.open(root).runner(ReplayModel(script)).run("t")
     except Crash:
         Project.open(root).runner(ReplayModel(script)).run("t")
@@ -217,11 +238,19 @@ def test_a_run_cut_short_inside_its_level2_queue_ends_as_an_uninterrupted_one(
 
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_a_run_cut_short_at_every_rename_ends_as_an_uninterrupted_one(tmp_path, write_script):
+def test_a_run_cut_short_after_a_rename_from_any_place_ends_as_an_uninterrupted_one(
+        tmp_path, write_script):
     template, script = level2_workspace(tmp_path, write_script)
-    baseline = run_trial(template, script, tmp_path, None)
+    sites: list[tuple] = []
+    baseline = run_trial(template, script, tmp_path, None, sites)
     total = baseline.pop("renames")
-    for instant in range(1, total + 1):
+    first: dict[tuple, int] = {}
+    last: dict[tuple, int] = {}
+    for instant, site in enumerate(sites, 1):
+        first.setdefault(site, instant)
+        last[site] = instant
+    assert len(first) > 100  # the loop, the queue's three branches, the summary, packing
+    for instant in sorted({*first.values(), *last.values()}):
         state = run_trial(template, script, tmp_path, instant)
         state.pop("renames")
         assert state == baseline, f"crash after rename {instant} of {total}"
