@@ -157,6 +157,30 @@ def test_a_trace_chosen_while_the_list_loads_is_read_once(served: Served, page):
     expect(opener).to_be_focused()
 
 
+def test_a_trace_left_while_it_was_read_is_not_followed(served: Served, page):  # noqa: F811
+    for trace in ("a", "b"):
+        run_cli("new", trace, "-m", f"hi {trace}", cwd=served.root)
+    expect = sync_api.expect
+    log_in(page, served)
+    held: list = []
+    page.route("**/api/traces/a/tree*", lambda route: held.append(route))  # noqa: PLW0108 -- a bound method is refused
+    followed: list[str] = []
+    page.on("request", lambda r: followed.append(r.url) if r.url.endswith("/events") else None)
+    with page.expect_request("**/api/traces/a/tree*"):  # held
+        page.goto(served.url + "#trace=a")
+    page.goto(served.url + "#trace=b")  # left before it came
+    expect(page.locator("#tree")).to_contain_text("hi b")
+    assert held
+    for route in held:
+        route.continue_()
+    page.unroute("**/api/traces/a/tree*")
+    with served.client() as client:  # an update of b is still shown: b is the one followed
+        client.post("/api/traces/b/messages", json={"text": "later for b"})
+    expect(page.locator("#tree")).to_contain_text("later for b")
+    assert followed and all(url.endswith("/api/traces/b/events") for url in followed), followed
+    expect(page.locator("#tree")).not_to_contain_text("hi a")
+
+
 def test_run_is_enabled_by_a_waiting_file_the_list_tells_of_after_the_trace_is_drawn(
         served: Served, page):  # noqa: F811
     run_cli("new", "t", "-m", "hi", cwd=served.root)

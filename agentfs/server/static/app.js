@@ -959,6 +959,7 @@
     }
     $("live").hidden = true;
     await refresh();
+    if (state.trace !== trace) return;  // another trace was chosen meanwhile: it is followed
     revealMessage();
     follow(trace);
   }
