@@ -198,16 +198,10 @@ def _bounded(name: str, result: ToolResult) -> ToolResult:
     Content that is not JSON data is an error. Text that is not valid Unicode (a
     lone surrogate: a file name that is not UTF-8, a JSON escape) holds U+FFFD in
     its place."""
-    bounded = _cut(name, result)
-    content = valid_unicode(bounded.content)
-    return bounded if content is bounded.content else ToolResult(content, bounded.is_error)
-
-
-def _cut(name: str, result: ToolResult) -> ToolResult:
     hint = f"one tool result holds at most {TOOL_RESULT_MAX_BYTES:,} bytes; ask {name} for less"
     content = result.content
     if isinstance(content, str):
-        cut = cut_text(content, TOOL_RESULT_MAX_BYTES, hint=hint)
+        cut = cut_text(valid_unicode(content), TOOL_RESULT_MAX_BYTES, hint=hint)
         return result if cut is content else ToolResult(cut, result.is_error)
     try:
         rendered = json.dumps(content, indent=2, ensure_ascii=False)  # as the store writes it
@@ -218,6 +212,13 @@ def _cut(name: str, result: ToolResult) -> ToolResult:
         )
     except RecursionError:
         return ToolResult(f"{name} returned JSON data nested too deeply to store", is_error=True)
+    if valid_unicode(rendered) is not rendered:  # a lone surrogate in the data
+        try:
+            content = valid_unicode(content)
+            rendered = json.dumps(content, indent=2, ensure_ascii=False)
+        except RecursionError:  # deeper than this walk goes: kept as its text
+            content = rendered = valid_unicode(rendered)
+        result = ToolResult(content, result.is_error)
     cut = cut_text(rendered, TOOL_RESULT_MAX_BYTES, hint=hint)
     if cut is not rendered:
         return ToolResult(cut, result.is_error)
