@@ -19,15 +19,11 @@ signature would no longer match it).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-from agentfs.store.messages import (
-    MAX_MESSAGE_BYTES,
-    Message,
-    UnwritableMessage,
-    render_message,
-    valid_unicode,
-)
+from agentfs.store.messages import MAX_MESSAGE_BYTES, Message, UnwritableMessage, render_message
+from agentfs.store.unicode import valid_unicode
 from agentfs.tools.base import cut_text
 
 __all__ = ["REFUSED_INPUT_KEY", "fit_turn", "refused_reason"]
@@ -38,9 +34,7 @@ REFUSED_INPUT_KEY = "agentfs_refused_input"
 
 def fit_turn(message: Message) -> Message:
     """`message` if it can be written, else a copy that can (see the module docstring)."""
-    if _fits(message):
-        return message
-    message = _valid_unicode(message)
+    message = _valid_unicode(message)  # first: a key holding one would be stored changed
     if _fits(message):
         return message
     calls = [
@@ -73,20 +67,39 @@ def _refusal(arguments: dict[str, Any]) -> str:
 
 
 #: The note stored in place of a tool input that is not valid Unicode.
-NOT_UNICODE = ("not run: this call's input holds text that is not valid Unicode (a lone "
+NOT_UNICODE = ("not run: this call holds text that is not valid Unicode (a lone "
                "surrogate escape such as \\ud800), which agentfs cannot store, so it was "
                "replaced by this note. Call the tool again with the text as plain characters.")
 
 
 def _valid_unicode(message: Message) -> Message:
-    """`message` without lone surrogates (see the module docstring)."""
-    calls = [call if _is_unicode(call.input)
-             else call.model_copy(update={"input": {REFUSED_INPUT_KEY: NOT_UNICODE}})
-             for call in message.tool_calls or []]
+    """`message` without lone surrogates (see the module docstring); itself if it holds
+    none. A call whose id or name holds one gets an id of agentfs's: the APIs' patterns
+    for them would refuse U+FFFD."""
+    calls, changed = [], False
+    for number, call in enumerate(message.tool_calls or []):
+        update: dict[str, Any] = {}
+        if not _is_unicode([call.id, call.name]):
+            update = {"id": f"toolu_agentfs_{message.sequence}_{number}",
+                      "name": _API_NAME.sub("_", valid_unicode(call.name))[:64] or "_"}
+        if update or not _is_unicode(call.input):
+            update["input"] = {REFUSED_INPUT_KEY: NOT_UNICODE}
+        calls.append(call.model_copy(update=update) if update else call)
+        changed |= bool(update)
     thinking = [block for block in message.thinking or [] if _is_unicode(block)]
-    return message.model_copy(update={
-        "content": valid_unicode(message.content), "tool_calls": calls or None,
-        "thinking": thinking or None, "blocks": valid_unicode(message.blocks)})
+    update = {name: valid_unicode(getattr(message, name)) for name in _TEXTS}
+    changed |= len(thinking) != len(message.thinking or []) or any(
+        value is not getattr(message, name) for name, value in update.items())
+    if not changed:
+        return message
+    return message.model_copy(update={**update, "tool_calls": calls or None,
+                                      "thinking": thinking or None})
+
+
+#: What the APIs' tool names may not hold.
+_API_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+#: The fields of a turn that hold text from the provider, besides its calls and thinking.
+_TEXTS = ("content", "blocks", "model", "stop_reason", "provider_data")
 
 
 def _is_unicode(data: object) -> bool:

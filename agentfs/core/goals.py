@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agentfs.errors import AgentfsError
+from agentfs.errors import AgentfsError, validation_problems
 from agentfs.store.regularfile import MAX_CONTROL_BYTES, read_trace_file
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
@@ -47,7 +47,7 @@ class GoalTree(BaseModel):
             return cls()
         except ValidationError as exc:
             raise AgentfsError(
-                f"{path}: not a valid goal tree ({exc.error_count()} problem(s))",
+                f"{path}: not a valid goal tree ({validation_problems(exc)})",
                 hint="fix it or restore it with git",
             ) from None
 

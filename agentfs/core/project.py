@@ -21,7 +21,7 @@ from agentfs.errors import (
     TraceLocked,
 )
 from agentfs.models.base import Model
-from agentfs.models.resolve import check_untrusted_model
+from agentfs.models.resolve import check_model_name, check_untrusted_model
 from agentfs.prices import PriceTable
 from agentfs.skills import SkillCatalog, SkillError, load_skills
 from agentfs.store.atomic import atomic_write
@@ -154,6 +154,8 @@ class Project:
             inject_skills = list(inject_skills or [])
             inject_skills += [s for s in first_message.inject_skills if s not in inject_skills]
         check_trace_settings(self.config, skills, preset, inject_skills or ())
+        if model is not None:
+            check_model_name(model)  # before anything is written
         self.repo.check_on_main()
         prompt = build_system_prompt(  # before anything is written: it may fail
             self.config, explicit=explicit_system, run_prompt=system_prompt, preset=preset,

@@ -72,9 +72,10 @@ from agentfs.store.ingest import (
     parse_dropped_text,
     take_waiting,
 )
-from agentfs.store.messages import Message, ToolCall, valid_unicode
+from agentfs.store.messages import Message, ToolCall
 from agentfs.store.spent import Spent
 from agentfs.store.trace import Trace
+from agentfs.store.unicode import valid_unicode
 from agentfs.store.workspace import Workspace
 from agentfs.tools import ToolRegistry
 

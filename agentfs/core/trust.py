@@ -252,7 +252,9 @@ class TrustStore:
 
     def _write(self, workspaces: dict[str, Any]) -> None:
         body = {"format": _FORMAT, "workspaces": dict(sorted(workspaces.items()))}
-        atomic_write(self.path, (json.dumps(body, indent=2, ensure_ascii=False) + "\n").encode())
+        text = json.dumps(body, indent=2, ensure_ascii=False) + "\n"
+        # a workspace's path that is not UTF-8 stays a JSON escape, read back as it was
+        atomic_write(self.path, text.encode("utf-8", "backslashreplace"))
 
     def _locked(self) -> FileLock:
         """Two `agentfs trust` at once: each reads what the other wrote."""

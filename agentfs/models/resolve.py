@@ -9,8 +9,10 @@ from pathlib import Path
 from agentfs.errors import ConfigError
 from agentfs.models.base import Model
 from agentfs.models.providers import ModelSpec, ProviderSettings, find_provider
+from agentfs.store.unicode import LONE_SURROGATE
 
-__all__ = ["ProviderSettings", "check_untrusted_model", "rebase_model_name", "resolve_model"]
+__all__ = ["ProviderSettings", "check_model_name", "check_untrusted_model", "rebase_model_name",
+           "resolve_model"]
 
 
 def rebase_model_name(name: str, *, base_dir: Path, root: Path) -> str:
@@ -27,6 +29,23 @@ def rebase_model_name(name: str, *, base_dir: Path, root: Path) -> str:
         return f"replay:{path}"
 
 
+def check_model_name(name: str) -> tuple[str, str]:
+    """(provider, rest) of a model name: `PROVIDER:REST` of a known provider, in UTF-8.
+
+    Raises:
+      ConfigError: it is not.
+    """
+    provider, sep, rest = name.partition(":")
+    if not sep or not rest:
+        raise ConfigError(f"model {name!r} is not PROVIDER:NAME",
+                          hint="use replay:PATH, anthropic:MODEL-ID or openai:MODEL-ID")
+    if LONE_SURROGATE.search(name):  # bytes of an argument that are not UTF-8
+        raise ConfigError(f"model {name!r} is not valid UTF-8",
+                          hint="type the model's name again, in UTF-8")
+    find_provider(provider)
+    return provider, rest
+
+
 def check_untrusted_model(name: str, *, root: Path) -> Path | None:
     """Check a model name the person did not give themselves (a dropped file's
     frontmatter, a request to the API): a known provider, and a replay script that
@@ -38,11 +57,7 @@ def check_untrusted_model(name: str, *, root: Path) -> Path | None:
       ConfigError: the name is not `PROVIDER:REST`, names no known provider, or a
         replay script outside the workspace.
     """
-    provider, sep, rest = name.partition(":")
-    if not sep or not rest:
-        raise ConfigError(f"model {name!r} is not PROVIDER:NAME",
-                          hint="use replay:PATH, anthropic:MODEL-ID or openai:MODEL-ID")
-    find_provider(provider)
+    provider, rest = check_model_name(name)
     if provider != "replay":
         return None
     workspace = root.resolve()
@@ -66,10 +81,7 @@ def resolve_model(name: str, *, base_dir: Path, settings: ProviderSettings) -> M
       ConfigError: the name is not `PROVIDER:REST`, or names no known provider.
       ModelError: the provider needs a setting that is missing (an API key).
     """
-    provider, sep, rest = name.partition(":")
-    if not sep or not rest:
-        raise ConfigError(f"model {name!r} is not PROVIDER:NAME",
-                          hint="use replay:PATH, anthropic:MODEL-ID or openai:MODEL-ID")
+    provider, rest = check_model_name(name)
     found = find_provider(provider)
     return found.create(ModelSpec(provider, rest, settings.of(provider), base_dir,
                                   timeout=settings.request_timeout))

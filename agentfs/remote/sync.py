@@ -41,6 +41,7 @@ from agentfs.store.git.repo import GitRepo
 from agentfs.store.inbox import waiting
 from agentfs.store.trace import Trace
 from agentfs.store.tracelock import TraceLock
+from agentfs.store.unicode import load_json
 from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, Workspace
 
 __all__ = ["SyncReport", "merge_json", "sync"]
@@ -245,8 +246,8 @@ def merge_json(base: bytes | None, ours: bytes, theirs: bytes) -> bytes | None:
     remote's trace is further along (a higher `head`) or when the values are equal;
     otherwise None (a real conflict)."""
     try:
-        old = json.loads(base) if base else {}
-        mine, other = json.loads(ours), json.loads(theirs)
+        old = load_json(base) if base else {}  # a lone surrogate escape: a real conflict
+        mine, other = load_json(ours), load_json(theirs)
     except (ValueError, UnicodeDecodeError):
         return None
     if not all(isinstance(x, dict) for x in (old, mine, other)):

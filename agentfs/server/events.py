@@ -109,4 +109,5 @@ def sse(kind: str, data: dict[str, Any]) -> bytes:
     if not kind:
         return b": keep-alive\n\n"
     text = json.dumps(data, ensure_ascii=False, default=str)
-    return f"event: {kind}\ndata: {text}\n\n".encode()
+    # a lone surrogate (a file name that is not UTF-8) stays a JSON escape
+    return f"event: {kind}\ndata: {text}\n\n".encode("utf-8", "backslashreplace")

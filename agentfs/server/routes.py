@@ -43,10 +43,11 @@ from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
 from agentfs.store.approval import Answer, PendingApproval
 from agentfs.store.ingest import parse_dropped_text
-from agentfs.store.messages import LONE_SURROGATE, Message
+from agentfs.store.messages import Message
 from agentfs.store.stepdiff import message_diff
 from agentfs.store.steplog import trace_log
 from agentfs.store.trace import Trace, TraceView
+from agentfs.store.unicode import LONE_SURROGATE
 from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, TRACE_ID, check_trace_id
 
 __all__ = ["ApiError", "ChooseModel", "ErrorBody", "Server", "build_router"]

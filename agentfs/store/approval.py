@@ -23,6 +23,7 @@ from typing import Any
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import atomic_write
 from agentfs.store.regularfile import read_trace_file
+from agentfs.store.unicode import load_json
 
 __all__ = [
     "APPROVAL_FILE", "Answer", "PendingApproval", "how_to_answer", "read_pending",
@@ -88,7 +89,7 @@ def read_pending(path: Path, git_path: str = "") -> PendingApproval | None:
     fix = (f'set "answer" to "yes", "no" or "always" (or null), or restore it with '
            f"`git checkout -- {name}`")
     try:
-        data = json.loads(raw)
+        data = load_json(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise AgentfsError(f"{name}: not valid JSON ({exc})", hint=fix) from None
     if not isinstance(data, dict):

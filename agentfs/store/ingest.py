@@ -41,6 +41,7 @@ from agentfs.store.messages import (
 )
 from agentfs.store.trace import Trace
 from agentfs.store.tracelock import TraceLock
+from agentfs.store.unicode import LONE_SURROGATE
 from agentfs.store.workspace import TRACE_ID, Workspace
 
 __all__ = [
@@ -185,6 +186,9 @@ def read_staged(staged: Staged, origin: Path) -> Dropped:
     if is_hidden_drop(origin.name):
         raise MessageFileError(origin, "a hidden file name (it starts with a dot)",
                                hint="save it under a name without the leading dot")
+    if LONE_SURROGATE.search(origin.name):  # Git and the message files hold UTF-8
+        raise MessageFileError(origin, "its name is not valid UTF-8",
+                               hint="save it under a name in UTF-8")
     return read_dropped(staged.file, origin)
 
 

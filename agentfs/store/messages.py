@@ -29,6 +29,7 @@ from pydantic_core import PydanticCustomError
 from agentfs.errors import MessageFileError, validation_problems
 from agentfs.store.frontmatter import FrontmatterError, Problem, check_depth, render, split
 from agentfs.store.regularfile import FileRefused, over_limit, read_regular
+from agentfs.store.unicode import LONE_SURROGATE, load_json
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
@@ -42,9 +43,6 @@ MAX_SEQUENCE = 999_999_999
 FILE_NAME = re.compile(r"^(?P<sequence>\d{6,})-(?P<role>[a-z]+)\.(?P<ext>md|json)$")
 #: Characters no single-line field may hold (line breaks, NUL, other C0 and C1 controls).
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-#: What no UTF-8 text holds: a lone surrogate, as Python decodes bytes that are not
-#: UTF-8 (a file name, an argument) or reads a JSON escape such as "\ud800".
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class UnwritableMessage(MessageFileError):
@@ -299,27 +297,6 @@ def _not_unicode(name: str | Path) -> UnwritableMessage:
         hint="send the text as UTF-8, without lone surrogate escapes")
 
 
-def valid_unicode(value: Any) -> Any:
-    """Text, or JSON data, with each lone surrogate replaced by U+FFFD (`value` itself
-    if it holds none) and each pair of them joined: what a file can hold of text
-    agentfs takes as it comes (a model's turn, a tool's result)."""
-    if isinstance(value, str):
-        if value.isascii():
-            return value
-        try:
-            value.encode()  # far faster than a search, in C
-            return value
-        except UnicodeEncodeError:
-            pass
-        # a pair split in two (two JSON escapes read apart) is joined again
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    if isinstance(value, list):
-        return [valid_unicode(item) for item in value]
-    if isinstance(value, dict):
-        return {valid_unicode(key): valid_unicode(item) for key, item in value.items()}
-    return value
-
-
 def _digest(message: Message) -> bytes:
     """A fingerprint of every field, to tell whether a parsed message was changed since."""
     return hashlib.blake2b(message.model_dump_json().encode(), digest_size=16).digest()
@@ -433,7 +410,7 @@ def _check_dropped(path: Path, fields: dict[str, Any], content: Any) -> None:
 
 def _parse_json(path: Path, text: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = load_json(text)
         check_depth(value)
     except json.JSONDecodeError as exc:
         raise MessageFileError(

@@ -13,6 +13,7 @@ from typing import Any
 
 from agentfs.errors import AgentfsError, TraceNotFound
 from agentfs.store.regularfile import read_trace_file
+from agentfs.store.unicode import load_json
 
 __all__ = ["FORMAT_VERSION", "read_meta_file", "read_meta_json"]
 
@@ -39,7 +40,7 @@ def read_meta_file(path: Path, git_path: str) -> tuple[bytes, Any]:
     """`trace.json`'s bytes and the JSON value in them (see `read_meta_json`)."""
     try:
         raw = read_trace_file(path)
-        data = json.loads(raw)
+        data = load_json(raw)
     except FileNotFoundError:
         raise TraceNotFound(f"{path}: missing", hint="is this a trace?") from None
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:

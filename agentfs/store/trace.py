@@ -52,6 +52,7 @@ from agentfs.store.regularfile import check_real_folders, check_trace_folders, r
 from agentfs.store.steplog import step_of_message, trace_log
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
+from agentfs.store.unicode import shown
 from agentfs.store.workspace import (
     INBOX_DIR,
     MESSAGES_DIR,
@@ -557,6 +558,7 @@ class Trace:
         """Leave a visible record of a failed run: `context.last_error` in trace.json,
         committed as kind `error`. The caller holds the lock."""
         self.reload()
+        error = shown(error)  # it may quote a file name that is not UTF-8
         self.meta.context.last_error = LastError(
             at=datetime.now(UTC).isoformat(timespec="seconds"), error=error)
         return self.commit_step("error", [], summary=error)
@@ -619,6 +621,8 @@ class Trace:
             return True
         if self.pending_inbox() or self.unfinished() or self.meta.head is None:
             return False
+        if self.message_dir.sequences(self.meta.next_sequence, limit=0):
+            return False  # a message file written by hand after the last: the run adopts it
         try:  # the head's file alone, as it is now: the rest of the trace is not read
             head = self.message_dir.one(self.meta.head)
         except AgentfsError:

@@ -17,7 +17,8 @@ from agentfs.errors import AgentfsError
 from agentfs.models.base import ToolSpec
 from agentfs.store.atomic import atomic_write, atomic_write_at
 from agentfs.store.frontmatter import FrontmatterError, check_depth
-from agentfs.store.messages import MAX_MESSAGE_BYTES, valid_unicode
+from agentfs.store.messages import MAX_MESSAGE_BYTES
+from agentfs.store.unicode import valid_unicode
 
 __all__ = [
     "TOOL_RESULT_MAX_BYTES",

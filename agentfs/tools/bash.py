@@ -20,6 +20,7 @@ from typing import Any
 from agentfs.config import ToolsConfig
 from agentfs.store.git.ignore import not_ignored
 from agentfs.store.messages import workspace_path_problem
+from agentfs.store.unicode import shown
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
 from agentfs.tools.sandbox import SANDBOX_TMP, Sandbox, choose_sandbox
 from agentfs.tools.subprocesses import MINIMAL, NO_LIMITS, Limits, run_command
@@ -93,7 +94,7 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
             if problem is None:
                 context.changed.add(path)
             else:
-                unstored.append(f"{_shown(path)} ({problem})")
+                unstored.append(f"{shown(path)!r} ({problem})")
         if done.returncode is None:
             status, failed = f"killed after {timeout:g}s (timeout)", True
         else:
@@ -117,12 +118,6 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         schema({"command": {"type": "string"}}, ["command"]),
         run,
     )
-
-
-def _shown(path: str) -> str:
-    """A path as a quoted line of text: bytes that are not UTF-8 as `\\xNN`, controls
-    escaped."""
-    return repr(path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace"))
 
 
 def _limited(limits: Limits) -> str:

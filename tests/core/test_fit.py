@@ -81,3 +81,28 @@ def test_a_turn_that_is_not_valid_unicode_is_stored_readable_and_its_call_is_not
     assert sorted(p.name for p in root.iterdir() if p.suffix == ".txt") == ["fine.txt"]
     assert path[-1].text == "done" == result.final_text
     assert_git_clean(root)
+
+
+def test_a_call_whose_id_name_or_key_is_not_valid_unicode_is_answered_not_run(project):
+    """A key would be stored changed and an id or name would be refused by the API:
+    such calls get ids and names of agentfs's, and the note instead of their input."""
+    project.new_trace("t", user("go"))
+    model = ScriptedModel(
+        ModelResponse(text="three", stop_reason="end\ud800", model="m\udce9", tool_calls=[
+            ToolCall(id="toolu_\ud800", name="write_file", input={"path": "a.txt", "content": "a"}),
+            ToolCall(id="c2", name="write\udce9file", input={"path": "b.txt", "content": "b"}),
+            ToolCall(id="c3", name="write_file", input={"path": "c.txt", "content\ud800": "c"})]),
+        "done")
+    Runner(project.workspace, project.repo, model, config=project.config).run("t")
+    path = project.trace("t").main_path()  # every file loads
+    calls = path[2].tool_calls
+    assert [(c.id, c.name) for c in calls] == [
+        ("toolu_agentfs_3_0", "write_file"), ("toolu_agentfs_3_1", "write_file"),
+        ("c3", "write_file")]
+    assert all(c.input == {REFUSED_INPUT_KEY: NOT_UNICODE} for c in calls)
+    assert (path[2].stop_reason, path[2].model) == ("end\ufffd", "m\ufffd")
+    results = [m for m in path if m.role == "tool"]
+    assert [r.tool_call_id for r in results] == [c.id for c in calls]
+    assert all(r.is_error and r.text == NOT_UNICODE for r in results)
+    assert not list(project.workspace.root.glob("*.txt")) and path[-1].text == "done"
+    assert_git_clean(project.workspace.root)
