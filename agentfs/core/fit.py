@@ -103,14 +103,8 @@ _TEXTS = ("content", "blocks", "model", "stop_reason", "provider_data")
 
 
 def _is_unicode(data: object) -> bool:
-    """False if `data` holds a lone surrogate; other problems are left to the size checks."""
-    try:
-        json.dumps(data, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        return False
-    except (TypeError, ValueError, RecursionError):
-        pass
-    return True
+    """False if `data` (text or JSON data) holds a lone surrogate."""
+    return valid_unicode(data) is data
 
 
 def _fits(message: Message) -> bool:

@@ -30,7 +30,9 @@ def rebase_model_name(name: str, *, base_dir: Path, root: Path) -> str:
 
 
 def check_model_name(name: str) -> tuple[str, str]:
-    """(provider, rest) of a model name: `PROVIDER:REST` of a known provider, in UTF-8.
+    """(provider, rest) of a model name: `PROVIDER:REST`, in UTF-8. Whether the provider
+    is known is for the machine that calls it (`find_provider`): a plugin may be
+    installed on a worker and not here.
 
     Raises:
       ConfigError: it is not.
@@ -42,7 +44,6 @@ def check_model_name(name: str) -> tuple[str, str]:
     if LONE_SURROGATE.search(name):  # bytes of an argument that are not UTF-8
         raise ConfigError(f"model {name!r} is not valid UTF-8",
                           hint="type the model's name again, in UTF-8")
-    find_provider(provider)
     return provider, rest
 
 
@@ -58,6 +59,7 @@ def check_untrusted_model(name: str, *, root: Path) -> Path | None:
         replay script outside the workspace.
     """
     provider, rest = check_model_name(name)
+    find_provider(provider)
     if provider != "replay":
         return None
     workspace = root.resolve()

@@ -16,6 +16,7 @@ from agentfs.store.atomic import atomic_write
 from agentfs.store.messages import Message
 from agentfs.store.metafile import FORMAT_VERSION, read_meta_json
 from agentfs.store.spent import Spent
+from agentfs.store.unicode import load_json
 
 __all__ = [
     "FORMAT_VERSION", "Collaborator", "ForkOrigin", "LastError", "QueueStep", "SideQueue",
@@ -197,7 +198,7 @@ def parse_meta(data: bytes) -> TraceMeta:
     Raises:
       ValueError: not JSON, or not valid `trace.json` fields.
     """
-    return TraceMeta.model_validate(_in_current_shape(json.loads(data)))
+    return TraceMeta.model_validate(_in_current_shape(load_json(data)))
 
 
 def load_meta(path: Path, git_path: str) -> TraceMeta:

@@ -621,13 +621,22 @@ class Trace:
             return True
         if self.pending_inbox() or self.unfinished() or self.meta.head is None:
             return False
-        if self.message_dir.sequences(self.meta.next_sequence, limit=0):
-            return False  # a message file written by hand after the last: the run adopts it
         try:  # the head's file alone, as it is now: the rest of the trace is not read
             head = self.message_dir.one(self.meta.head)
+            if self._written_by_hand():
+                return False
         except AgentfsError:
             return False  # let the run report it
         return head is not None and is_final_answer(head)
+
+    def _written_by_hand(self) -> bool:
+        """True if a message file past those agentfs numbered (at or past `next_sequence`)
+        is not committed: the next run adopts it (`agentfs/store/recovery.py:recover`).
+        Only the folder of that sequence is listed; normally it holds no such file."""
+        found = self.message_dir.window(self.meta.next_sequence)
+        commit = self.repo.head() if found else None
+        return any(self.repo.tree_lookup(commit, self.rel(self.message_path(message))) is None
+                   for message in found.values())
 
     def pending_inbox(self) -> list[Path]:
         """Files waiting in this trace's `inbox/`, in name order (see

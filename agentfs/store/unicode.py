@@ -19,7 +19,6 @@ __all__ = ["LONE_SURROGATE", "load_json", "shown", "valid_unicode"]
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 #: A JSON escape of a surrogate: half of a pair (valid) or a lone one (not).
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
-_BYTES_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def valid_unicode(value: Any) -> Any:
@@ -47,28 +46,46 @@ def valid_unicode(value: Any) -> Any:
 
 
 def load_json(text: str | bytes) -> Any:
-    """`json.loads`, refusing a lone surrogate escape, which JSON allows and UTF-8 does not.
+    """`json.loads` of UTF-8 text, refusing a lone surrogate escape, which JSON allows
+    and UTF-8 does not (a pair of them is one character, and fine).
 
     Raises:
         json.JSONDecodeError: not JSON, or a lone surrogate escape (its place given).
-        UnicodeDecodeError: bytes that are not UTF-8.
+        UnicodeDecodeError: bytes that are not UTF-8 (UTF-16 included).
         RecursionError: nested too deeply.
     """
-    value = json.loads(text)
-    found = (_BYTES_ESCAPE.search(text) if isinstance(text, bytes)
-             else _SURROGATE_ESCAPE.search(text))
-    if found is not None and valid_unicode(value) is not value:
-        document = text.decode() if isinstance(text, bytes) else text
-        escape = _SURROGATE_ESCAPE.search(document)
+    document = text.decode() if isinstance(text, bytes) else text
+    value = json.loads(document)
+    if "\\u" in document and valid_unicode(value) is not value:
         raise json.JSONDecodeError("a lone surrogate escape (\\ud800 to \\udfff) is not "
-                                   "valid Unicode text", document, escape.start() if escape else 0)
+                                   "valid Unicode text", document, _lone_escape(document))
     return value
+
+
+def _lone_escape(document: str) -> int:
+    """Where the first lone surrogate escape of a JSON text starts (0 if not found)."""
+    low_at = -1  # where the low half of a pair just seen starts
+    for found in _SURROGATE_ESCAPE.finditer(document):
+        start = found.start()
+        before = document[:start]
+        if (len(before) - len(before.rstrip("\\"))) % 2:
+            continue  # an escaped backslash, then the letters `ud800`
+        if start == low_at:
+            continue  # the low half of a pair
+        if found[0][3].lower() in "89ab":  # a high half: a pair if a low one follows
+            low = _SURROGATE_ESCAPE.match(document, found.end())
+            if low is not None and low[0][3].lower() in "cdef":
+                low_at = found.end()
+                continue
+        return start
+    return 0
 
 
 def shown(text: str) -> str:
     """`text` as UTF-8 can print it: bytes of a name that are not UTF-8 as `\\xNN`, other
-    lone surrogates as `\\udNNN` (a file name is told apart from its neighbours)."""
-    return LONE_SURROGATE.sub(_escaped, text)
+    lone surrogates as `\\udNNN`, and a backslash doubled (so a name is told apart
+    from one that holds those characters)."""
+    return LONE_SURROGATE.sub(_escaped, text.replace("\\", "\\\\"))
 
 
 def _escaped(found: re.Match[str]) -> str:

@@ -94,7 +94,7 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
             if problem is None:
                 context.changed.add(path)
             else:
-                unstored.append(f"{shown(path)!r} ({problem})")
+                unstored.append(f"'{shown(path)}' ({problem})")
         if done.returncode is None:
             status, failed = f"killed after {timeout:g}s (timeout)", True
         else:

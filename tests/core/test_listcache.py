@@ -319,12 +319,20 @@ def test_odd_entries_and_encodings_do_not_break_the_list(tmp_path: Path):
     run_cli("new", "t", "-m", "Fix → the ✓ thing", cwd=ws)
     (ws / "traces/loopy").symlink_to("loopy")  # a link to itself: not a trace
     meta = ws / "traces/t/trace.json"
-    meta.write_text(meta.read_text().replace(
+    committed = meta.read_text()
+    # an error quoting a name that is not UTF-8, as agentfs records it (`unicode.shown`)
+    meta.write_text(committed.replace(
         '"context": {}',
         '"context": {"last_error": {"at": "2026-12-05T10:00:00+00:00", '
-        '"error": "bad \\udcff name"}}'))
+        '"error": "bad \\\\xff name ✓"}}'))
     settle()
     for _ in range(2):  # made, then from the saved rows
         done = run_cli("status", "--json", cwd=ws, env={"PYTHONIOENCODING": "latin-1"})
         [row] = json.loads(done.stdout)["traces"]
-        assert row["title"] == "Fix → the ✓ thing" and row["last_error"] == "bad \udcff name"
+        assert row["title"] == "Fix → the ✓ thing" and row["last_error"] == "bad \\xff name ✓"
+    # a lone surrogate escape no UTF-8 file can hold: the trace is listed as broken
+    meta.write_text(committed.replace('"context": {}', '"context": {"x": "\\udcff"}'))
+    settle()
+    done = run_cli("status", "--json", cwd=ws, check=False)
+    [row] = json.loads(done.stdout)["traces"]
+    assert done.returncode == 1 and "a lone surrogate escape" in row["error"]

@@ -7,8 +7,8 @@ place), so trying every N tries every state a kill can leave between two of them
 kill can also leave a Git `.lock` file behind, which an exception in this process
 would clean up: the campaign of real processes killed with SIGKILL covers that.)
 The steps of a run's loop repeat the same renames, so the longest campaign tries
-each place a rename is made from (agentfs's frames on the stack) at its first and
-its last time in the run rather than every N.
+each place a rename is made from (agentfs's frames on the stack) at its first,
+middle and last time in the run rather than every N.
 """
 
 from __future__ import annotations
@@ -244,13 +244,13 @@ def test_a_run_cut_short_after_a_rename_from_any_place_ends_as_an_uninterrupted_
     sites: list[tuple] = []
     baseline = run_trial(template, script, tmp_path, None, sites)
     total = baseline.pop("renames")
-    first: dict[tuple, int] = {}
-    last: dict[tuple, int] = {}
+    seen: dict[tuple, list[int]] = {}
     for instant, site in enumerate(sites, 1):
-        first.setdefault(site, instant)
-        last[site] = instant
-    assert len(first) > 100  # the loop, the queue's three branches, the summary, packing
-    for instant in sorted({*first.values(), *last.values()}):
+        seen.setdefault(site, []).append(instant)
+    assert len(seen) > 100  # the loop, the queue's three branches, the summary, packing
+    # first, middle and last: a crash before, between and after the other times
+    chosen = {times[i] for times in seen.values() for i in (0, len(times) // 2, -1)}
+    for instant in sorted(chosen):
         state = run_trial(template, script, tmp_path, instant)
         state.pop("renames")
         assert state == baseline, f"crash after rename {instant} of {total}"

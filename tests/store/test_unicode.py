@@ -34,7 +34,7 @@ def test_lone_surrogates_are_found_replaced_and_shown():
         "a": "\U0001f600", "b": "\\ud800"}  # a pair, and an escaped backslash, are text
     with pytest.raises(json.JSONDecodeError, match="lone surrogate escape.*column 15"):
         load_json(b'{"content": "a\\ud800b"}')
-    assert shown("caf\udce9 \ud800") == "caf\\xe9 \\ud800"
+    assert shown("caf\udce9 \ud800 a\\b") == "caf\\xe9 \\ud800 a\\\\b"
     event = sse("rejected", {"file": "caf\udce9.md"})  # a name that is not UTF-8
     assert json.loads(event.decode().split("data: ", 1)[1]) == {"file": "caf\udce9.md"}
 
@@ -107,8 +107,20 @@ def test_a_model_name_that_is_not_utf8_or_not_a_model_is_refused_before_a_trace_
 
 
 def test_a_message_file_written_by_hand_after_the_last_is_answered_by_the_next_run(ws):
-    (ws / "traces/t/messages/000000-000999/000004-user.md").write_text("and now?\n")
+    written = ws / "traces/t/messages/000000-000999/000004-user.md"
+    written.write_text("and now?\n")
     assert "second answer" in run_cli("run", "t", cwd=ws).stdout
     shown_messages = json.loads(run_cli("show", "t", "--json", cwd=ws).stdout)["messages"]
     assert [m["text"] for m in shown_messages[-2:]] == ["and now?", "second answer"]
     assert_git_clean(ws)
+    # one committed with git is not adopted: the run still finds nothing to do, and
+    # says so without looking for a model (the default needs an API key)
+    later = written.with_name("000006-user.md")
+    later.write_text("committed by hand\n")
+    git(ws, "add", "-A")
+    git(ws, "commit", "-qm", "a message by git")
+    (ws / "agentfs.toml").write_text((ws / "agentfs.toml").read_text().replace(
+        'model = "replay:script.json"', 'model = "anthropic:claude-sonnet-4-5"'))
+    git(ws, "commit", "-qam", "the default model")
+    done = run_cli("run", "t", cwd=ws, env={"ANTHROPIC_API_KEY": ""})
+    assert "waiting for a user message" in done.stderr

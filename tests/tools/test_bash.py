@@ -104,7 +104,7 @@ def test_a_file_named_in_bytes_that_are_not_utf8_is_left_uncommitted_and_named(
     assert result.files_changed == ["fine.txt"] and path[-1].text == "done"
     assert result.text == (
         "[not committed, names agentfs cannot store: 'back\\\\slash.txt' (it holds a NUL or "
-        "a backslash), 'caf\\\\xe9.txt' (it is not valid UTF-8)]\n[exit status 0]")
+        "a backslash), 'caf\\xe9.txt' (it is not valid UTF-8)]\n[exit status 0]")
     assert git(root, "status", "--porcelain").splitlines() == [
         '?? "back\\\\slash.txt"', '?? "caf\\351.txt"']
     assert "fine.txt" in git(root, "show", "--name-only", "--format=", "HEAD~1")
