@@ -46,15 +46,16 @@ def valid_unicode(value: Any) -> Any:
 
 
 def load_json(text: str | bytes) -> Any:
-    """`json.loads` of UTF-8 text, refusing a lone surrogate escape, which JSON allows
-    and UTF-8 does not (a pair of them is one character, and fine).
+    """`json.loads` of UTF-8 text (after a byte order mark, as `json.loads` reads bytes),
+    refusing a lone surrogate escape, which JSON allows and UTF-8 does not (a pair of
+    them is one character, and fine).
 
     Raises:
         json.JSONDecodeError: not JSON, or a lone surrogate escape (its place given).
         UnicodeDecodeError: bytes that are not UTF-8 (UTF-16 included).
         RecursionError: nested too deeply.
     """
-    document = text.decode() if isinstance(text, bytes) else text
+    document = text.decode("utf-8-sig") if isinstance(text, bytes) else text
     value = json.loads(document)
     if "\\u" in document and valid_unicode(value) is not value:
         raise json.JSONDecodeError("a lone surrogate escape (\\ud800 to \\udfff) is not "

@@ -34,6 +34,7 @@ def test_lone_surrogates_are_found_replaced_and_shown():
         "a": "\U0001f600", "b": "\\ud800"}  # a pair, and an escaped backslash, are text
     with pytest.raises(json.JSONDecodeError, match="lone surrogate escape.*column 15"):
         load_json(b'{"content": "a\\ud800b"}')
+    assert load_json(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}  # an editor's byte order mark
     assert shown("caf\udce9 \ud800 a\\b") == "caf\\xe9 \\ud800 a\\\\b"
     event = sse("rejected", {"file": "caf\udce9.md"})  # a name that is not UTF-8
     assert json.loads(event.decode().split("data: ", 1)[1]) == {"file": "caf\udce9.md"}
