@@ -19,12 +19,11 @@ signature would no longer match it).
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from agentfs.store.messages import MAX_MESSAGE_BYTES, Message, UnwritableMessage, render_message
 from agentfs.store.unicode import valid_unicode
-from agentfs.tools.base import cut_text
+from agentfs.tools.base import NOT_IN_TOOL_NAME, cut_text
 
 __all__ = ["REFUSED_INPUT_KEY", "fit_turn", "refused_reason"]
 
@@ -81,7 +80,7 @@ def _valid_unicode(message: Message) -> Message:
         update: dict[str, Any] = {}
         if not _is_unicode([call.id, call.name]):
             update = {"id": f"toolu_agentfs_{message.sequence}_{number}",
-                      "name": _API_NAME.sub("_", valid_unicode(call.name))[:64] or "_"}
+                      "name": NOT_IN_TOOL_NAME.sub("_", valid_unicode(call.name))[:64] or "_"}
         if update or not _is_unicode(call.input):
             update["input"] = {REFUSED_INPUT_KEY: NOT_UNICODE}
         calls.append(call.model_copy(update=update) if update else call)
@@ -96,8 +95,6 @@ def _valid_unicode(message: Message) -> Message:
                                       "thinking": thinking or None})
 
 
-#: What the APIs' tool names may not hold.
-_API_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 #: The fields of a turn that hold text from the provider, besides its calls and thinking.
 _TEXTS = ("content", "blocks", "model", "stop_reason", "provider_data")
 

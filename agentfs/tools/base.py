@@ -8,6 +8,7 @@ to read (see docs/decisions.md).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,8 @@ from agentfs.store.messages import MAX_MESSAGE_BYTES
 from agentfs.store.unicode import valid_unicode
 
 __all__ = [
+    "NOT_IN_TOOL_NAME",
+    "TOOL_NAME",
     "TOOL_RESULT_MAX_BYTES",
     "Tool",
     "ToolContext",
@@ -38,6 +41,9 @@ __all__ = [
 #: `\u00XX` escape, so the worst case is 3 MiB, and the rest is room for the
 #: frontmatter (nested JSON gains at most 2 bytes of indentation per line).
 TOOL_RESULT_MAX_BYTES = MAX_MESSAGE_BYTES // 8
+#: The model APIs' rule for tool names, and what it leaves out.
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+NOT_IN_TOOL_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def cut_marker(more_bytes: int, hint: str = "") -> str:

@@ -20,13 +20,19 @@ import binascii
 import hashlib
 import json
 import mimetypes
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
-from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult
+from agentfs.tools.base import (
+    NOT_IN_TOOL_NAME,
+    TOOL_NAME,
+    Tool,
+    ToolContext,
+    ToolFailure,
+    ToolResult,
+)
 from agentfs.tools.paths import confined_dir
 
 __all__ = ["FILES_DIR", "McpTool", "ToolRecord", "offered_name", "record_of", "result_of",
@@ -34,8 +40,6 @@ __all__ = ["FILES_DIR", "McpTool", "ToolRecord", "offered_name", "record_of", "r
 
 #: Where images and other binary results of MCP tools are written, in the workspace.
 FILES_DIR = "mcp-files"
-#: The Messages API's rule for tool names.
-TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _SEPARATOR = "__"
 
 #: Extensions of the usual media types; `mimetypes` knows what the machine's tables say.
@@ -72,7 +76,7 @@ def offered_name(server: str, tool: str) -> str:
         return name
     digest = hashlib.sha256(tool.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     room = 64 - len(server) - len(_SEPARATOR) - 1 - len(digest)
-    cleaned = re.sub(r"[^a-zA-Z0-9_-]", "_", tool)[:max(room, 0)]
+    cleaned = NOT_IN_TOOL_NAME.sub("_", tool)[:max(room, 0)]
     return f"{server}{_SEPARATOR}{cleaned}_{digest}"
 
 
