@@ -32,7 +32,7 @@ from agentfs.errors import MessageFileError
 from agentfs.store.atomic import atomic_write, fsync_dir
 from agentfs.store.git.conflicts import CONFLICT_COPY
 from agentfs.store.regularfile import check_real_folder
-from agentfs.store.unicode import shown
+from agentfs.store.unicode import escaped, shown
 
 __all__ = [
     "REJECTED_DIR",
@@ -296,8 +296,8 @@ def reject(file: Path, origin: Path, reason: str) -> Path:
     while os.path.lexists(target) or os.path.lexists(_note_of(target)):
         target, number = folder / f"{origin.name}.{number}", number + 1
     os.rename(file, target)
-    note = f"{origin.name} was not taken as a message: {reason}\n"
-    atomic_write(_note_of(target), shown(note).encode())  # a name may not be UTF-8
+    note = f"{shown(origin.name)} was not taken as a message: {escaped(reason)}\n"
+    atomic_write(_note_of(target), note.encode())  # a name may not be UTF-8
     fsync_dir(folder)
     return target
 

@@ -52,7 +52,7 @@ from agentfs.store.regularfile import check_real_folders, check_trace_folders, r
 from agentfs.store.steplog import step_of_message, trace_log
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
-from agentfs.store.unicode import shown
+from agentfs.store.unicode import escaped
 from agentfs.store.workspace import (
     INBOX_DIR,
     MESSAGES_DIR,
@@ -558,7 +558,7 @@ class Trace:
         """Leave a visible record of a failed run: `context.last_error` in trace.json,
         committed as kind `error`. The caller holds the lock."""
         self.reload()
-        error = shown(error)  # it may quote a file name that is not UTF-8
+        error = escaped(error)  # it may quote a file name that is not UTF-8
         self.meta.context.last_error = LastError(
             at=datetime.now(UTC).isoformat(timespec="seconds"), error=error)
         return self.commit_step("error", [], summary=error)

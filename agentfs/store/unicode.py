@@ -13,7 +13,7 @@ import operator
 import re
 from typing import Any
 
-__all__ = ["LONE_SURROGATE", "load_json", "shown", "valid_unicode"]
+__all__ = ["LONE_SURROGATE", "escaped", "load_json", "shown", "valid_unicode"]
 
 #: What no UTF-8 text holds.
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -82,11 +82,16 @@ def _lone_escape(document: str) -> int:
     return 0
 
 
-def shown(text: str) -> str:
+def escaped(text: str) -> str:
     """`text` as UTF-8 can print it: bytes of a name that are not UTF-8 as `\\xNN`, other
-    lone surrogates as `\\udNNN`, and a backslash doubled (so a name is told apart
-    from one that holds those characters)."""
-    return LONE_SURROGATE.sub(_escaped, text.replace("\\", "\\\\"))
+    lone surrogates as `\\udNNN`."""
+    return LONE_SURROGATE.sub(_escaped, text)
+
+
+def shown(name: str) -> str:
+    """A file name as UTF-8 can print it (`escaped`), a backslash doubled: told apart
+    from a name that holds those characters."""
+    return escaped(name.replace("\\", "\\\\"))
 
 
 def _escaped(found: re.Match[str]) -> str:

@@ -320,7 +320,7 @@ def test_odd_entries_and_encodings_do_not_break_the_list(tmp_path: Path):
     (ws / "traces/loopy").symlink_to("loopy")  # a link to itself: not a trace
     meta = ws / "traces/t/trace.json"
     committed = meta.read_text()
-    # an error quoting a name that is not UTF-8, as agentfs records it (`unicode.shown`)
+    # an error quoting a name that is not UTF-8, as agentfs records it (`unicode.escaped`)
     meta.write_text(committed.replace(
         '"context": {}',
         '"context": {"last_error": {"at": "2026-12-05T10:00:00+00:00", '
