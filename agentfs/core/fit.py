@@ -86,12 +86,12 @@ def _valid_unicode(message: Message) -> Message:
         calls.append(call.model_copy(update=update) if update else call)
         changed |= bool(update)
     thinking = [block for block in message.thinking or [] if _is_unicode(block)]
-    update = {name: valid_unicode(getattr(message, name)) for name in _TEXTS}
+    texts = {name: valid_unicode(getattr(message, name)) for name in _TEXTS}
     changed |= len(thinking) != len(message.thinking or []) or any(
-        value is not getattr(message, name) for name, value in update.items())
+        value is not getattr(message, name) for name, value in texts.items())
     if not changed:
         return message
-    return message.model_copy(update={**update, "tool_calls": calls or None,
+    return message.model_copy(update={**texts, "tool_calls": calls or None,
                                       "thinking": thinking or None})
 
 

@@ -121,8 +121,9 @@ class Project:
     def drop_check(self, skills: SkillCatalog | None = None) -> SettingsCheck:
         """The check every door applies to a dropped file's trace settings (see
         `check_trace_settings`)."""
-        return settings_check(self.config, skills or load_skills(self.workspace.skills_dir),
-                              self.workspace.root)
+        if skills is None:
+            skills = load_skills(self.workspace.skills_dir)
+        return settings_check(self.config, skills, self.workspace.root)
 
     def new_trace(  # noqa: PLR0913 -- keyword-only options, each with its default
         self,
@@ -148,7 +149,7 @@ class Project:
         """
         skills = skills if skills is not None else load_skills(self.workspace.skills_dir)
         if first_message is not None:
-            settings_check(self.config, skills, self.workspace.root)(first_message)
+            self.drop_check(skills)(first_message)
             preset = preset or first_message.preset
             model = model or first_message.model
             inject_skills = list(inject_skills or [])
@@ -172,7 +173,7 @@ class Project:
             trace.commit_step("create", [system], summary=f"new trace ({meta.created_at})",
                               extra_paths=[trace.rel(keep)])
             if first_message is None:  # the claimed file that started it (see `start_trace`)
-                finish_staged(trace, settings_check(self.config, skills, self.workspace.root))
+                finish_staged(trace, self.drop_check(skills))
             else:
                 user = trace.new_message("user", first_message.content, **first_message.fields)
                 trace.commit_step("user", [user])

@@ -65,7 +65,7 @@ def check_untrusted_model(name: str, *, root: Path) -> Path | None:
     workspace = root.resolve()
     try:
         target = (workspace / rest).resolve()
-    except (ValueError, OSError) as exc:  # a NUL, a lone surrogate, a loop of links
+    except (ValueError, OSError) as exc:  # a NUL, a loop of links
         raise ConfigError(f"model {name!r}: not a path to a replay script ({exc})",
                           hint="give its path relative to the workspace, e.g. "
                           "replay:scripts/x.json") from None
