@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -62,7 +63,7 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     try:
         import uvicorn
 
-        from agentfs.server.app import create_app
+        from agentfs.server.app import create_app, warm_up
         from agentfs.server.auth import Access
         from agentfs.server.guard import is_loopback
     except ImportError as exc:
@@ -92,6 +93,7 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
                              max_body=max_body,
                              runner_options={"command_env": safe_environment(os.environ),
                                              **trusted, "approve": approve_policy(approve)})
+    asyncio.run(warm_up(app))  # before the address is out: the first visitor waits less
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     url = f"http://{shown}:{bound_port}/" + (f"?token={quote(token, safe='')}" if token else "")
     click.echo(f"agentfs serve: {url} (workspace {project.workspace.root})")
