@@ -93,10 +93,10 @@ def _digest(workspace: Workspace) -> str | None:
 def diagnose(workspace: Workspace) -> Diagnosis:
     """Check the workspace's configuration, traces, their goal trees and waiting calls,
     message files, side-branch queues and the index's entries for `traces/`."""
-    from agentfs.core.goals import GoalTree
     from agentfs.core.sidequeue import queue_problems
     from agentfs.store.git.packing import backlog_problem
     from agentfs.store.git.repo import GitRepo
+    from agentfs.store.goalsfile import GoalsFile
     from agentfs.store.trace import Trace
 
     report = Diagnosis()
@@ -121,7 +121,7 @@ def diagnose(workspace: Workspace) -> Diagnosis:
                 report.messages += len(trace.messages())
             try:
                 trace.meta  # noqa: B018 — loading it is the check
-                GoalTree.load(trace.dir / GOALS_FILE)
+                GoalsFile.load(trace.dir / GOALS_FILE)
                 trace.pending_approval()
                 problems += [str(p) for p in queue_problems(trace)]
                 if not problems:

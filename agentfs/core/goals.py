@@ -7,17 +7,16 @@ later uses to find a finished goal's messages.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
-
-from agentfs.errors import AgentfsError, validation_problems
-from agentfs.store.regularfile import MAX_CONTROL_BYTES, read_trace_file
+from agentfs.errors import AgentfsError
+from agentfs.store.goalsfile import Goal, GoalsFile, GoalStatus
+from agentfs.store.regularfile import MAX_CONTROL_BYTES
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, schema
 
-GoalStatus = Literal["open", "done", "abandoned"]
+__all__ = ["Goal", "GoalError", "GoalStatus", "GoalTree", "goal_tool"]
+
 MARKS = {"open": "[ ]", "done": "[x]", "abandoned": "[-]"}
 
 
@@ -25,34 +24,9 @@ class GoalError(AgentfsError):
     """A goal operation that cannot be done (unknown id, already finished)."""
 
 
-class Goal(BaseModel):
-    id: str
-    title: str
-    status: GoalStatus = "open"
-    summary: str | None = Field(default=None, description="What was achieved, or why abandoned")
-    children: list[Goal] = Field(default_factory=list)
-
-
-class GoalTree(BaseModel):
-    """Contents of `goals.json`."""
-
-    goals: list[Goal] = Field(default_factory=list)
-    focus: str | None = None
-
-    @classmethod
-    def load(cls, path: Path) -> GoalTree:
-        try:
-            return cls.model_validate_json(read_trace_file(path))
-        except FileNotFoundError:
-            return cls()
-        except ValidationError as exc:
-            raise AgentfsError(
-                f"{path}: not a valid goal tree ({validation_problems(exc)})",
-                hint="fix it or restore it with git",
-            ) from None
-
-    def dump(self) -> bytes:
-        return (json.dumps(self.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode()
+class GoalTree(GoalsFile):
+    """`goals.json` (`agentfs/store/goalsfile.py:GoalsFile`, which reads and writes
+    it) and what the agent does with it."""
 
     def walk(self) -> list[Goal]:
         found: list[Goal] = []

@@ -26,6 +26,7 @@ from agentfs.store.commits import Step
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.git.index import StatCache
 from agentfs.store.git.objects import file_blob_id
+from agentfs.store.goalsfile import GoalsFile
 from agentfs.store.history import is_model_turn
 from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
 from agentfs.store.message_dir import Listing, is_shard_name, parse_message_relpath
@@ -34,7 +35,7 @@ from agentfs.store.meta import parse_meta
 from agentfs.store.regularfile import read_trace_file
 from agentfs.store.stamps import RACY_NS, Stamp, settled
 from agentfs.store.upgrade import upgrade
-from agentfs.store.workspace import INBOX_DIR
+from agentfs.store.workspace import GOALS_FILE, INBOX_DIR
 
 if TYPE_CHECKING:
     from agentfs.store.trace import Trace
@@ -164,13 +165,16 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
 
 def _check_edit(trace: Trace, changed: list[str], head_commit: bytes | None) -> None:
     """Refuse, before anything is committed, edits that leave no usable main path
-    (a deleted message on it, a head pointing nowhere, a broken trace.json) or that
-    change what a message is: its role, its tool calls, or the call a tool result
-    answers (`_changed_shape`). The person's text is theirs to edit; the pairing
-    of calls and results is what the model was sent and must stay."""
+    (a deleted message on it, a head pointing nowhere, a broken trace.json), a goal
+    tree a run could not read, or edits that change what a message is: its role,
+    its tool calls, or the call a tool result answers (`_changed_shape`). The
+    person's text is theirs to edit; the pairing of calls and results is what the
+    model was sent and must stay."""
     try:
         messages = trace.messages(refresh=True)
         trace.main_path(messages)
+        if trace.rel(trace.dir / GOALS_FILE) in changed:
+            GoalsFile.load(trace.dir / GOALS_FILE)  # gone is fine: a tree with no goals
         problem = _changed_shape(trace, changed, messages, head_commit)
     except AgentfsError as exc:
         problem = exc.message

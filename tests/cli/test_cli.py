@@ -102,6 +102,25 @@ def test_edit_then_run_records_edit_and_model_sees_it(ws):
     assert_git_clean(ws)
 
 
+def test_a_broken_goals_json_stops_the_run_before_anything_is_committed(ws):
+    run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
+    run_cli("run", "t", cwd=ws)
+    goals = ws / "traces/t/goals.json"
+    goals.write_text('{"goals": [{"id": "1", "title": "plan", "status": "finished"}]}')
+    log = git(ws, "log", "--format=%H")
+    done = run_cli("run", "t", "-m", "again", cwd=ws, check=False)
+    assert done.returncode == 1, done
+    assert "goals.json: not a valid goal tree" in done.stderr, done.stderr
+    assert "git checkout -- traces/t/goals.json" in done.stderr, done.stderr
+    assert git(ws, "log", "--format=%H") == log  # neither the edit nor the message
+    goals.write_text('{"goals": [{"id": "1", "title": "plan", "status": "done"}]}')
+    run_cli("run", "t", "-m", "again", cwd=ws)
+    kinds = [line.split()[1] for line in run_cli("log", "t", cwd=ws).stdout.splitlines()]
+    assert kinds[:3] == ["assistant", "user", "edit"]
+    assert "[x] 1 plan" in run_cli("goals", "t", cwd=ws).stdout
+    assert_git_clean(ws)
+
+
 def test_rewind_keeps_later_messages_off_path(ws):
     run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
     run_cli("run", "t", cwd=ws)

@@ -425,6 +425,32 @@ def test_an_edit_that_changes_tool_calls_or_their_pairing_is_refused_before_any_
     assert_git_clean(root)
 
 
+@pytest.mark.parametrize("text, words", [
+    (b'{"goals": [', "Invalid JSON"),
+    (b'{"goals": [{"id": "1", "title": "a\\ud800"}]}', "hex escape"),  # a lone surrogate
+    (b'{"goals": [{"id": "1", "title": "x", "status": "finished"}]}', "status"),
+    (b'{"goals": [{"id": "1"}]}', "title"),
+])
+def test_a_goal_tree_a_run_could_not_read_is_refused_before_any_commit(
+        project: Project, trace: Trace, text: bytes, words: str) -> None:
+    root = project.workspace.root
+    goals = trace.dir / "goals.json"
+    goals.write_bytes(b'{"goals": [{"id": "1", "title": "plan"}], "focus": "1"}\n')
+    assert fresh(project).recover() == ["edit"]  # a good hand edit is committed
+    before = git(root, "rev-parse", "HEAD")
+    goals.write_bytes(text)
+    with pytest.raises(AgentfsError) as info, fresh(project).lock():
+        fresh(project).recover()
+    said = f"{info.value} {info.value.hint}"
+    assert "goals.json: not a valid goal tree" in said and words in said, said
+    assert "were not committed" in said and "git checkout -- traces/demo/goals.json" in said
+    assert git(root, "rev-parse", "HEAD") == before
+    assert goals.read_bytes() == text  # the person's file is left as they wrote it
+    goals.unlink()  # no tree at all is a tree with no goals: committed
+    assert fresh(project).recover() == ["edit"]
+    assert_git_clean(root)
+
+
 def test_an_edit_of_the_text_beside_tool_calls_is_committed(
         project: Project, trace: Trace) -> None:
     root = project.workspace.root
