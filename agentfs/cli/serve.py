@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -93,6 +92,8 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
                              max_body=max_body,
                              runner_options={"command_env": safe_environment(os.environ),
                                              **trusted, "approve": approve_policy(approve)})
+    import asyncio  # here: every command imports this module, few need asyncio
+
     asyncio.run(warm_up(app))  # before the address is out: the first visitor waits less
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     url = f"http://{shown}:{bound_port}/" + (f"?token={quote(token, safe='')}" if token else "")

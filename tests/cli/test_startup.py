@@ -19,7 +19,8 @@ from tests.conftest import run_cli
 
 #: Never needed to print help or the status of a workspace.
 HEAVY = ("anthropic", "pydantic", "pydantic_core", "tiktoken", "dulwich", "watchdog", "yaml",
-         "agentfs.core.runner", "agentfs.core.project", "agentfs.models", "agentfs.tools")
+         "asyncio", "agentfs.core.runner", "agentfs.core.project", "agentfs.models",
+         "agentfs.tools")
 
 
 def imported_by(args: list[str], cwd: Path) -> set[str]:
