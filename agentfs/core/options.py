@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentfs.config import WorkspaceConfig
-from agentfs.core.context import ContextHook
-from agentfs.skills import SkillCatalog
-from agentfs.tools.base import Tool
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: opening a project (`show`, `log`) loads no tool
     from agentfs.core.approval import Asker
+    from agentfs.core.context import ContextHook
+    from agentfs.skills import SkillCatalog
+    from agentfs.tools.base import Tool
 
 __all__ = ["EventSink", "RunnerOptions"]
 

@@ -72,6 +72,20 @@ def test_status_of_a_workspace_with_a_trace_loads_no_heavy_dependency(workspace)
         "status": "idle", "messages": 2, "title": "hello"}]
 
 
+#: What only running a trace needs: its tools, context injection and goals.
+RUN_ONLY = ("agentfs.tools", "agentfs.core.context", "agentfs.core.goals", "agentfs.core.runner",
+            "anthropic", "tiktoken", "regex", "asyncio")
+
+
+def test_show_and_log_load_nothing_only_a_run_needs(workspace):
+    run_cli("new", "t", "-m", "hello", cwd=workspace)
+    for command in (["show", "t", "--tail", "5"], ["log", "t"]):
+        modules = imported_by(["-m", "agentfs", *command], workspace)
+        assert "agentfs.store.messages" in modules  # the probe sees what was read
+        loaded = {m for m in modules for h in RUN_ONLY if m == h or m.startswith(h + ".")}
+        assert loaded == set(), command
+
+
 @pytest.mark.parametrize(("content", "problem"), [
     ("{not json", "not valid JSON"),
     ('{"id": "t", "head": "two"}', "invalid fields: head"),
