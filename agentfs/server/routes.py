@@ -437,7 +437,8 @@ def _view_routes(api: APIRouter, server: Server) -> None:
         return JSONResponse({**trace_tree(trace, project.prices, view),
                              "running": trace.is_running(),
                              "server_run": server.runs.running(trace.id),
-                             "approval": _approval_record(trace)})
+                             "approval": _approval_record(trace),
+                             "waits_for_user": trace.waits_for_user()})
 
     @api.get("/traces/{trace_id}/log", summary="The trace's commits, newest first (`agentfs log`)")
     def get_log(trace_id: str, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:

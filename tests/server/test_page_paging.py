@@ -181,7 +181,7 @@ def test_a_trace_left_while_it_was_read_is_not_followed(served: Served, page):  
     expect(page.locator("#tree")).not_to_contain_text("hi a")
 
 
-def test_run_is_enabled_by_a_waiting_file_the_list_tells_of_after_the_trace_is_drawn(
+def test_run_is_enabled_by_a_waiting_file_before_the_list_tells_of_it(
         served: Served, page):  # noqa: F811
     run_cli("new", "t", "-m", "hi", cwd=served.root)
     run_cli("run", "t", cwd=served.root)  # the model answered: nothing to do, but for...
@@ -193,12 +193,36 @@ def test_run_is_enabled_by_a_waiting_file_the_list_tells_of_after_the_trace_is_d
     page.goto("about:blank")
     page.goto(served.url + "#trace=t")  # a fresh load: the trace is read beside the list
     expect(page.locator("#tree article.head.role-assistant")).to_have_count(1)
-    expect(page.locator("#run")).to_be_disabled()  # no list yet: no inbox known
+    expect(page.locator("#run")).to_be_enabled()  # the tree says a run has work
     for route in held:
         route.continue_()
     page.unroute("**/api/traces")
     expect(page.locator("#traces")).to_contain_text("1 waiting")
     expect(page.locator("#run")).to_be_enabled()
+
+
+def test_run_is_enabled_by_a_message_file_written_by_hand_and_runs_it(
+        served: Served, page):  # noqa: F811
+    run_cli("new", "t", "-m", "hi", cwd=served.root)
+    run_cli("run", "t", cwd=served.root)  # #3 a call, #4 its result, #5 the model's answer
+    expect = sync_api.expect
+    log_in(page, served)
+    page.goto(served.url + "#trace=t")
+    expect(page.locator("#m-5.head.role-assistant")).to_have_count(1)
+    expect(page.locator("#run")).to_be_disabled()
+    expect(page.locator("#run")).to_have_attribute(
+        "title", "nothing to do: the model answered; send a message first")
+    folder = served.root / "traces" / "t" / "messages" / "000000-000999"
+    (folder / "000006-user.md").write_text("a question written in my editor\n")
+    page.reload()  # files written on disk are seen when the trace is read again
+    expect(page.locator("#tree")).to_contain_text("1 message left off the path")  # not yet taken
+    expect(page.locator("#run")).to_be_enabled()
+    page.locator("#run").click()
+    expect(page.locator("#m-7.head.role-assistant")).to_have_count(1)
+    expect(page.locator("#m-6")).to_contain_text("a question written in my editor")
+    expect(page.locator("#run")).to_be_disabled()  # answered: nothing to do again
+    kinds = [line.split()[1] for line in run_cli("log", "t", cwd=served.root).stdout.splitlines()]
+    assert kinds[:2] == ["assistant", "recover"], kinds
 
 
 def test_a_rewind_from_the_keyboard_leaves_the_focus_on_its_card(served: Served, page):  # noqa: F811

@@ -763,10 +763,10 @@
     const waits = Boolean(data.approval && data.approval.tool && !data.approval.answer);
     const busy = data.running ? (data.server_run ? "a run is going: Stop it first"
       : "another process runs this trace: wait for it or stop it there") : "";
-    const head = data.messages.find((m) => m.sequence === data.head);
     const row = state.rows.get(data.trace);
     const inbox = row && row.pending_inbox ? row.pending_inbox.length : 0;
-    const answered = head && head.role === "assistant" && !head.tool_calls.length && !inbox;
+    // the server's rule (what `agentfs run` stops by); the list may have seen a newer inbox
+    const answered = data.waits_for_user && !inbox;
     enable($("run"), busy || (waits ? "a tool call waits for your answer below"
       : answered ? "nothing to do: the model answered; send a message first" : ""));
     enable($("send-run"), busy ? "a run is going: Send queues the message for it" : "");
