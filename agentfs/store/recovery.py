@@ -166,15 +166,17 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
 def _check_edit(trace: Trace, changed: list[str], head_commit: bytes | None) -> None:
     """Refuse, before anything is committed, edits that leave no usable main path
     (a deleted message on it, a head pointing nowhere, a broken trace.json), a goal
-    tree a run could not read, or edits that change what a message is: its role,
-    its tool calls, or the call a tool result answers (`_changed_shape`). The
-    person's text is theirs to edit; the pairing of calls and results is what the
-    model was sent and must stay."""
+    tree or `approval.json` a run could not read (each read by its own reader), or
+    edits that change what a message is: its role, its tool calls, or the call a
+    tool result answers (`_changed_shape`). The person's text is theirs to edit;
+    the pairing of calls and results is what the model was sent and must stay."""
     try:
         messages = trace.messages(refresh=True)
         trace.main_path(messages)
-        if trace.rel(trace.dir / GOALS_FILE) in changed:
+        if _touches(changed, trace.rel(trace.dir / GOALS_FILE)):
             GoalsFile.load(trace.dir / GOALS_FILE)  # gone is fine: a tree with no goals
+        if _touches(changed, trace.rel(trace.approval_path)):
+            trace.pending_approval()  # gone is fine: no call waits
         problem = _changed_shape(trace, changed, messages, head_commit)
     except AgentfsError as exc:
         problem = exc.message
@@ -185,6 +187,11 @@ def _check_edit(trace: Trace, changed: list[str], head_commit: bytes | None) -> 
         f"{problem}; your changes under {trace.rel(trace.dir)} were not committed",
         hint=f"undo them with `git checkout -- {files}` (or fix the file), then run again",
     )
+
+
+def _touches(changed: list[str], path: str) -> bool:
+    """True if `path`, or something below it (a folder in a file's place), changed."""
+    return any(p == path or p.startswith(path + "/") for p in changed)
 
 
 def _changed_shape(trace: Trace, changed: list[str], messages: dict[int, Message],

@@ -448,6 +448,36 @@ def test_a_goal_tree_a_run_could_not_read_is_refused_before_any_commit(
     assert goals.read_bytes() == text  # the person's file is left as they wrote it
     goals.unlink()  # no tree at all is a tree with no goals: committed
     assert fresh(project).recover() == ["edit"]
+    before = git(root, "rev-parse", "HEAD")
+    goals.mkdir()  # a folder where no tree was committed, with a file in it
+    (goals / "notes.txt").write_text("not a tree")
+    with pytest.raises(AgentfsError, match="goals.json: is not a regular file"), \
+            fresh(project).lock():
+        fresh(project).recover()
+    assert git(root, "rev-parse", "HEAD") == before
+    shutil.rmtree(goals)
+    assert fresh(project).recover() == []
+    assert_git_clean(root)
+
+
+def test_an_approval_json_a_run_could_not_read_is_refused_before_any_commit(
+        project: Project, trace: Trace) -> None:
+    root = project.workspace.root
+    approval = trace.dir / "approval.json"
+    before = git(root, "rev-parse", "HEAD")
+    approval.write_text("{broken")
+    with pytest.raises(AgentfsError, match="approval.json: not valid JSON.*were not committed"), \
+            fresh(project).lock():
+        fresh(project).recover()
+    approval.unlink()
+    approval.mkdir()  # a folder in its place, with a file in it
+    (approval / "x").write_text("x")
+    with pytest.raises(AgentfsError, match="approval.json: is not a regular file"), \
+            fresh(project).lock():
+        fresh(project).recover()
+    assert git(root, "rev-parse", "HEAD") == before
+    shutil.rmtree(approval)
+    assert fresh(project).recover() == []
     assert_git_clean(root)
 
 
