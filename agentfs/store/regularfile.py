@@ -157,16 +157,29 @@ def check_real_folder(path: Path | str) -> None:
 
 def check_trace_folders(folder: Path | str) -> None:
     """Refuse the trace at `folder` if it, `traces/` (its parent) or its `messages/`
-    is a symlink (`check_real_folder`): checked once where a trace is opened or
-    listed; the folders inside `messages/` are refused where they are listed or
-    written. Strings, not pathlib: the trace list checks every trace.
+    is a symlink (`check_real_folder`), or its `messages/` is not a folder:
+    checked once where a trace is opened or listed; the folders inside
+    `messages/` are refused where they are listed or written. Strings, not
+    pathlib: the trace list checks every trace.
 
     Raises:
-        MessageFileError: naming the link.
+        MessageFileError: naming the link or the file.
     """
     folder = os.fspath(folder)
-    for checked in (os.path.dirname(folder), folder, f"{folder}/{MESSAGES_DIR}"):
+    for checked in (os.path.dirname(folder), folder):
         check_real_folder(checked)
+    messages = f"{folder}/{MESSAGES_DIR}"
+    try:
+        mode = os.lstat(messages).st_mode
+    except OSError:
+        return  # none yet (a trace being made), or unreadable: listing it says so
+    if stat.S_ISLNK(mode):
+        raise linked_folder(messages)
+    if not stat.S_ISDIR(mode):
+        raise MessageFileError(
+            messages, "is a file, not the folder of the trace's messages",
+            hint="move the file away, then put the folder back with "
+            f"`git checkout -- {MESSAGES_DIR}` in the trace's folder")
 
 
 def linked_folder(path: Path | str) -> MessageFileError:

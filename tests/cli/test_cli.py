@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -236,6 +237,24 @@ def test_a_trace_folder_that_is_a_symlink_is_refused_and_nothing_goes_through_it
     if shard:
         assert loose.read_text().endswith("mine\n")  # not moved into the link
     assert git(ws, "status", "--porcelain", "--untracked-files=no") == ""
+
+
+def test_a_file_where_the_messages_folder_belongs_is_refused_with_the_fix(ws):
+    run_cli("new", "t", "-m", "hi", cwd=ws)
+    messages = ws / "traces/t/messages"
+    shutil.rmtree(messages)
+    messages.write_text("not a folder\n")
+    log = git(ws, "log", "--format=%H")
+    for args in (("run", "t", "-m", "again"), ("show", "t"), ("status",)):
+        done = run_cli(*args, cwd=ws, check=False)
+        assert done.returncode == 1, args
+        said = done.stdout + done.stderr
+        assert f"{messages}: is a file, not the folder of the trace's messages" in said, said
+    assert git(ws, "log", "--format=%H") == log
+    messages.unlink()  # the hint: move the file away, then git checkout puts the folder back
+    git(ws / "traces/t", "checkout", "--", "messages")
+    run_cli("run", "t", "-m", "again", cwd=ws)
+    assert_git_clean(ws)
 
 
 @pytest.mark.parametrize("name", ["trace.json", "goals.json", "approval.json"])
