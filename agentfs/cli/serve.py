@@ -94,7 +94,11 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
                                              **trusted, "approve": approve_policy(approve)})
     import asyncio  # here: every command imports this module, few need asyncio
 
-    asyncio.run(warm_up(app))  # before the address is out: the first visitor waits less
+    try:  # before the address is out: the first visitor waits less
+        asyncio.run(warm_up(app))
+    except Exception as exc:  # noqa: BLE001 -- only a speed-up: the server starts without it
+        click.echo(f"agentfs serve: the warm-up request failed ({exc!r}); the first "
+                   "page load may be slower", err=True)
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     url = f"http://{shown}:{bound_port}/" + (f"?token={quote(token, safe='')}" if token else "")
     click.echo(f"agentfs serve: {url} (workspace {project.workspace.root})")

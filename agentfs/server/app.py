@@ -131,7 +131,7 @@ async def warm_up(app: Guard) -> int:
             answered.append(message["status"])
 
     await app.app(scope, receive, send)
-    return answered[0]
+    return answered[0] if answered else 0  # 0: no answer started (an app that never sent one)
 
 
 def _security(access: Access | None) -> list[Any]:

@@ -206,9 +206,11 @@ def stage(source: Path, folder: Path, sequence: int, origin: str) -> Staged | No
     return Staged(target, sequence, origin)
 
 
-def staged_in(folder: Path) -> list[Staged]:
-    """Claims in `folder`, by sequence; leftovers of claims that never happened
-    (no file) are removed."""
+def staged_in(folder: Path, *, tidy: bool = True) -> list[Staged]:
+    """Claims in `folder`, by sequence. With `tidy`, leftovers of claims that never
+    happened (no file) are removed: only under the lock claims there are made with
+    (the trace's, or the one for new traces), since a claim being made (`stage`)
+    looks the same until its file is moved in; without, they are only left out."""
     try:
         names = sorted(os.listdir(folder))
     except (FileNotFoundError, NotADirectoryError):
@@ -224,7 +226,8 @@ def staged_in(folder: Path) -> list[Staged]:
             origin = ""
         origin = origin if isinstance(origin, str) else ""
         if not os.path.lexists(path / _content_name(origin)):
-            _remove(path)
+            if tidy:
+                _remove(path)
             continue
         found.append(Staged(path, int(name), origin))
     return found

@@ -599,7 +599,9 @@ class Trace:
         file names only."""
         if self.awaits_approval():
             return False
-        if self._in_flight.exists() or staged_in(self.workspace.ingest_dir / self.id):
+        # without the lock: a claim being made must not be taken for a leftover
+        if self._in_flight.exists() or staged_in(self.workspace.ingest_dir / self.id,
+                                                 tidy=False):
             return True
         try:  # killed between writing trace.json and committing it: recovery has work
             if self.meta_uncommitted():

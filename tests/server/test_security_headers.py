@@ -56,6 +56,13 @@ def test_every_answer_carries_the_security_headers(client: TestClient):
         ("wrong host (the guard)", 421)]
     for answer in answers.values():
         _assert_secured(answer)
+    etag = answers["page file"].headers["etag"]
+    for answer in (client.get("/static/app.js", headers={**bearer, "if-none-match": etag}),
+                   client.head("/static/app.js", headers=bearer)):
+        assert answer.status_code in (200, 304), answer.status_code
+        _assert_secured(answer)
+    assert client.get("/static/app.js", headers={**bearer, "if-none-match": etag}
+                      ).status_code == 304
     with client.stream("GET", "/api/traces/t/events", headers=bearer) as events:
         assert events.status_code == 200
         _assert_secured(events)

@@ -40,3 +40,23 @@ def test_the_warm_up_reaches_no_route_and_leaves_the_workspace_as_it_was(tmp_pat
         tree = client.get("/api/traces/t/tree", params={"limit": 100})
         assert tree.status_code == 200, tree.text
         assert [m["sequence"] for m in tree.json()["messages"]][:2] == [1, 2]
+
+
+def test_a_warm_up_that_fails_is_said_and_the_server_starts_anyway(
+        tmp_path: Path, monkeypatch) -> None:
+    import uvicorn
+
+    import agentfs.server.app
+
+    root = make_workspace(tmp_path / "ws")
+
+    async def failing(app) -> int:
+        raise RuntimeError("the warm-up broke")
+
+    served: list[object] = []
+    monkeypatch.setattr(agentfs.server.app, "warm_up", failing)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: served.append(self))
+    done = run_cli("serve", "--port", "0", cwd=root)
+    assert "the warm-up request failed (RuntimeError('the warm-up broke'))" in done.stderr
+    assert "agentfs serve: http://127.0.0.1:" in done.stdout  # the address, after it
+    assert len(served) == 1  # and the server ran

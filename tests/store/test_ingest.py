@@ -359,6 +359,20 @@ def test_a_claim_in_the_making_is_not_finished_by_another_process(project):
     assert found == [[]]
 
 
+def test_a_claim_in_the_making_is_left_alone_by_those_asking_whether_a_run_has_work(
+        project, trace):
+    # `stage` makes the folder, writes the origin, then moves the file in, under the
+    # trace's lock; the page's tree and the watcher ask `waits_for_user` without it.
+    trace.commit_step("assistant", [trace.new_message("assistant", "an answer")])  # #3
+    claim = project.workspace.ingest_dir / trace.id / "000004"
+    claim.mkdir(parents=True)
+    (claim / "origin.json").write_text('{"origin": "traces/demo/inbox/x.md"}')
+    assert fresh(project).waits_for_user() is True  # no file yet: not a claim
+    assert claim.is_dir() and (claim / "origin.json").exists()  # and nothing removed
+    drop(trace, "x.md", "the claimed text\n").rename(claim / "file.md")  # moved in
+    assert fresh(project).waits_for_user() is False  # a claimed file: a run has work
+
+
 # --- one rule for a dropped file, at every door -------------------------------------
 
 BAD_DROPS = {
