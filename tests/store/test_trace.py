@@ -448,14 +448,21 @@ def test_a_goal_tree_a_run_could_not_read_is_refused_before_any_commit(
     assert goals.read_bytes() == text  # the person's file is left as they wrote it
     goals.unlink()  # no tree at all is a tree with no goals: committed
     assert fresh(project).recover() == ["edit"]
+    _a_folder_in_its_place_is_refused(project, goals)  # where no tree was committed
+
+
+def _a_folder_in_its_place_is_refused(project: Project, path: Path) -> None:
+    """A folder holding a file where the trace's file `path` belongs (absent from
+    HEAD) is refused before any commit; once it is gone there is nothing to commit."""
+    root = project.workspace.root
     before = git(root, "rev-parse", "HEAD")
-    goals.mkdir()  # a folder where no tree was committed, with a file in it
-    (goals / "notes.txt").write_text("not a tree")
-    with pytest.raises(AgentfsError, match="goals.json: is not a regular file"), \
+    path.mkdir()
+    (path / "notes.txt").write_text("not a trace file")
+    with pytest.raises(AgentfsError, match=f"{path.name}: is not a regular file"), \
             fresh(project).lock():
         fresh(project).recover()
     assert git(root, "rev-parse", "HEAD") == before
-    shutil.rmtree(goals)
+    shutil.rmtree(path)
     assert fresh(project).recover() == []
     assert_git_clean(root)
 
@@ -469,16 +476,9 @@ def test_an_approval_json_a_run_could_not_read_is_refused_before_any_commit(
     with pytest.raises(AgentfsError, match="approval.json: not valid JSON.*were not committed"), \
             fresh(project).lock():
         fresh(project).recover()
-    approval.unlink()
-    approval.mkdir()  # a folder in its place, with a file in it
-    (approval / "x").write_text("x")
-    with pytest.raises(AgentfsError, match="approval.json: is not a regular file"), \
-            fresh(project).lock():
-        fresh(project).recover()
     assert git(root, "rev-parse", "HEAD") == before
-    shutil.rmtree(approval)
-    assert fresh(project).recover() == []
-    assert_git_clean(root)
+    approval.unlink()
+    _a_folder_in_its_place_is_refused(project, approval)
 
 
 def test_an_edit_of_the_text_beside_tool_calls_is_committed(
