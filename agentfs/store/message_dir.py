@@ -22,8 +22,9 @@ from __future__ import annotations
 import bisect
 import os
 import re
+import stat
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from agentfs.errors import MessageFileError
@@ -62,6 +63,8 @@ SHARD_SIZE = 1000
 #: `agentfs/store/messages.py:FILE_NAME` over lines, the sequence alone.
 _FILE_NAMES = re.compile(FILE_NAME.pattern.replace("(?P<sequence>", "(").replace(
     "(?P<role>", "(?:").replace("(?P<ext>", "(?:"), re.MULTILINE)
+#: The same, the whole name and its sequence.
+_NAMED_FILES = re.compile(f"^({_FILE_NAMES.pattern[1:-1]})$", re.MULTILINE)
 _SHARD = re.compile(r"^(?P<first>\d{6,})-(?P<last>\d{6,})$")
 
 #: (inode, mtime) of `messages/` and of its newest folder: changes when a file is
@@ -174,6 +177,16 @@ def _bounds(name: str) -> tuple[int, int] | None:
     return (_first(name), _first(name) + SHARD_SIZE - 1) if is_shard_name(name) else None
 
 
+def _named_sequences(names: list[str]) -> list[tuple[str, int]]:
+    """The message file names among `names` with their sequences (`FILE_NAME`, matched
+    over all of them at once, as `_sequences_of` does)."""
+    joined = "\n".join(names)
+    if joined.count("\n") != max(len(names) - 1, 0):  # a name holds a line break
+        return [(name, parsed[0]) for name in names
+                if (parsed := parse_file_name(name)) is not None]
+    return [(name, int(digits)) for name, digits in _NAMED_FILES.findall(joined)]
+
+
 def _sequences_of(names: Iterable[str]) -> list[int]:
     """The sequences of the message file names among `names` (`FILE_NAME`, matched
     over all of them at once: a folder of 1,000 names in one pass)."""
@@ -184,13 +197,13 @@ def _sequences_of(names: Iterable[str]) -> list[int]:
     return [int(n) for n in _FILE_NAMES.findall(joined)]
 
 
-def _file_names(folder: Path, st: os.stat_result) -> list[str]:
-    """The names in `folder` (whose stat is `st`) that are not folders: a folder
-    named like a message file is no message (`MessageDir.messages` skips it). A
-    folder's link count is 2 plus its subfolders on most file systems, so only a
-    folder with another count is scanned for them (a plain listing costs 0.6 of
-    a scan that tells folders apart)."""
-    if st.st_nlink == 2:
+def _file_names(folder: Path, st: os.stat_result, *, folders_too: bool = False) -> list[str]:
+    """The names in `folder` (whose stat is `st`) that are not folders (or, with
+    `folders_too`, every name): a folder named like a message file is no message
+    (`MessageDir.messages` skips it). A folder's link count is 2 plus its subfolders
+    on most file systems, so only a folder with another count is scanned for them
+    (a plain listing costs 0.6 of a scan that tells folders apart)."""
+    if folders_too or st.st_nlink == 2:
         return os.listdir(folder)
     with os.scandir(folder) as entries:
         return [e.name for e in entries if not e.is_dir(follow_symlinks=False)]
@@ -349,17 +362,7 @@ class MessageDir:
             MessageFileError: one of those files cannot be read, is a symlink, or
                 shares its sequence with another file.
         """
-        def wanted_folder(name: str) -> bool:
-            start = _first(name)
-            return start + SHARD_SIZE > first and (end is None or start < end)
-
-        def wanted_file(name: str) -> bool:
-            digits = name.partition("-")[0]  # the sequence a message file's name begins with
-            if not digits.isdigit() or int(digits) < first or (end is not None and int(digits) >= end):
-                return False
-            return parse_file_name(name) is not None
-
-        listing = self._list(folders=wanted_folder, names=wanted_file)
+        listing = self._list(span=(first, end))
         racy_after = time.time_ns() - RACY_NS
         found: dict[int, Message] = {}
         where: dict[int, str] = {}
@@ -422,7 +425,7 @@ class MessageDir:
                 return kept[1], False
             # afresh, for the next sequence: every name taken, a folder's too, so a
             # new file never lands on one
-            found = sorted(_sequences_of(os.listdir(path) if afresh else _file_names(path, st)))
+            found = sorted(_sequences_of(_file_names(path, st, folders_too=afresh)))
         except (FileNotFoundError, NotADirectoryError):
             return [], False
         # a misplaced file is not a message of this folder (`messages` refuses it)
@@ -670,24 +673,29 @@ class MessageDir:
                 all_settled, parsed)
 
     def _list(self, problems: list[MessageFileError] | None = None, *,
-              folders: Callable[[str], bool] | None = None,
-              names: Callable[[str], bool] | None = None) -> Listing:
+              span: tuple[int, int | None] | None = None) -> Listing:
         """The message files and their stamps: those directly in `messages/` and in its
         folders (symlinks refused, or with `problems` added to it; other folders are
-        not messages). With `folders` or `names`, only the folders and the file names
-        they accept (a window of sequences, `window`)."""
+        not messages). With `span` (first, end), only the files of the sequences from
+        `first` to before `end` (a window, `window`), from the folders that can hold
+        them, each listed by name and only its files in the span `stat`ed
+        (`_span_files`)."""
         listing: Listing = {}
         pending = [(self.path, "")]
         while pending:
             folder, name = pending.pop()
             try:
+                if name and span is not None:
+                    listing[name] = _span_files(folder, *span, problems)
+                    continue
                 entries = list(os.scandir(folder))
             except FileNotFoundError:
                 continue
             files = listing[name] = {}
             for entry in entries:
                 if not name and entry.is_dir(follow_symlinks=False):
-                    if is_shard_name(entry.name) and (folders is None or folders(entry.name)):
+                    if is_shard_name(entry.name) and (span is None
+                                                     or _shard_in_span(entry.name, *span)):
                         pending.append((Path(entry.path), entry.name))
                     continue
                 if not name and is_shard_name(entry.name) and entry.is_symlink():
@@ -695,20 +703,62 @@ class MessageDir:
                         raise linked_folder(Path(entry.path))
                     problems.append(linked_folder(Path(entry.path)))
                     continue
-                if names is not None and not names(entry.name):
+                if span is not None and not _name_in_span(entry.name, *span):
                     continue
                 if is_ignored_name(entry.name) or not entry.is_file(follow_symlinks=False):
                     if entry.is_symlink():
-                        error = MessageFileError(
-                            Path(entry.path), "is a symlink",
-                            hint="message files must be regular files",
-                        )
-                        if problems is None:
-                            raise error
-                        problems.append(error)
+                        _refuse(linked_file(Path(entry.path)), problems)
                     continue
                 files[entry.name] = stamp_of(entry.stat(follow_symlinks=False))
         return listing
+
+
+def _shard_in_span(name: str, first: int, end: int | None) -> bool:
+    """True if folder `name` of `messages/` can hold sequences from `first` to before `end`."""
+    start = _first(name)
+    return start + SHARD_SIZE > first and (end is None or start < end)
+
+
+def _name_in_span(name: str, first: int, end: int | None) -> bool:
+    """True if `name` is a message file name of a sequence from `first` to before `end`."""
+    parsed = parse_file_name(name)
+    return parsed is not None and first <= parsed[0] and (end is None or parsed[0] < end)
+
+
+def _span_files(folder: Path, first: int, end: int | None,
+                problems: list[MessageFileError] | None) -> dict[str, Stamp]:
+    """The message files of one folder of `messages/` from sequence `first` to before
+    `end`, with their stamps: the folder's names listed (`os.listdir`) and only those
+    files `lstat`ed, so a page of a full folder costs its own files, not the folder's
+    (docs/performance.md). As `MessageDir._list` does: a link is refused, a folder or
+    another kind of file named like a message file is no message; and a file gone
+    since the listing is left out."""
+    files: dict[str, Stamp] = {}
+    base = os.fspath(folder)
+    for name, sequence in _named_sequences(os.listdir(base)):
+        if sequence < first or (end is not None and sequence >= end) or is_ignored_name(name):
+            continue
+        try:
+            st = os.lstat(f"{base}/{name}")
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            _refuse(linked_file(folder / name), problems)
+        elif stat.S_ISREG(st.st_mode):
+            files[name] = stamp_of(st)
+    return files
+
+
+def linked_file(path: Path) -> MessageFileError:
+    """The refusal of a message file that is a symlink."""
+    return MessageFileError(path, "is a symlink", hint="message files must be regular files")
+
+
+def _refuse(error: MessageFileError, problems: list[MessageFileError] | None) -> None:
+    """Raise `error`, or add it to `problems` when they are being collected."""
+    if problems is None:
+        raise error
+    problems.append(error)
 
 
 class WindowReader:

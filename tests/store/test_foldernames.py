@@ -37,16 +37,18 @@ def new_process(root: Path) -> Trace:
 
 
 def folders_listed(monkeypatch: pytest.MonkeyPatch, messages: Path) -> list[str]:
-    """The folders of `messages` listed by name (`os.listdir`) from now on."""
+    """The folders of `messages` listed from now on to learn what their names tell
+    (`_file_names`, what the folders' names are saved for); not the listings that
+    read a page's own files (`MessageDir.window`)."""
     listed: list[str] = []
-    real = os.listdir
+    real = message_dir_module._file_names
 
-    def listing(path: str | Path = ".") -> list[str]:
+    def listing(path: Path, *args, **kwargs) -> list[str]:
         if Path(path).parent == messages:
             listed.append(Path(path).name)
-        return real(path)
+        return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(message_dir_module.os, "listdir", listing)
+    monkeypatch.setattr(message_dir_module, "_file_names", listing)
     return listed
 
 

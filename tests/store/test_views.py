@@ -3,6 +3,7 @@ of the main path, reading only those (`MessageDir.one`/`window`, `Trace.path_sli
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -83,6 +84,32 @@ def test_before_must_name_a_message(project: Project) -> None:
     with pytest.raises(AgentfsError) as info:
         trace.path_slice(5, before=99)
     assert "no message #99" in info.value.message and "older" in (info.value.hint or "")
+
+
+def test_a_window_tells_what_a_file_is_as_the_whole_listing_does(project: Project,
+                                                                 tmp_path) -> None:
+    trace = long_trace(project, 40)
+    folder = trace.messages_dir / shard_name(0)
+    (folder / "000050-user.md").mkdir()  # a folder named like a message file: no message
+    os.mkfifo(folder / "000051-user.md")  # nor a FIFO
+    (folder / "000052-user.md.swp").write_text("an editor's")  # a temp file: ignored
+    for gone in (12, 13):  # a gap
+        trace.message_dir.path_of(trace.message_dir.one(gone)).unlink()
+    whole = trace.message_dir.messages(refresh=True)
+    for first, end in ((1, None), (5, 20), (11, 14), (30, 60), (45, None)):
+        window = trace.message_dir.window(first, end)
+        assert window == {n: m for n, m in whole.items()
+                          if n >= first and (end is None or n < end)}, (first, end)
+    linked = trace.message_dir.path_of(whole[20])
+    outside = tmp_path / "outside.md"
+    outside.write_bytes(linked.read_bytes())
+    linked.unlink()
+    linked.symlink_to(outside)  # a link: refused, by name
+    for read in (lambda: trace.message_dir.window(15, 25),
+                 lambda: trace.message_dir.messages(refresh=True)):
+        with pytest.raises(MessageFileError, match=f"{linked.name}: is a symlink"):
+            read()
+    assert trace.message_dir.window(21, 25) == {n: whole[n] for n in range(21, 25)}
 
 
 def test_a_loose_file_sharing_a_sequence_is_refused_in_a_window(project: Project) -> None:
