@@ -129,9 +129,8 @@ def measure(root: Path, *, whole: bool) -> dict[str, float]:
 async def _first_paint(root: Path) -> tuple[Any, dict[str, float], bytes]:
     """The app, the first paint on a server that has read nothing yet, then its median
     on it, and the first paint's body."""
-    from agentfs.store import message_dir
-
     from agentfs.server.app import warm_up
+    from agentfs.store import message_dir
 
     message_dir._parsed.clear()  # a server that has read nothing yet
     message_dir._folders.clear()
@@ -203,27 +202,10 @@ def _app(root: Path) -> Any:
 
 async def get(app: Any, path: str, query: str) -> bytes:
     """One GET through the ASGI app; the body (a status other than 200 raises)."""
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
-        "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-        "query_string": query.encode(), "headers": [(b"host", b"127.0.0.1")],
-        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
-    }
-    chunks: list[bytes] = []
-    status: list[int] = []
+    from agentfs.server.app import get_in_process
 
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            status.append(message["status"])
-        elif message["type"] == "http.response.body":
-            chunks.append(message.get("body", b""))
-
-    await app(scope, receive, send)
-    body = b"".join(chunks)
-    if status != [200]:
+    status, body = await get_in_process(app, path, query)
+    if status != 200:
         raise RuntimeError(f"GET {path}?{query}: {status} {body[:300]!r}")
     return body
 

@@ -26,11 +26,11 @@ from agentfs.errors import (
 )
 from agentfs.server.auth import Access
 from agentfs.server.events import EventHub
-from agentfs.server.guard import Guard, GuardSettings
+from agentfs.server.guard import ASGIApp, Guard, GuardSettings
 from agentfs.server.routes import ApiError, ChooseModel, Server, build_router
 from agentfs.server.runs import BackgroundRuns
 
-__all__ = ["create_app", "status_of", "warm_up"]
+__all__ = ["create_app", "get_in_process", "status_of", "warm_up"]
 
 STATIC = files("agentfs.server") / "static"
 
@@ -115,23 +115,34 @@ async def warm_up(app: Guard) -> int:
     it routes; this moves that set-up from the first visitor's page load to the
     server's start (docs/api.md). Past the guard, which would ask for the token:
     the request never leaves the process."""
-    path = "/api/-warm-up"
+    status, _ = await get_in_process(app.app, "/api/-warm-up")
+    return status
+
+
+async def get_in_process(app: ASGIApp, path: str, query: str = "") -> tuple[int, bytes]:
+    """One `GET` of `path?query` through the ASGI application `app`, in this process,
+    as from loopback: the status it was answered (0 if it started no answer) and the
+    body."""
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": "GET", "scheme": "http", "path": path, "raw_path": path.encode(),
-             "root_path": "", "query_string": b"", "headers": [(b"host", b"127.0.0.1")],
+             "root_path": "", "query_string": query.encode(),
+             "headers": [(b"host", b"127.0.0.1")],
              "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 0)}
 
     async def receive() -> dict[str, Any]:
         return {"type": "http.request", "body": b"", "more_body": False}
 
     answered: list[int] = []
+    chunks: list[bytes] = []
 
     async def send(message: Any) -> None:
         if message["type"] == "http.response.start":
             answered.append(message["status"])
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
 
-    await app.app(scope, receive, send)
-    return answered[0] if answered else 0  # 0: no answer started (an app that never sent one)
+    await app(scope, receive, send)
+    return (answered[0] if answered else 0), b"".join(chunks)
 
 
 def _security(access: Access | None) -> list[Any]:
