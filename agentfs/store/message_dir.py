@@ -177,22 +177,28 @@ def _bounds(name: str) -> tuple[int, int] | None:
     return (_first(name), _first(name) + SHARD_SIZE - 1) if is_shard_name(name) else None
 
 
-def _named_sequences(names: list[str]) -> list[tuple[str, int]]:
-    """The message file names among `names` with their sequences (`FILE_NAME`, matched
-    over all of them at once, as `_sequences_of` does)."""
+def _joined(names: list[str]) -> str | None:
+    """`names` one per line, for a regular expression to match over all of them at
+    once (a folder of 1,000 names in one pass); None if a name holds a line break,
+    which would make one name look like two."""
     joined = "\n".join(names)
-    if joined.count("\n") != max(len(names) - 1, 0):  # a name holds a line break
+    return joined if joined.count("\n") == max(len(names) - 1, 0) else None
+
+
+def _named_sequences(names: list[str]) -> list[tuple[str, int]]:
+    """The message file names among `names` (`FILE_NAME`) with their sequences."""
+    joined = _joined(names)
+    if joined is None:
         return [(name, parsed[0]) for name in names
                 if (parsed := parse_file_name(name)) is not None]
     return [(name, int(digits)) for name, digits in _NAMED_FILES.findall(joined)]
 
 
 def _sequences_of(names: Iterable[str]) -> list[int]:
-    """The sequences of the message file names among `names` (`FILE_NAME`, matched
-    over all of them at once: a folder of 1,000 names in one pass)."""
+    """The sequences of the message file names among `names` (`FILE_NAME`)."""
     listed = list(names)
-    joined = "\n".join(listed)
-    if joined.count("\n") != max(len(listed) - 1, 0):  # a name holds a line break
+    joined = _joined(listed)
+    if joined is None:
         return [parsed[0] for parsed in map(parse_file_name, listed) if parsed is not None]
     return [int(n) for n in _FILE_NAMES.findall(joined)]
 
@@ -699,9 +705,7 @@ class MessageDir:
                         pending.append((Path(entry.path), entry.name))
                     continue
                 if not name and is_shard_name(entry.name) and entry.is_symlink():
-                    if problems is None:
-                        raise linked_folder(Path(entry.path))
-                    problems.append(linked_folder(Path(entry.path)))
+                    _refuse(linked_folder(Path(entry.path)), problems)
                     continue
                 if span is not None and not _name_in_span(entry.name, *span):
                     continue
