@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 
 from agentfs.errors import AgentfsError, MessageFileError
-from agentfs.store.workspace import MESSAGES_DIR
+from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -156,10 +156,10 @@ def check_real_folder(path: Path | str) -> None:
 
 
 def check_trace_folders(folder: Path | str) -> None:
-    """Refuse the trace at `folder` if it, `traces/` (its parent) or its `messages/`
-    is a symlink (`check_real_folder`), or its `messages/` is not a folder:
-    checked once where a trace is opened or listed; the folders inside
-    `messages/` are refused where they are listed or written. Strings, not
+    """Refuse the trace at `folder` if it, `traces/` (its parent), its `messages/` or
+    its `inbox/` is a symlink (`check_real_folder`), or `messages/` or `inbox/` is
+    not a folder: checked once where a trace is opened or listed; the folders
+    inside `messages/` are refused where they are listed or written. Strings, not
     pathlib: the trace list checks every trace.
 
     Raises:
@@ -168,18 +168,24 @@ def check_trace_folders(folder: Path | str) -> None:
     folder = os.fspath(folder)
     for checked in (os.path.dirname(folder), folder):
         check_real_folder(checked)
-    messages = f"{folder}/{MESSAGES_DIR}"
-    try:
-        mode = os.lstat(messages).st_mode
-    except OSError:
-        return  # none yet (a trace being made), or unreadable: listing it says so
-    if stat.S_ISLNK(mode):
-        raise linked_folder(messages)
-    if not stat.S_ISDIR(mode):
-        raise MessageFileError(
-            messages, "is a file, not the folder of the trace's messages",
-            hint="move the file away, then put the folder back with "
-            f"`git checkout -- {MESSAGES_DIR}` in the trace's folder")
+    for name, what in _TRACE_FOLDERS:
+        path = f"{folder}/{name}"
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue  # none yet (a trace being made), or unreadable: listing it says so
+        if stat.S_ISLNK(mode):
+            raise linked_folder(path)
+        if not stat.S_ISDIR(mode):
+            raise MessageFileError(
+                path, f"is a file, not {what}",
+                hint="move the file away, then put the folder back with "
+                f"`git checkout -- {name}` in the trace's folder")
+
+
+#: The folders of a trace that must be folders of their own, and what each is.
+_TRACE_FOLDERS = ((MESSAGES_DIR, "the folder of the trace's messages"),
+                  (INBOX_DIR, "the trace's inbox folder"))
 
 
 def linked_folder(path: Path | str) -> MessageFileError:

@@ -202,7 +202,8 @@ def test_bad_message_file_names_the_file(ws):
 
 
 @pytest.mark.parametrize("linked", [
-    "traces", "traces/t", "traces/t/messages", "traces/t/messages/000000-000999"])
+    "traces", "traces/t", "traces/t/messages", "traces/t/messages/000000-000999",
+    "traces/t/inbox"])
 def test_a_trace_folder_that_is_a_symlink_is_refused_and_nothing_goes_through_it(
         ws, tmp_path, linked):
     """A clone can bring a link where a trace's folder belongs: no command reads
@@ -239,21 +240,30 @@ def test_a_trace_folder_that_is_a_symlink_is_refused_and_nothing_goes_through_it
     assert git(ws, "status", "--porcelain", "--untracked-files=no") == ""
 
 
-def test_a_file_where_the_messages_folder_belongs_is_refused_with_the_fix(ws):
+@pytest.mark.parametrize(("name", "what"), [
+    ("messages", "the folder of the trace's messages"), ("inbox", "the trace's inbox folder")])
+def test_a_file_where_a_trace_folder_belongs_is_refused_with_the_fix(ws, name, what):
+    """A file in the place of `messages/` stopped every command with "Not a
+    directory"; one in the place of `inbox/` was committed as an edit, and the trace
+    took no dropped file after that."""
     run_cli("new", "t", "-m", "hi", cwd=ws)
-    messages = ws / "traces/t/messages"
-    shutil.rmtree(messages)
-    messages.write_text("not a folder\n")
+    folder = ws / "traces/t" / name
+    shutil.rmtree(folder)
+    folder.write_text("not a folder\n")
     log = git(ws, "log", "--format=%H")
-    for args in (("run", "t", "-m", "again"), ("show", "t"), ("status",)):
+    for args in (("run", "t", "-m", "again"), ("run", "t"), ("show", "t"), ("status",)):
         done = run_cli(*args, cwd=ws, check=False)
         assert done.returncode == 1, args
         said = done.stdout + done.stderr
-        assert f"{messages}: is a file, not the folder of the trace's messages" in said, said
+        assert f"{folder}: is a file, not {what}" in said, said
+        assert f"git checkout -- {name}" in said, said
     assert git(ws, "log", "--format=%H") == log
-    messages.unlink()  # the hint: move the file away, then git checkout puts the folder back
-    git(ws / "traces/t", "checkout", "--", "messages")
+    folder.unlink()  # the hint: move the file away, then git checkout puts the folder back
+    git(ws / "traces/t", "checkout", "--", name)
     run_cli("run", "t", "-m", "again", cwd=ws)
+    (ws / "traces/t/inbox/next.md").write_text("and once more\n")  # drops are taken again
+    run_cli("run", "t", cwd=ws)
+    assert "t: user #9 and once more" in git(ws, "log", "--format=%s")
     assert_git_clean(ws)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from agentfs.core.runner import INTERRUPTED
@@ -147,27 +146,22 @@ def test_a_message_file_a_full_disk_refused_leaves_the_text_in_the_inbox(
 
 
 def test_a_text_that_can_be_kept_nowhere_is_printed_to_copy(tmp_path: Path, monkeypatch) -> None:
-    """The message file cannot be written and the inbox is a link (never written
-    through): the error itself holds the text."""
+    """Neither the message file nor a file in the inbox can be written (a full disk):
+    the error itself holds the text."""
     import errno
 
+    from agentfs.core import runner
     from agentfs.store.trace import Trace
 
     ws = replay_workspace(tmp_path / "ws", {"turns": [{"text": "Got it."}]})
     run_cli("new", "t", "-m", "first", cwd=ws)
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    inbox = ws / "traces" / "t" / "inbox"
-    shutil.rmtree(inbox, ignore_errors=True)
-    inbox.symlink_to(outside)
-    git(ws, "add", "-A")
-    git(ws, "commit", "-qm", "a link, as a clone brings it")
 
-    def disk_full(self: Trace, message: object) -> Path:
-        raise OSError(errno.ENOSPC, "No space left on device", str(self.messages_dir / "x.md"))
+    def disk_full(*args: object, **kwargs: object) -> Path:
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(Trace, "write_message", disk_full)
+    monkeypatch.setattr(runner, "save_in_inbox", disk_full)
     failed = run_cli("run", "t", "-m", "my precious words", cwd=ws, check=False)
     assert failed.returncode == 1
     assert "--- not saved, copy it: ---\nmy precious words" in failed.stderr
-    assert list(outside.iterdir()) == []
+    assert list((ws / "traces" / "t" / "inbox").glob("*.md")) == []
