@@ -20,6 +20,7 @@ lists no folder that did not change. Message files are read through
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import re
 import stat
@@ -84,12 +85,16 @@ _parsed: dict[str, parsecache.ParseCache] = {}
 #: The folders of each messages directory as last scanned, while all their stamps were
 #: settled: a folder listed again with the same stamps holds the same messages.
 _folders: dict[str, dict[str, _Folder]] = {}
-#: The sequences the file names of each folder tell, by messages directory and folder,
-#: with the folder's (inode, mtime, ctime) when listed, while settled: an entry added,
-#: removed or renamed changes the folder's mtime and ctime.
-_names: dict[str, foldernames.Names] = {}
+#: What one folder's names tell, as `_names` keeps it: the folder's (inode, mtime,
+#: ctime) when listed, the sequences of its message file names in order, and those
+#: names in the same order once a page of messages listed them (`MessageDir._span_names`;
+#: None where only the sequences were listed or loaded from the saved names).
+_Kept = tuple[foldernames.FolderStamp, list[int], list[str] | None]
+#: What the file names of each folder tell, by messages directory and folder, while
+#: settled: an entry added, removed or renamed changes the folder's mtime and ctime.
+_names: dict[str, dict[str, _Kept]] = {}
 #: The `_names` dict of each messages directory into which its saved names were loaded.
-_names_loaded: dict[str, foldernames.Names] = {}
+_names_loaded: dict[str, dict[str, _Kept]] = {}
 
 #: The most sequences a `MessageLookup` reads at once: a folder's worth.
 LOOKUP_RUN = 1024
@@ -103,8 +108,11 @@ def shard_name(sequence: int) -> str:
     return f"{first:06d}-{first + SHARD_SIZE - 1:06d}"
 
 
+@functools.lru_cache(maxsize=4096)
 def is_shard_name(name: str) -> bool:
-    """True if `name` is the name of a folder of `messages/` (`shard_name` of some sequence)."""
+    """True if `name` is the name of a folder of `messages/` (`shard_name` of some
+    sequence). Remembered: every listing of `messages/` asks it of each of its ~100
+    names, and telling one costs about 3 µs."""
     match = _SHARD.match(name)
     return match is not None and shard_name(int(match["first"])) == name
 
@@ -175,6 +183,23 @@ def _first(shard: str) -> int:
 def _bounds(name: str) -> tuple[int, int] | None:
     """The first and last sequence folder `name` holds, or None if it is no folder of messages."""
     return (_first(name), _first(name) + SHARD_SIZE - 1) if is_shard_name(name) else None
+
+
+def _folder_stamp(st: os.stat_result) -> foldernames.FolderStamp:
+    """What a folder's names are kept by (`_names`): its (inode, mtime, ctime)."""
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _index(found: list[int], sequence: int | None) -> int:
+    """Where `sequence` would go in `found` (in order): all of it for None (no end)."""
+    return len(found) if sequence is None else bisect.bisect_left(found, sequence)
+
+
+def _own(folder: str, found: list[int]) -> slice:
+    """The part of `found` (the sequences a folder's names tell, in order) that folder
+    `folder` of `messages/` holds: a misplaced file is none of its messages (`messages`
+    refuses it)."""
+    return slice(_index(found, _first(folder)), _index(found, _first(folder) + SHARD_SIZE))
 
 
 def _joined(names: list[str]) -> str | None:
@@ -394,10 +419,8 @@ class MessageDir:
         if top is None:
             return []
 
-        def wanted(sequence: int) -> bool:
-            return sequence >= first and (end is None or sequence < end)
-
-        loose = [n for n in _sequences_of(top[0]) if wanted(n)]
+        loose = [n for n in _sequences_of(top[0])
+                 if n >= first and (end is None or n < end)]
         found: list[int] = []  # in order: folder after folder
         racy_after = time.time_ns() - RACY_NS
         shards = sorted(top[1], key=_first)
@@ -410,8 +433,7 @@ class MessageDir:
                 continue
             names, anew = self._names_in(name, racy_after)
             listed = listed or anew
-            inside = start >= first and (end is None or start + SHARD_SIZE <= end)
-            found.extend(names if inside else filter(wanted, names))
+            found.extend(names[_index(names, first):_index(names, end)])
         if listed or self._gone_saved or not self._names.keys() <= set(shards):
             self._save_names(shards)
         if loose:
@@ -427,21 +449,43 @@ class MessageDir:
         try:
             st = os.stat(path)
             kept = None if afresh else self._names.get(folder)
-            if kept is not None and kept[0] == (st.st_ino, st.st_mtime_ns, st.st_ctime_ns):
+            if kept is not None and kept[0] == _folder_stamp(st):
                 return kept[1], False
             # afresh, for the next sequence: every name taken, a folder's too, so a
             # new file never lands on one
             found = sorted(_sequences_of(_file_names(path, st, folders_too=afresh)))
         except (FileNotFoundError, NotADirectoryError):
             return [], False
-        # a misplaced file is not a message of this folder (`messages` refuses it)
-        lowest = _first(folder)
-        found = found[bisect.bisect_left(found, lowest):
-                      bisect.bisect_left(found, lowest + SHARD_SIZE)]
-        if settled(max(st.st_mtime_ns, st.st_ctime_ns), racy_after):
-            self._names[folder] = ((st.st_ino, st.st_mtime_ns, st.st_ctime_ns), found)
-            return found, True
-        return found, False
+        found = found[_own(folder, found)]
+        return found, self._keep(folder, st, found, None, racy_after)
+
+    def _span_names(self, folder: str, first: int, end: int | None,
+                    racy_after: int) -> list[str]:
+        """The names of the message files in folder `folder` of `messages/` with
+        sequences from `first` to before `end`, in order: the folder listed by name,
+        or, while it keeps the stamp of an earlier listing of this process, the names
+        kept then (`_names`), so a server that pages through a folder of 1,000 files
+        does not list it again for every page of 100."""
+        path = self.path / folder
+        st = os.stat(path)
+        kept = self._names.get(folder)
+        if kept is not None and kept[0] == _folder_stamp(st) and kept[2] is not None:
+            found, names = kept[1], kept[2]
+        else:
+            named = sorted(_named_sequences(_file_names(path, st)), key=lambda pair: pair[1])
+            own = _own(folder, [sequence for _, sequence in named])
+            found, names = [n for _, n in named[own]], [name for name, _ in named[own]]
+            self._keep(folder, st, found, names, racy_after)
+        return names[_index(found, first):_index(found, end)]
+
+    def _keep(self, folder: str, st: os.stat_result, found: list[int],
+              names: list[str] | None, racy_after: int) -> bool:
+        """Keep what folder `folder` (whose stat is `st`) was just listed to hold, if
+        it is settled (it may still change unseen otherwise); True if kept."""
+        if not settled(max(st.st_mtime_ns, st.st_ctime_ns), racy_after):
+            return False
+        self._names[folder] = (_folder_stamp(st), found, names)
+        return True
 
     def _load_names(self, shards: list[str]) -> None:
         """Add the saved names (`names_path`) of the folders among `shards` (those of
@@ -456,8 +500,8 @@ class MessageDir:
                 self._gone_saved = True  # saved again without it at the next save
                 return None
 
-            for folder, entry in foldernames.load(self.names_path, bounds).items():
-                self._names.setdefault(folder, entry)
+            for folder, (stamp, found) in foldernames.load(self.names_path, bounds).items():
+                self._names.setdefault(folder, (stamp, found, None))
             _names_loaded[str(self.path)] = self._names
 
     def _save_names(self, shards: list[str]) -> None:
@@ -465,7 +509,8 @@ class MessageDir:
         (the folders of `messages/`)."""
         for gone in self._names.keys() - set(shards):
             self._names.pop(gone, None)
-        if self.names_path is not None and foldernames.save(self.names_path, dict(self._names)):
+        saved = {folder: (stamp, found) for folder, (stamp, found, _) in self._names.items()}
+        if self.names_path is not None and foldernames.save(self.names_path, saved):
             self._gone_saved = False
 
     def reader(self, chunk: int, since: int = 0) -> WindowReader:
@@ -678,21 +723,46 @@ class MessageDir:
         return ({n: part[n] for n in order}, {n: part_where[n] for n in order},
                 all_settled, parsed)
 
+    def _span_files(self, folder: str, first: int, end: int | None,
+                    problems: list[MessageFileError] | None,
+                    racy_after: int) -> dict[str, Stamp]:
+        """The message files of folder `folder` of `messages/` from sequence `first` to
+        before `end`, with their stamps: their names (`_span_names`) and only those
+        files `lstat`ed, so a page of a full folder costs its own files, not the
+        folder's (docs/performance.md). As `_list` does: a link is refused, a folder
+        or another kind of file named like a message file is no message; and a file
+        gone since the listing is left out."""
+        files: dict[str, Stamp] = {}
+        base = f"{self.path}/{folder}"
+        for name in self._span_names(folder, first, end, racy_after):
+            if is_ignored_name(name):
+                continue
+            try:
+                st = os.lstat(f"{base}/{name}")
+            except FileNotFoundError:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                _refuse(linked_file(Path(base, name)), problems)
+            elif stat.S_ISREG(st.st_mode):
+                files[name] = stamp_of(st)
+        return files
+
     def _list(self, problems: list[MessageFileError] | None = None, *,
               span: tuple[int, int | None] | None = None) -> Listing:
         """The message files and their stamps: those directly in `messages/` and in its
         folders (symlinks refused, or with `problems` added to it; other folders are
         not messages). With `span` (first, end), only the files of the sequences from
         `first` to before `end` (a window, `window`), from the folders that can hold
-        them, each listed by name and only its files in the span `stat`ed
-        (`_span_files`)."""
+        them, each listed by name (or known from an earlier listing) and only its
+        files in the span `stat`ed (`_span_files`)."""
         listing: Listing = {}
         pending = [(self.path, "")]
+        racy_after = time.time_ns() - RACY_NS
         while pending:
             folder, name = pending.pop()
             try:
                 if name and span is not None:
-                    listing[name] = _span_files(folder, *span, problems)
+                    listing[name] = self._span_files(name, *span, problems, racy_after)
                     continue
                 entries = list(os.scandir(folder))
             except FileNotFoundError:
@@ -727,30 +797,6 @@ def _name_in_span(name: str, first: int, end: int | None) -> bool:
     """True if `name` is a message file name of a sequence from `first` to before `end`."""
     parsed = parse_file_name(name)
     return parsed is not None and first <= parsed[0] and (end is None or parsed[0] < end)
-
-
-def _span_files(folder: Path, first: int, end: int | None,
-                problems: list[MessageFileError] | None) -> dict[str, Stamp]:
-    """The message files of one folder of `messages/` from sequence `first` to before
-    `end`, with their stamps: the folder's names listed (`os.listdir`) and only those
-    files `lstat`ed, so a page of a full folder costs its own files, not the folder's
-    (docs/performance.md). As `MessageDir._list` does: a link is refused, a folder or
-    another kind of file named like a message file is no message; and a file gone
-    since the listing is left out."""
-    files: dict[str, Stamp] = {}
-    base = os.fspath(folder)
-    for name, sequence in _named_sequences(os.listdir(base)):
-        if sequence < first or (end is not None and sequence >= end) or is_ignored_name(name):
-            continue
-        try:
-            st = os.lstat(f"{base}/{name}")
-        except FileNotFoundError:
-            continue
-        if stat.S_ISLNK(st.st_mode):
-            _refuse(linked_file(folder / name), problems)
-        elif stat.S_ISREG(st.st_mode):
-            files[name] = stamp_of(st)
-    return files
 
 
 def linked_file(path: Path) -> MessageFileError:

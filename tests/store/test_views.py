@@ -10,6 +10,7 @@ import pytest
 
 from agentfs.core.project import Project
 from agentfs.errors import AgentfsError, MessageFileError
+from agentfs.store import message_dir as message_dir_module
 from agentfs.store.message_dir import shard_name
 from agentfs.store.messages import Message, render_message
 from agentfs.store.stamps import RACY_NS
@@ -110,6 +111,41 @@ def test_a_window_tells_what_a_file_is_as_the_whole_listing_does(project: Projec
         with pytest.raises(MessageFileError, match=f"{linked.name}: is a symlink"):
             read()
     assert trace.message_dir.window(21, 25) == {n: whole[n] for n in range(21, 25)}
+
+
+def test_a_page_of_a_folder_that_did_not_change_is_read_without_listing_it(
+        project: Project, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server pages through a folder of 1,000 files: its names are listed for the
+    first page and kept while the folder keeps its stamp (settled), so the next pages
+    `lstat` their own files only; a file added or removed is seen at once."""
+    trace = long_trace(project, 40)
+    folder = trace.messages_dir / shard_name(0)
+    (folder / "000050-user.md").mkdir()  # still no message when the names are kept
+    os.mkfifo(folder / "000051-user.md")
+    time.sleep(RACY_NS / 1e9 + 0.05)  # the folder's last change settled
+    messages = trace.message_dir
+    whole = messages.messages(refresh=True)
+    listed: list[str] = []
+    real = message_dir_module._file_names
+
+    def listing(path, *args, **kwargs):
+        listed.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(message_dir_module, "_file_names", listing)
+    assert messages.window(5, 60) == {n: m for n, m in whole.items() if 5 <= n < 60}
+    assert messages.window(10, 20) == {n: whole[n] for n in range(10, 20)}
+    assert messages.window(38) == {n: whole[n] for n in (38, 39, 40)}
+    assert listed == [str(folder)]  # for the first page only
+
+    (folder / "000041-user.md").write_bytes(
+        render_message(Message(id="x", sequence=41, parent_sequence=40, role="user", content="x")))
+    messages.path_of(whole[7]).unlink()
+    for _ in range(2):  # changed moments ago: listed each time until it settles
+        window = messages.window(5, 60)
+        assert 41 in window and 7 not in window
+        assert sorted(window) == [*range(5, 7), *range(8, 42)]
+    assert listed == [str(folder)] * 3
 
 
 def test_a_loose_file_sharing_a_sequence_is_refused_in_a_window(project: Project) -> None:
