@@ -85,9 +85,18 @@ def is_hidden_drop(name: str) -> bool:
 
 def inbox_problem(folder: Path) -> str | None:
     """Why nothing in inbox `folder` can be taken, or None: it is a symlink (files
-    are never taken through one: they could be anywhere)."""
-    if folder.is_symlink():
+    are never taken through one: they could be anywhere), or a file in the folder's
+    place (nothing can be dropped into it)."""
+    try:
+        mode = os.lstat(folder).st_mode
+    except OSError:
+        return None  # none yet: made when a file is kept there
+    if stat.S_ISLNK(mode):
         return "is a symlink; files in it are not taken (make it a plain folder again)"
+    if not stat.S_ISDIR(mode):
+        return (f"is a file, not a folder: nothing can be dropped into it (move the file "
+                f"away, then put the folder back with `git checkout -- {folder.name}` "
+                "in the folder that holds it)")
     return None
 
 

@@ -23,7 +23,7 @@ from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.messages import load_message
 from agentfs.store.trace import Trace
 from agentfs.watch.watcher import Watcher
-from tests.conftest import assert_git_clean, git, message_paths
+from tests.conftest import assert_git_clean, git, message_paths, run_cli
 from tests.watch.test_watch import replay_workspace
 
 
@@ -127,18 +127,23 @@ def test_a_second_watcher_finishes_what_the_first_left_half_done(ws, monkeypatch
     assert_git_clean(ws)
 
 
-# --- an inbox that is a symlink --------------------------------------------------------
+# --- an inbox that is a symlink, or a file -----------------------------------------
 
 
-def test_an_inbox_replaced_by_a_symlink_takes_nothing_and_is_reported_once(ws, tmp_path):
+@pytest.mark.parametrize("kind", ["symlink", "file"])
+def test_an_inbox_replaced_by_a_symlink_or_a_file_takes_nothing_and_is_reported_once(
+        ws, tmp_path, kind):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (elsewhere / "n1.md").write_text("from elsewhere\n")
     git(ws, "rm", "-q", "-r", "inbox")
     git(ws, "commit", "-qm", "no inbox folder")
-    (ws / "inbox").symlink_to(elsewhere)
+    if kind == "symlink":
+        (ws / "inbox").symlink_to(elsewhere)
+    else:
+        (ws / "inbox").write_text("not a folder\n")
     git(ws, "add", "inbox")
-    git(ws, "commit", "-qm", "the inbox is a link")
+    git(ws, "commit", "-qm", f"the inbox is a {kind}")
     before = git(ws, "rev-parse", "HEAD")
     events: list = []
     w = watcher(ws, events)
@@ -149,7 +154,10 @@ def test_an_inbox_replaced_by_a_symlink_takes_nothing_and_is_reported_once(ws, t
     assert (elsewhere / "n1.md").read_text() == "from elsewhere\n"  # nothing moved
     assert staged_in(Project.open(ws).workspace.ingest_dir / "n1") == []
     errors = [d for e, d in events if e == "error"]
-    assert len(errors) == 1 and "symlink" in errors[0]["error"]
+    said = {"symlink": "is a symlink", "file": "is a file, not a folder"}[kind]
+    assert len(errors) == 1 and said in errors[0]["error"], errors
+    doctor = run_cli("doctor", cwd=ws, check=False)  # and the check of the workspace
+    assert doctor.returncode == 1 and f"inbox: {said}" in doctor.stdout + doctor.stderr
     assert_git_clean(ws)
 
 
