@@ -48,9 +48,10 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMAT", "ListCache", "Listing", "Row"]
 
-#: Bumped when the saved file or a row changes shape (tests/core/test_listcache.py
-#: pins a row's shape, so a change to `TraceStatus.record()` is caught).
-FORMAT = 1
+#: Bumped when the saved file, a row or its stamp changes shape
+#: (tests/core/test_listcache.py pins a row's shape, so a change to
+#: `TraceStatus.record()` is caught). 2: the folders a row watches (`_WATCHED`).
+FORMAT = 2
 #: A row as `--json` and the API give it: `TraceStatus.record()`.
 Row = dict[str, Any]
 #: Whether the lock is held ("L" or "-"), then `mtime.ctime.size.inode` of each
@@ -58,6 +59,8 @@ Row = dict[str, Any]
 _Stamp = str
 #: How the saved rows start: this, the key (`_key`) and a digest of the rest.
 _MAGIC = "agentfs trace list"
+#: What comes before each watched folder's path and stamp in a row's stamp.
+_WATCHED = " @"
 
 
 @dataclass(frozen=True)
@@ -145,38 +148,44 @@ class ListCache:
 
     def _row(self, trace_id: str, meta: os.stat_result) -> str:
         kept = self._rows.get(trace_id)
-        stamp = self._stamp(trace_id, meta, kept[0] if kept is not None else None)
+        before = kept[0].split(_WATCHED) if kept is not None else None
+        stamp = self._stamp(trace_id, meta, before)
         if stamp is not None and kept is not None and kept[0] == stamp:
             return kept[1]
-        text = self._made(trace_id)
-        if stamp is not None and self._stamp(trace_id, None) == stamp:
-            self._rows[trace_id] = (stamp, text)
+        text, watched = self._made(trace_id)
+        after = self._stamp(trace_id, None, [""] + list(watched))
+        if stamp is not None and after is not None \
+                and after.split(_WATCHED)[0] == stamp.split(_WATCHED)[0]:
+            self._rows[trace_id] = (after, text)
             self._changed = True
         elif self._rows.pop(trace_id, None) is not None:
             self._changed = True
         return text
 
-    def _made(self, trace_id: str) -> str:
-        """The row made afresh from the trace's files, as JSON text."""
+    def _made(self, trace_id: str) -> tuple[str, tuple[str, ...]]:
+        """The row made afresh from the trace's files, as JSON text, and the folders
+        below the trace's it also depends on (`TraceStatus.watched`)."""
         if self._make is None:
             # Imported here: a list whose rows are all kept does without reading
             # trace.json, summaries and prices (docs/performance.md).
             from agentfs.core.status import row_maker
 
             self._make = row_maker(self.workspace, self.prices)
+        row = self._make(trace_id)
         # ASCII: printable on any terminal encoding, and a lone surrogate survives
-        return json.dumps(self._make(trace_id).record())
+        return json.dumps(row.record()), row.watched
 
     def _stamp(self, trace_id: str, meta: os.stat_result | None,
-               kept: _Stamp | None = None) -> _Stamp | None:
+               kept: list[str] | None = None) -> _Stamp | None:
         """What the row was made from, or None if one of its files may still change
         unseen (or `trace.json` is gone). `meta`: the `stat` of `trace.json`, if just
-        taken. A path that `kept` (the kept row's stamp) found absent is not looked
-        at: had it appeared, the folder holding it, whose stamp is part of this one,
-        would have changed."""
+        taken. `kept`: the kept row's stamp split at `_WATCHED`, whose watched folders
+        (`TraceStatus.watched`) are stamped too. A path that the kept stamp found
+        absent is not looked at: had it appeared, the folder holding it, whose stamp
+        is part of this one, would have changed."""
         folder = f"{self._traces}/{trace_id}"
         inbox = f"{folder}/{INBOX_DIR}"
-        before = kept.split(" ") if kept is not None else None
+        before = kept[0].split(" ") if kept is not None and kept[0] else None
         parts = ["L" if is_locked(self._locks, trace_id) else "-"]
         # (path, whether its folder is in the stamp before it)
         # The summary's folder too: an edit committed without a change to trace.json
@@ -187,18 +196,32 @@ class ListCache:
             if held and before is not None and before[len(parts)] == "-":
                 parts.append("-")
                 continue
-            try:
-                # followed: a linked trace folder's row says it is refused while it stays
-                found = meta if meta is not None and len(parts) == 1 else os.stat(path)
-            except (FileNotFoundError, NotADirectoryError):
-                parts.append("-")
-                continue
-            except OSError:
+            # followed: a linked trace folder's row says it is refused while it stays
+            part = self._stamp_of(path, meta if len(parts) == 1 else None)
+            if part is None:
                 return None
-            if not settled(max(found.st_mtime_ns, found.st_ctime_ns), self._racy_after):
+            parts.append(part)
+        if parts[1] == "-":
+            return None
+        for watched in [] if kept is None else [part.partition(" ")[0] for part in kept[1:]]:
+            part = self._stamp_of(f"{folder}/{watched}")
+            if part is None:
                 return None
-            parts.append("{}.{}.{}.{}".format(*stamp_of(found)))
-        return None if parts[1] == "-" else " ".join(parts)
+            parts[-1] += f"{_WATCHED}{watched} {part}"
+        return " ".join(parts)
+
+    def _stamp_of(self, path: str, found: os.stat_result | None = None) -> str | None:
+        """One path's part of a stamp ("-" if there is none), from `found` if its
+        `stat` was just taken; None if it may still change unseen."""
+        try:
+            found = found or os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return "-"
+        except OSError:
+            return None
+        if not settled(max(found.st_mtime_ns, found.st_ctime_ns), self._racy_after):
+            return None
+        return "{}.{}.{}.{}".format(*stamp_of(found))
 
     def _key(self) -> list[object]:
         """What the saved rows were made with besides their files: the shape of the

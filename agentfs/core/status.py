@@ -25,13 +25,14 @@ from agentfs.core.usage import Totals
 from agentfs.errors import AgentfsError
 from agentfs.prices import PriceTable
 from agentfs.store.approval import APPROVAL_FILE, read_pending
+from agentfs.store.filenames import names_from, shard_name
 from agentfs.store.inbox import inbox_names, rejected_names, waiting
 from agentfs.store.metafile import read_meta_file
 from agentfs.store.regularfile import check_trace_folders
 from agentfs.store.spent import Spent
 from agentfs.store.summary import SummaryFile, listed_summary
 from agentfs.store.tracelock import is_locked
-from agentfs.store.workspace import INBOX_DIR, TRACE_FILE, TRACES_DIR, Workspace
+from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACE_FILE, TRACES_DIR, Workspace
 
 __all__ = ["RowMaker", "TraceState", "TraceStatus", "WorkspaceStatus", "row_maker", "trace_state",
            "workspace_status"]
@@ -48,19 +49,21 @@ class TraceState(StrEnum):
 
 
 def trace_state(*, running: bool, approval: bool, failed: bool, final: bool | None,
-                pending: bool, queued: bool) -> TraceState:
+                pending: bool, queued: bool, written: bool = False) -> TraceState:
     """The state of a trace from what the list knows of it: whether it is locked,
     waits for approval, failed, ends in a final answer (`final`, from its summary),
-    has files waiting in its inbox, or has a side-branch queue unfinished. The rule
-    of `agentfs/store/trace.py:Trace.waits_for_user`, from the summary instead of
-    the head's file."""
+    has files waiting in its inbox, has a side-branch queue unfinished, or has
+    message files past those agentfs numbered (`written`: a next message written by
+    hand). The rule of `agentfs/store/trace.py:Trace.waits_for_user`, from the
+    summary instead of the head's file, and from file names without Git: a file
+    there that someone committed with `git` counts as work here, not for a run."""
     if running:
         return TraceState.RUNNING
     if approval:
         return TraceState.APPROVAL
     if failed:
         return TraceState.FAILED
-    if final and not pending and not queued:
+    if final and not pending and not queued and not written:
         return TraceState.WAITING
     return TraceState.IDLE
 
@@ -84,6 +87,9 @@ class TraceStatus:
     last_activity: str | None = None  # when its last step was committed (ISO 8601 UTC)
     messages: int | None = None  # message files in messages/ (None: trace.json is broken)
     title: str | None = None  # the first line of its first user message
+    #: Not part of the record: the folders, below the trace's, whose change can change
+    #: the row besides the files every row is made from (`ListCache` stats them).
+    watched: tuple[str, ...] = ()
 
     def record(self) -> dict[str, Any]:
         """The JSON form (`error`, `last_error` only when there is one); a new dict each
@@ -92,7 +98,8 @@ class TraceStatus:
 
     @cached_property
     def _record(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        data = {name: getattr(self, name) for name in self.__dataclass_fields__
+                if name != "watched"}
         for key in ("error", "last_error", "approval"):
             if data[key] is None:
                 del data[key]
@@ -149,7 +156,7 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
     folder = places.traces / trace_id  # an id workspace.trace_ids() checked
     rel = f"{TRACES_DIR}/{trace_id}"  # Git paths for the hints, without pathlib's cost
     meta_path = folder / TRACE_FILE
-    head = failed = problem = updated = totals = summary = None
+    head = failed = problem = updated = totals = summary = following = None
     queued = linked = False
     try:
         check_trace_folders(folder)  # as opening a trace does
@@ -160,6 +167,7 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
             raw, data = read_meta_file(meta_path, f"{rel}/{TRACE_FILE}")
             head, failed, spent = _read_meta(workspace, meta_path, data)
             queued = isinstance(data, dict) and data.get("side_queue") is not None
+            following = data.get("next_sequence") if isinstance(data, dict) else None
             updated = _modified(meta_path)
             totals = Totals.of(spent, prices) if spent is not None else None
             file = SummaryFile(places.summaries / trace_id, places.tmp)
@@ -172,15 +180,22 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
     rejected = [] if linked else rejected_names(inbox)
     running = is_locked(places.locks, trace_id)
     approval = None if linked else _waiting_tool(folder / APPROVAL_FILE, f"{rel}/{APPROVAL_FILE}")
+    final = summary is not None and summary.final and not pending and not queued
+    written = False
+    watched: tuple[str, ...] = ()
+    if final and type(following) is int:  # a next message written by hand?
+        watched = (MESSAGES_DIR, f"{MESSAGES_DIR}/{shard_name(following)}")
+        written = bool(names_from(f"{folder}/{MESSAGES_DIR}", following))
     state = trace_state(running=running, approval=approval is not None,
-                        failed=failed is not None, final=summary is not None and summary.final,
-                        pending=bool(pending), queued=queued)
+                        failed=failed is not None, final=final, pending=bool(pending),
+                        queued=queued, written=written)
     return TraceStatus(
         trace_id, head, running, pending, rejected, problem, failed, approval,
         updated, totals, state,
         last_activity=summary.last_activity if summary else None,
         messages=summary.messages if summary else None,
         title=summary.title if summary else None,
+        watched=watched,
     )
 
 

@@ -19,9 +19,10 @@ import re
 from dataclasses import dataclass
 
 from agentfs.errors import AgentfsError
+from agentfs.store.filenames import parse_file_name
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.message_dir import parse_message_relpath
-from agentfs.store.messages import Message, parse_file_name, parse_message
+from agentfs.store.messages import Message, parse_message
 from agentfs.store.workspace import MESSAGES_DIR, TRACES_DIR
 
 __all__ = [

@@ -20,7 +20,6 @@ lists no folder that did not change. Message files are read through
 from __future__ import annotations
 
 import bisect
-import functools
 import os
 import re
 import stat
@@ -31,15 +30,16 @@ from pathlib import Path
 from agentfs.errors import MessageFileError
 from agentfs.store import foldernames, parsecache
 from agentfs.store.atomic import atomic_write
+from agentfs.store.filenames import (
+    FILE_NAME,
+    SHARD_SIZE,
+    is_shard_name,
+    parse_file_name,
+    shard_name,
+)
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.inbox import is_ignored_name
-from agentfs.store.messages import (
-    FILE_NAME,
-    Message,
-    load_message,
-    parse_file_name,
-    render_message,
-)
+from agentfs.store.messages import Message, load_message, render_message
 from agentfs.store.regularfile import check_real_folder, linked_folder
 from agentfs.store.stamps import RACY_NS, Stamp, settled, stamp_of
 
@@ -57,16 +57,12 @@ __all__ = [
     "shard_name",
 ]
 
-#: Sequences per folder of `messages/`. Part of the trace format: changing it
-#: moves files, which needs an upgrade (`agentfs/store/upgrade.py`).
-SHARD_SIZE = 1000
 
-#: `agentfs/store/messages.py:FILE_NAME` over lines, the sequence alone.
+#: `agentfs/store/filenames.py:FILE_NAME` over lines, the sequence alone.
 _FILE_NAMES = re.compile(FILE_NAME.pattern.replace("(?P<sequence>", "(").replace(
     "(?P<role>", "(?:").replace("(?P<ext>", "(?:"), re.MULTILINE)
 #: The same, the whole name and its sequence.
 _NAMED_FILES = re.compile(f"^({_FILE_NAMES.pattern[1:-1]})$", re.MULTILINE)
-_SHARD = re.compile(r"^(?P<first>\d{6,})-(?P<last>\d{6,})$")
 
 #: (inode, mtime) of `messages/` and of its newest folder: changes when a file is
 #: added, removed or renamed there.
@@ -100,21 +96,6 @@ _names_loaded: dict[str, dict[str, _Kept]] = {}
 LOOKUP_RUN = 1024
 #: Above every sequence: `MessageDir.previous` of it is the highest one.
 _NO_SEQUENCE = 10**18
-
-
-def shard_name(sequence: int) -> str:
-    """The folder of `messages/` that holds message `sequence`: `000000-000999`, ..."""
-    first = sequence - sequence % SHARD_SIZE
-    return f"{first:06d}-{first + SHARD_SIZE - 1:06d}"
-
-
-@functools.lru_cache(maxsize=4096)
-def is_shard_name(name: str) -> bool:
-    """True if `name` is the name of a folder of `messages/` (`shard_name` of some
-    sequence). Remembered: every listing of `messages/` asks it of each of its ~100
-    names, and telling one costs about 3 µs."""
-    match = _SHARD.match(name)
-    return match is not None and shard_name(int(match["first"])) == name
 
 
 def message_relpath(file_name: str) -> str:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from pydantic_core import PydanticCustomError
 
 from agentfs.errors import MessageFileError, validation_problems
+from agentfs.store.filenames import message_file_name, parse_file_name
 from agentfs.store.frontmatter import FrontmatterError, Problem, check_depth, render, split
 from agentfs.store.regularfile import FileRefused, over_limit, read_regular
 from agentfs.store.unicode import LONE_SURROGATE, load_json
@@ -40,7 +41,6 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 #: push the next sequence out of reach, or alias another (`0000000001` is 1).
 MAX_SEQUENCE = 999_999_999
 
-FILE_NAME = re.compile(r"^(?P<sequence>\d{6,})-(?P<role>[a-z]+)\.(?P<ext>md|json)$")
 #: Characters no single-line field may hold (line breaks, NUL, other C0 and C1 controls).
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -206,19 +206,6 @@ def workspace_path_problem(path: str) -> str | None:
     if any(part.lower() == ".git" for part in parts):
         return "it is inside .git"
     return None
-
-
-def message_file_name(sequence: int, role: str, ext: str = "md") -> str:
-    """File name for a message with this sequence and role."""
-    return f"{sequence:06d}-{role}.{ext}"
-
-
-def parse_file_name(name: str) -> tuple[int, str, str] | None:
-    """(sequence, role, ext) from a message file name, or None if it is not one."""
-    match = FILE_NAME.match(name)
-    if match is None:
-        return None
-    return int(match["sequence"]), match["role"], match["ext"]
 
 
 def authored_fields(message: Message) -> dict[str, Any]:

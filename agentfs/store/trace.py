@@ -21,6 +21,7 @@ from agentfs.errors import AgentfsError, NoSuchMessage, TraceExists
 from agentfs.store.approval import APPROVAL_FILE, PendingApproval, read_pending, write_pending
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step, usage_trailer
+from agentfs.store.filenames import names_from
 from agentfs.store.filerewind import FileRewind, plan_file_rewind
 from agentfs.store.git.remote import git
 from agentfs.store.git.repo import Change, GitRepo
@@ -632,13 +633,14 @@ class Trace:
         return head is not None and is_final_answer(head)
 
     def _written_by_hand(self) -> bool:
-        """True if a message file past those agentfs numbered (at or past `next_sequence`)
-        is not committed: the next run adopts it (`agentfs/store/recovery.py:recover`).
-        Only the folder of that sequence is listed; normally it holds no such file."""
-        found = self.message_dir.window(self.meta.next_sequence)
+        """True if a message file past those agentfs numbered (at or past `next_sequence`,
+        `agentfs/store/filenames.py:names_from`) is not committed: the next run adopts
+        it (`agentfs/store/recovery.py:recover`). Only `messages/` and the folder of that
+        sequence are listed; normally they hold no such file."""
+        found = names_from(str(self.messages_dir), self.meta.next_sequence)
         commit = self.repo.head() if found else None
-        return any(self.repo.tree_lookup(commit, self.rel(self.message_path(message))) is None
-                   for message in found.values())
+        messages = self.rel(self.messages_dir)
+        return any(self.repo.tree_lookup(commit, f"{messages}/{path}") is None for path in found)
 
     def pending_inbox(self) -> list[Path]:
         """Files waiting in this trace's `inbox/`, in name order (see

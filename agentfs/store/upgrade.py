@@ -32,8 +32,9 @@ from dulwich.objects import Blob
 from agentfs.errors import AgentfsError
 from agentfs.store.atomic import fsync_dir
 from agentfs.store.commits import Step
+from agentfs.store.filenames import parse_file_name
 from agentfs.store.message_dir import SHARD_SIZE, message_relpath
-from agentfs.store.messages import MAX_MESSAGE_BYTES, parse_file_name
+from agentfs.store.messages import MAX_MESSAGE_BYTES
 from agentfs.store.meta import FORMAT_VERSION, dump_meta, parse_meta
 from agentfs.store.regularfile import FileRefused, check_real_folder, read_regular, read_trace_file
 

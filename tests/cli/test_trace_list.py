@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,39 @@ def test_a_resumed_run_on_a_long_trace_reads_only_the_files_the_last_run_added(
     assert set(opened) <= added | walked and set(parsed) <= added | walked
     assert index_loads == []
     assert listed(rows(ws)["long"])[1] == 1_014
+
+
+def test_a_next_message_written_by_hand_makes_the_list_say_a_run_has_work(ws):
+    """The list's state follows the runner's rule (`Trace.waits_for_user`): a message
+    file written by hand past those agentfs numbered is work for the next run, so the
+    trace no longer waits; a kept row sees it through the folder it lands in."""
+    from agentfs.core.project import Project
+    from agentfs.store.stamps import RACY_NS
+
+    def settle() -> None:  # what was just written can be kept
+        time.sleep(RACY_NS / 1e9 + 0.05)
+
+    def agree() -> str:
+        state = rows(ws)["t"]["status"]
+        waits = Project.open(ws).trace("t").waits_for_user()
+        assert (state == "waiting") == waits, (state, waits)
+        return state
+
+    run_cli("new", "t", "-m", "Summarize notes.md", cwd=ws)
+    run_cli("run", "t", cwd=ws)
+    settle()
+    assert agree() == "waiting"  # and the row is kept, with the folders it watches
+    meta = json.loads((ws / "traces/t/trace.json").read_text())
+    folder = ws / "traces/t/messages/000000-000999"
+    name = f"{meta['next_sequence']:06d}-user.md"
+    (folder / name).mkdir()  # a folder named like a message file is none
+    settle()
+    assert agree() == "waiting"
+    (folder / name).rmdir()
+    (folder / name).write_text("And now in one line.\n")  # as a person writes it
+    settle()
+    assert agree() == "idle"
+    run_cli("run", "t", cwd=ws)  # the run takes it, and answers
+    settle()
+    assert agree() == "waiting"
+    assert listed(rows(ws)["t"])[1] == 7

@@ -187,7 +187,7 @@ def test_a_damaged_or_foreign_saved_file_is_ignored_whole(tmp_path: Path, made: 
         "byte flipped": data[:-20] + bytes([data[-20] ^ 0x01]) + data[-19:],
         "garbage": b"\x00\xff" * 100,
         "empty": b"",
-        "old format": head.replace(b'[1, "', b'[0, "', 1) + b"\n" + body,
+        "old format": head.replace(b'[2, "', b'[1, "', 1) + b"\n" + body,
         "a row without its stamp": head + b"\n" + b"t\t" + body.split(b"\t", 2)[2],
     }[damage]
     path.write_bytes(damaged)
@@ -242,9 +242,10 @@ def test_text_the_file_cannot_split_survives_a_new_process(tmp_path: Path, made:
 
 
 def test_the_rows_shape_is_pinned_so_a_change_bumps_the_saved_format(tmp_path: Path):
-    # A change to what a row holds must bump `listcache.FORMAT`: rows saved by an
-    # older agentfs would otherwise be printed as they are. Then update this shape.
-    assert listcache.FORMAT == 1
+    # A change to what a row holds (or to its stamp) must bump `listcache.FORMAT`:
+    # rows saved by an older agentfs would otherwise be printed as they are. Then
+    # update this shape. 2: rows stamp the folders a hand-written message lands in.
+    assert listcache.FORMAT == 2
     ws = replay_workspace(tmp_path / "ws", SCRIPT)
     run_cli("run", "t", "-m", "Answer me", cwd=ws)
     project = Project.open(ws)
@@ -262,7 +263,7 @@ def test_the_rows_shape_is_pinned_so_a_change_bumps_the_saved_format(tmp_path: P
                   "cost": ["estimated", "text", "unpriced", "usd"], "text": None},
     }
     assert set(status.TraceStatus.__dataclass_fields__) == {
-        *shape, "error", "last_error", "approval"}
+        *shape, "error", "last_error", "approval", "watched"}  # watched: not in the row
 
 
 def test_status_json_is_one_line_when_piped_and_indented_at_a_terminal(tmp_path: Path):
