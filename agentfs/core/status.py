@@ -25,7 +25,7 @@ from agentfs.core.usage import Totals
 from agentfs.errors import AgentfsError
 from agentfs.prices import PriceTable
 from agentfs.store.approval import APPROVAL_FILE, read_pending
-from agentfs.store.filenames import names_from, shard_name
+from agentfs.store.filenames import names_from
 from agentfs.store.inbox import inbox_names, rejected_names, waiting
 from agentfs.store.metafile import read_meta_file
 from agentfs.store.regularfile import check_trace_folders
@@ -184,8 +184,10 @@ def _trace_status(workspace: Workspace, trace_id: str, prices: PriceTable,
     written = False
     watched: tuple[str, ...] = ()
     if final and type(following) is int:  # a next message written by hand?
-        watched = (MESSAGES_DIR, f"{MESSAGES_DIR}/{shard_name(following)}")
-        written = bool(names_from(f"{folder}/{MESSAGES_DIR}", following))
+        found, looked = names_from(f"{folder}/{MESSAGES_DIR}", following)
+        written = bool(found)
+        # where one would appear: the folders looked in, and `messages/` for a new one
+        watched = (MESSAGES_DIR, *(f"{MESSAGES_DIR}/{name}" for name in looked if name))
     state = trace_state(running=running, approval=approval is not None,
                         failed=failed is not None, final=final, pending=bool(pending),
                         queued=queued, written=written)

@@ -51,26 +51,32 @@ def is_shard_name(name: str) -> bool:
     return match is not None and shard_name(int(match["first"])) == name
 
 
-def names_from(messages: str, sequence: int) -> list[str]:
+def names_from(messages: str, sequence: int) -> tuple[list[str], list[str]]:
     """The message files in folder `messages` (a trace's `messages/`) with `sequence`
-    or a later one, as paths below it: directly in it or in its folder of that
-    sequence and those after it. Told by name and by the kind of entry the listing
-    gives (a folder named like a message file is none; a link is, to be refused
-    where it is read); nothing is read or `stat`ed. What a run finds past the files
-    agentfs numbered (`agentfs/store/trace.py:Trace.waits_for_user`)."""
+    or a later one, as paths below it, directly in it or in its folder of that
+    sequence and those after it; and the folders looked in (`""` for `messages`
+    itself), where such a file would appear. Told by name and by the kind of entry the
+    listing gives: a regular file or a link (to be refused where it is read), not a
+    folder, a FIFO or a device; nothing is read. What a run finds past the files
+    agentfs numbered (`agentfs/store/trace.py:Trace.waits_for_user`), and what the
+    trace list watches for them (`agentfs/core/status.py:trace_state`)."""
     found: list[str] = []
+    looked: list[str] = []
     folders = [""]
     while folders:
         folder = folders.pop()
         try:
             with os.scandir(f"{messages}/{folder}" if folder else messages) as entries:
-                listed = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+                listed = sorted((e.name, e.is_dir(follow_symlinks=False),
+                                 e.is_file(follow_symlinks=False) or e.is_symlink())
+                                for e in entries)
         except (FileNotFoundError, NotADirectoryError):
             continue
-        for name, is_dir in sorted(listed):
+        looked.append(folder)
+        for name, is_dir, is_file in listed:
             if is_dir and not folder and is_shard_name(name):
                 if int(name[:name.index("-")]) + SHARD_SIZE > sequence:
                     folders.append(name)
-            elif not is_dir and (parsed := parse_file_name(name)) and parsed[0] >= sequence:
+            elif is_file and (parsed := parse_file_name(name)) and parsed[0] >= sequence:
                 found.append(f"{folder}/{name}" if folder else name)
-    return sorted(found)
+    return sorted(found), sorted(looked)

@@ -82,10 +82,11 @@ _parsed: dict[str, parsecache.ParseCache] = {}
 #: settled: a folder listed again with the same stamps holds the same messages.
 _folders: dict[str, dict[str, _Folder]] = {}
 #: What one folder's names tell, as `_names` keeps it: the folder's (inode, mtime,
-#: ctime) when listed, the sequences of its message file names in order, and those
-#: names in the same order once a page of messages listed them (`MessageDir._span_names`;
-#: None where only the sequences were listed or loaded from the saved names).
-_Kept = tuple[foldernames.FolderStamp, list[int], list[str] | None]
+#: ctime) when listed, the sequences of its own message files in order, and, once a
+#: page of messages listed them (`MessageDir._span_names`), the sequences and names of
+#: every message file name in it, misplaced ones too, in order (None where only the
+#: sequences were listed or loaded from the saved names).
+_Kept = tuple[foldernames.FolderStamp, list[int], tuple[list[int], list[str]] | None]
 #: What the file names of each folder tell, by messages directory and folder, while
 #: settled: an entry added, removed or renamed changes the folder's mtime and ctime.
 _names: dict[str, dict[str, _Kept]] = {}
@@ -438,7 +439,8 @@ class MessageDir:
         except (FileNotFoundError, NotADirectoryError):
             return [], False
         found = found[_own(folder, found)]
-        return found, self._keep(folder, st, found, None, racy_after)
+        # afresh, a folder named like a message file is among them: not kept
+        return found, not afresh and self._keep(folder, st, found, None, racy_after)
 
     def _span_names(self, folder: str, first: int, end: int | None,
                     racy_after: int) -> list[str]:
@@ -446,21 +448,23 @@ class MessageDir:
         sequences from `first` to before `end`, in order: the folder listed by name,
         or, while it keeps the stamp of an earlier listing of this process, the names
         kept then (`_names`), so a server that pages through a folder of 1,000 files
-        does not list it again for every page of 100."""
+        does not list it again for every page of 100. A misplaced file's name is
+        among them, for the page to refuse it as a full scan does."""
         path = self.path / folder
         st = os.stat(path)
         kept = self._names.get(folder)
         if kept is not None and kept[0] == _folder_stamp(st) and kept[2] is not None:
-            found, names = kept[1], kept[2]
+            sequences, names = kept[2]
         else:
             named = sorted(_named_sequences(_file_names(path, st)), key=lambda pair: pair[1])
-            own = _own(folder, [sequence for _, sequence in named])
-            found, names = [n for _, n in named[own]], [name for name, _ in named[own]]
-            self._keep(folder, st, found, names, racy_after)
-        return names[_index(found, first):_index(found, end)]
+            sequences, names = [n for _, n in named], [name for name, _ in named]
+            own = _own(folder, sequences)
+            found = sequences if own == slice(0, len(sequences)) else sequences[own]
+            self._keep(folder, st, found, (sequences, names), racy_after)
+        return names[_index(sequences, first):_index(sequences, end)]
 
     def _keep(self, folder: str, st: os.stat_result, found: list[int],
-              names: list[str] | None, racy_after: int) -> bool:
+              names: tuple[list[int], list[str]] | None, racy_after: int) -> bool:
         """Keep what folder `folder` (whose stat is `st`) was just listed to hold, if
         it is settled (it may still change unseen otherwise); True if kept."""
         if not settled(max(st.st_mtime_ns, st.st_ctime_ns), racy_after):
@@ -490,7 +494,8 @@ class MessageDir:
         (the folders of `messages/`)."""
         for gone in self._names.keys() - set(shards):
             self._names.pop(gone, None)
-        saved = {folder: (stamp, found) for folder, (stamp, found, _) in self._names.items()}
+        # a copy made in one call: a server's other threads may add folders meanwhile
+        saved = {folder: (stamp, found) for folder, (stamp, found, _) in list(self._names.items())}
         if self.names_path is not None and foldernames.save(self.names_path, saved):
             self._gone_saved = False
 

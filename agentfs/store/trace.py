@@ -637,7 +637,7 @@ class Trace:
         `agentfs/store/filenames.py:names_from`) is not committed: the next run adopts
         it (`agentfs/store/recovery.py:recover`). Only `messages/` and the folder of that
         sequence are listed; normally they hold no such file."""
-        found = names_from(str(self.messages_dir), self.meta.next_sequence)
+        found, _ = names_from(str(self.messages_dir), self.meta.next_sequence)
         commit = self.repo.head() if found else None
         messages = self.rel(self.messages_dir)
         return any(self.repo.tree_lookup(commit, f"{messages}/{path}") is None for path in found)

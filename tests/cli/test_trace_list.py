@@ -4,6 +4,7 @@ nothing to do deciding so from the head's file alone."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -203,6 +204,10 @@ def test_a_next_message_written_by_hand_makes_the_list_say_a_run_has_work(ws):
     settle()
     assert agree() == "waiting"
     (folder / name).rmdir()
+    os.mkfifo(folder / name)  # nor a FIFO
+    settle()
+    assert agree() == "waiting"
+    (folder / name).unlink()
     (folder / name).write_text("And now in one line.\n")  # as a person writes it
     settle()
     assert agree() == "idle"
@@ -210,3 +215,11 @@ def test_a_next_message_written_by_hand_makes_the_list_say_a_run_has_work(ws):
     settle()
     assert agree() == "waiting"
     assert listed(rows(ws)["t"])[1] == 7
+
+    later = ws / "traces/t/messages/001000-001999"  # a later folder already there
+    later.mkdir()
+    settle()
+    assert agree() == "waiting"  # kept, watching that folder too
+    (later / "001000-user.md").write_text("Far ahead.\n")
+    settle()
+    assert agree() == "idle"

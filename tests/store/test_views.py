@@ -148,6 +148,30 @@ def test_a_page_of_a_folder_that_did_not_change_is_read_without_listing_it(
     assert listed == [str(folder)] * 3
 
 
+def test_a_window_refuses_a_misplaced_file_from_kept_names_too(project: Project) -> None:
+    trace = long_trace(project, 1010)
+    (trace.messages_dir / shard_name(0) / "001500-user.md").write_bytes(
+        render_message(Message(id="x", sequence=1500, parent_sequence=None, role="user",
+                               content="in the wrong folder")))
+    for _ in range(2):  # listed, then (settled) from the names kept
+        with pytest.raises(MessageFileError, match="001500-user.md"):
+            trace.message_dir.window(990, 2000)
+        time.sleep(RACY_NS / 1e9 + 0.05)
+    assert 1500 not in trace.message_dir.sequences(0)  # not a message of that folder
+
+
+def test_a_folder_named_like_a_message_file_is_never_a_sequence(project: Project) -> None:
+    """The listing for the next sequence (`previous(afresh=True)`) takes a folder's
+    name too, so a new file never lands on it; what it found is not kept for
+    `sequences`, which counts message files."""
+    trace = long_trace(project, 40)
+    (trace.messages_dir / shard_name(0) / "000050-user.md").mkdir()
+    time.sleep(RACY_NS / 1e9 + 0.05)
+    messages = trace.message_dir
+    assert messages.previous(60, afresh=True) == 50
+    assert messages.sequences(35) == [35, 36, 37, 38, 39, 40]
+
+
 def test_a_loose_file_sharing_a_sequence_is_refused_in_a_window(project: Project) -> None:
     trace = long_trace(project, 10)
     (trace.messages_dir / "000007-user.md").write_bytes(
