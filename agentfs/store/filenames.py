@@ -30,7 +30,7 @@ def message_file_name(sequence: int, role: str, ext: str = "md") -> str:
 
 def parse_file_name(name: str) -> tuple[int, str, str] | None:
     """(sequence, role, ext) from a message file name, or None if it is not one."""
-    match = FILE_NAME.match(name)
+    match = FILE_NAME.fullmatch(name)  # `$` alone would let a final line break through
     if match is None:
         return None
     return int(match["sequence"]), match["role"], match["ext"]
@@ -47,7 +47,7 @@ def is_shard_name(name: str) -> bool:
     """True if `name` is the name of a folder of `messages/` (`shard_name` of some
     sequence). Remembered: every listing of `messages/` asks it of each of its ~100
     names, and telling one costs about 3 µs."""
-    match = _SHARD.match(name)
+    match = _SHARD.fullmatch(name)
     return match is not None and shard_name(int(match["first"])) == name
 
 

@@ -26,7 +26,7 @@ from typing import Any
 __all__ = ["assert_valid_chat_request", "check_chat_request"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")  # not `$`: it lets a final line break through
 
 
 def check_chat_request(body: dict[str, Any]) -> list[str]:

@@ -42,7 +42,7 @@ __all__ = [
 #: frontmatter (nested JSON gains at most 2 bytes of indentation per line).
 TOOL_RESULT_MAX_BYTES = MAX_MESSAGE_BYTES // 8
 #: The model APIs' rule for tool names, and what it leaves out.
-TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}\Z")  # \Z: `$` lets a final line break through
 NOT_IN_TOOL_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 
 

@@ -267,6 +267,29 @@ def test_a_file_where_a_trace_folder_belongs_is_refused_with_the_fix(ws, name, w
     assert_git_clean(ws)
 
 
+def test_a_message_file_name_ending_in_a_line_break_is_no_message_file(ws):
+    """Git lets a name end in a line break, and a clone brings it. The name's
+    pattern ended in `$`, which matches before a final line break, so the file
+    was message #N: recovery committed a copy under the plain name, and every
+    command then stopped on two files for #N."""
+    run_cli("new", "t", "-m", "hi", cwd=ws)
+    run_cli("run", "t", cwd=ws)
+    following = json.loads((ws / "traces/t/trace.json").read_text())["next_sequence"]
+    odd = ws / "traces/t/messages/000000-000999" / f"{following:06d}-user.md\n"
+    odd.write_text("by hand\n")
+    head = git(ws, "rev-parse", "HEAD")
+    waiting = run_cli("run", "t", cwd=ws)
+    assert "waiting for a user message" in waiting.stderr
+    for args in (("doctor",), ("run", "t", "-m", "again")):
+        done = run_cli(*args, cwd=ws, check=False)
+        assert done.returncode == 1, args
+        assert "not a message file name" in done.stdout + done.stderr, args
+    assert git(ws, "rev-parse", "HEAD") == head  # nothing committed
+    odd.unlink()
+    run_cli("run", "t", "-m", "again", cwd=ws)
+    assert_git_clean(ws)
+
+
 @pytest.mark.parametrize("name", ["trace.json", "goals.json", "approval.json"])
 def test_a_trace_file_that_is_a_symlink_is_refused_unread(ws, tmp_path, name):
     """Even a link to a copy of the file (so it would parse) is refused, naming the file;

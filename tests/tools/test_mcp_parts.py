@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from pathlib import Path
 
 import pytest
@@ -19,10 +20,11 @@ def test_tool_names_are_the_server_and_the_tool_joined_by_two_underscores():
     assert offered_name("github", "create_issue") == "github__create_issue"
 
 
-@pytest.mark.parametrize("tool", ["read.file", "résumé", "a b", "x" * 80, "é" * 70])
+@pytest.mark.parametrize("tool", ["read.file", "résumé", "a b", "x" * 80, "é" * 70, "fetch\n"])
 def test_names_the_messages_api_would_refuse_are_cleaned_and_stay_distinct(tool):
     name = offered_name("srv", tool)
     assert TOOL_NAME.match(name), name
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name), name  # a final line break too
     assert name.startswith("srv__")
     assert offered_name("srv", tool) == name  # the same every time
     assert offered_name("srv", tool + "!") != name
