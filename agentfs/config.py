@@ -144,9 +144,9 @@ class HookConfig(BaseModel):
 
 #: What an MCP server's name may hold: its tools are offered as `<server>__<tool>`, and
 #: the Messages API takes tool names of `[a-zA-Z0-9_-]` only.
-MCP_SERVER_NAME = r"^[a-zA-Z0-9-]+(_[a-zA-Z0-9-]+)*$"
+MCP_SERVER_NAME = r"^[a-zA-Z0-9-]+(_[a-zA-Z0-9-]+)*\Z"  # \Z: `$` lets a final line break through
 #: What an environment variable's name may hold.
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*\Z"
 
 
 class McpServerConfig(BaseModel):

@@ -45,6 +45,7 @@ def _config(tmp_path: Path, text: str) -> Path:
     ('[mcp_servers.x]\ncommand = ["a"]\nheaders = {A = "B"}\n', "`headers` are for HTTP"),
     ('[mcp_servers.x]\nurl = "ftp://h"\n', "mcp_servers.x.url"),
     ('[mcp_servers."a__b"]\ncommand = ["a"]\n', "'a__b' cannot name an MCP server"),
+    ('[mcp_servers."a\\n"]\ncommand = ["a"]\n', "cannot name an MCP server"),
     ('[mcp_servers.x]\ncomand = ["a"]\n', "did you mean 'command'?"),
 ])
 def test_a_bad_server_table_is_refused_naming_the_file_and_the_key(tmp_path, table, says):
