@@ -236,6 +236,28 @@ def replay_workspace(root: Path, script: dict, files: dict[str, str] | None = No
     return root
 
 
+def in_a_terminal(*args: str, cwd: Path) -> tuple[str, str]:
+    """What `agentfs ARGS` prints with its standard output a terminal (a pseudo-
+    terminal; its line breaks read back as `\r\n`), and its standard error."""
+    import pty
+
+    leader, follower = pty.openpty()
+    done = subprocess.run([sys.executable, "-m", "agentfs", *args], cwd=cwd, stdout=follower,
+                          stderr=subprocess.PIPE, check=False, timeout=60)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal's other side is closed: all read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return b"".join(chunks).decode(), done.stderr.decode()
+
+
 def run_cli(*args: str, cwd: Path, env: dict | None = None, check: bool = True,
             timeout: float = 120, isolated: bool = False) -> subprocess.CompletedProcess:
     """Run the `agentfs` command in `cwd` as a user would, its errors and exit code

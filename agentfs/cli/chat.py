@@ -33,7 +33,7 @@ from agentfs.cli.context import (
     trace_settings,
 )
 from agentfs.cli.options import run_options
-from agentfs.cli.terminal import Terminal, echo_report
+from agentfs.cli.terminal import Terminal, echo_report, printable
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project
@@ -367,7 +367,7 @@ class _Chat:
             exc.show()
         except (AgentfsError, OSError) as exc:
             self.terminal.end_line()
-            click.echo(f"agentfs: error: {exc}", err=True)
+            click.echo(f"agentfs: error: {printable(str(exc))}", err=True)
         return True
 
     def handle(self, line: str) -> bool:

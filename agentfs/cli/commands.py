@@ -24,7 +24,7 @@ from agentfs.cli.context import (
     trust_store,
 )
 from agentfs.cli.options import approve_option, run_options
-from agentfs.cli.terminal import Terminal
+from agentfs.cli.terminal import Terminal, for_stdout, printable
 
 if TYPE_CHECKING:
     from agentfs.core.listcache import Listing
@@ -261,7 +261,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     else:
         if view.older is not None:
             click.echo(f"… (the main path goes on before #{view.older})\n")
-        click.echo(show_text(chosen, prices, full=full))
+        click.echo(for_stdout(show_text(chosen, prices, full=full)))
         for fold in view.folds if show_all else ():
             click.echo(f"\n… {fold.count} messages off the path left out, #{fold.first} to "
                        f"#{fold.last} (all of them: leave out --tail and --from)")
@@ -299,9 +299,9 @@ def log(trace_ref: str, max_count: int | None, patch: bool, as_json: bool) -> No
         echo_json({"trace": trace.id, "steps": [r for _, r in steps]})
         return
     for step, record in steps:
-        click.echo(log_text(step, project.prices))
+        click.echo(for_stdout(log_text(step, project.prices)))
         if record.get("diff"):
-            click.echo(record["diff"], nl=False)
+            click.echo(for_stdout(record["diff"]), nl=False)
 
 
 @cli.command()
@@ -438,8 +438,8 @@ def _doctor(workspace: Workspace) -> None:
     from agentfs.core.doctor import diagnose
 
     report = diagnose(workspace)
-    for problem in report.problems:
-        click.echo(problem)
+    for problem in report.problems:  # they may name files someone else named
+        click.echo(printable(problem))
     if report.problems:
         raise click.exceptions.Exit(1)
     click.echo(f"ok: agentfs.toml, {report.traces} trace(s), {report.messages} message "

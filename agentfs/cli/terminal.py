@@ -4,6 +4,7 @@ stderr, side work's reports, the question before a call that may change somethin
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,27 @@ if TYPE_CHECKING:
     from agentfs.store.approval import Answer
     from agentfs.store.messages import ToolCall
 
-__all__ = ["Terminal", "TerminalAsker", "echo_report", "event_line", "stdin_asker"]
+__all__ = ["Terminal", "TerminalAsker", "echo_report", "event_line", "for_stdout", "printable",
+           "stdin_asker"]
+
+#: What a terminal would act on rather than show: control characters but a line break,
+#: a tab and a carriage return before a line break (an escape starts a sequence that
+#: can move the cursor, set the window's title or, on some terminals, write the
+#: clipboard; a lone carriage return can overwrite a line), DEL and the C1 controls.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+
+
+def printable(text: str) -> str:
+    """`text` with each control character a terminal would act on written as `\\xNN`:
+    for what reaches a person's terminal from a file name or the model's text, which
+    someone else may have written."""
+    return _CONTROL.sub(lambda found: f"\\x{ord(found[0]):02x}", text)
+
+
+def for_stdout(text: str) -> str:
+    """`text` as stdout should get it: `printable` at a terminal, as it is when piped
+    (a script or a redirect gets what was written)."""
+    return printable(text) if sys.stdout.isatty() else text
 
 
 class Terminal:
@@ -44,7 +65,7 @@ class Terminal:
         if self.retried is not None:
             chunk = self._beyond_shown(chunk)
         if chunk:
-            sys.stdout.write(chunk)
+            sys.stdout.write(for_stdout(chunk))
             sys.stdout.flush()
             self.shown += chunk
             self.mid_line = self.cursor_mid_line = not chunk.endswith("\n")

@@ -52,3 +52,38 @@ def test_quiet_still_shows_warnings(capsys):
     err = capsys.readouterr().err
     assert "read_file" not in err
     assert "[retrying" in err and "cut off at max_tokens (100)" in err
+
+
+def test_control_characters_reach_a_terminal_written_out_not_acted_on(tmp_path):
+    """The model's text (which a web page or a file it read may have steered) and
+    file names (which a clone brings) can hold escape sequences: a terminal shows
+    them as `\\xNN` instead of acting on them (setting its title, writing the
+    clipboard, moving the cursor). Piped output keeps the text as it is."""
+    import json
+
+    from tests.conftest import in_a_terminal, replay_workspace, run_cli
+
+    hostile = "Done.\x1b]0;owned\x07 \x1b]52;c;ZXZpbA==\x07 line\ragain\r\nnext\tcol"
+    ws = replay_workspace(tmp_path / "ws", {"turns": [{"text": hostile}] * 3})
+
+    def at_a_terminal(*args: str) -> tuple[str, str]:
+        return in_a_terminal(*args, cwd=ws)
+
+    shown = "Done.\\x1b]0;owned\\x07 \\x1b]52;c;ZXZpbA==\\x07 line"
+    for args in (("run", "t", "-m", "hi"), ("show", "t")):
+        out, _ = at_a_terminal(*args)
+        assert shown in out, (args, out)
+        assert "\x1b" not in out and "\x07" not in out and "\ragain" not in out, args
+        assert "next\tcol" in out, args  # a tab (and a line break) stay what they are
+    out, _ = at_a_terminal("log", "t")  # the commits' subjects quote the answer
+    assert "]0;owned" in out and "\x1b" not in out and "\x07" not in out
+    piped = run_cli("show", "t", "--json", cwd=ws).stdout
+    assert [m["text"] for m in json.loads(piped)["messages"]][-1] == hostile
+    assert "\x1b]0;owned\x07" in run_cli("show", "t", cwd=ws).stdout  # piped: as it is
+
+    odd = ws / "traces/t/messages/000000-000999" / "\x1b]0;owned\x07.md"
+    odd.write_text("x\n")
+    for args in (("run", "t", "-m", "again"), ("doctor",)):
+        out, err = at_a_terminal(*args)
+        said = out + err
+        assert "\\x1b]0;owned\\x07.md" in said and "\x1b" not in said, (args, said)

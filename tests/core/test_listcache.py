@@ -5,7 +5,6 @@ row again when one of them changes (`agentfs/core/listcache.py:ListCache`)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from agentfs.core.listcache import ListCache
 from agentfs.core.project import Project
 from agentfs.prices import Price, PriceTable
 from agentfs.store.stamps import RACY_NS
-from tests.conftest import replay_workspace, run_cli
+from tests.conftest import in_a_terminal, replay_workspace, run_cli
 
 SCRIPT = {"turns": [{"text": "Done."}]}
 
@@ -271,32 +270,10 @@ def test_status_json_is_one_line_when_piped_and_indented_at_a_terminal(tmp_path:
     run_cli("new", "t", "-m", "Answer me", cwd=ws)
     piped = run_cli("status", "--json", cwd=ws).stdout
     assert piped.count("\n") == 1 and json.loads(piped)["traces"][0]["trace"] == "t"
-    at_terminal = _in_a_terminal(["status", "--json"], ws)
+    at_terminal, said = in_a_terminal("status", "--json", cwd=ws)
+    at_terminal = at_terminal.replace("\r\n", "\n")
+    assert not said
     assert at_terminal.count("\n") > 10 and json.loads(at_terminal) == json.loads(piped)
-
-
-def _in_a_terminal(args: list[str], cwd: Path) -> str:
-    """What `agentfs ARGS` prints when its standard output is a terminal."""
-    import pty
-    import subprocess
-    import sys
-
-    leader, follower = pty.openpty()
-    done = subprocess.run([sys.executable, "-m", "agentfs", *args], cwd=cwd, stdout=follower,
-                          stderr=subprocess.PIPE, check=True, timeout=60)
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal's other side is closed: all read
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(leader)
-    assert not done.stderr
-    return b"".join(chunks).decode().replace("\r\n", "\n")
 
 
 def test_an_edit_committed_without_a_change_to_trace_json_is_seen(tmp_path: Path,
