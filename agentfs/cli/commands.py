@@ -456,7 +456,7 @@ def _status_text(listing: Listing) -> None:
     if listing.inbox_rejected:
         lines.append(f"inbox/.rejected/: {len(listing.inbox_rejected)} file(s) that could "
                      "not be used")
-    click.echo("\n".join(lines))  # one write: a line each is 1,000 writes
+    click.echo(for_stdout("\n".join(lines)))  # one write: a line each is 1,000 writes
 
 
 def _status_line(row: dict[str, Any]) -> str:
@@ -624,7 +624,8 @@ def _watch_logger(as_json: bool) -> Callable[[str, dict], None]:
             click.echo(json.dumps({"time": stamp, "event": event, **data}))
         else:
             details = " ".join(f"{k}={v}" for k, v in data.items())
-            click.echo(f"{stamp} {event} {details}".rstrip())
+            # names of dropped files, which anyone who may drop one chose: one line each
+            click.echo(printable(f"{stamp} {event} {details}".rstrip(), one_line=True))
         sys.stdout.flush()
 
     return log

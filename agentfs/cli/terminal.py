@@ -25,13 +25,17 @@ __all__ = ["Terminal", "TerminalAsker", "echo_report", "event_line", "for_stdout
 #: can move the cursor, set the window's title or, on some terminals, write the
 #: clipboard; a lone carriage return can overwrite a line), DEL and the C1 controls.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+#: The same with line breaks and tabs: for what must stay on one line.
+_CONTROL_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def printable(text: str) -> str:
-    """`text` with each control character a terminal would act on written as `\\xNN`:
-    for what reaches a person's terminal from a file name or the model's text, which
-    someone else may have written."""
-    return _CONTROL.sub(lambda found: f"\\x{ord(found[0]):02x}", text)
+def printable(text: str, *, one_line: bool = False) -> str:
+    """`text` with each control character a terminal would act on written as `\\xNN`
+    (with `one_line`, line breaks and tabs too): for what reaches a person's terminal
+    or a log from a file name or the model's text, which someone else may have
+    written."""
+    control = _CONTROL_IN_A_LINE if one_line else _CONTROL
+    return control.sub(lambda found: f"\\x{ord(found[0]):02x}", text)
 
 
 def for_stdout(text: str) -> str:

@@ -87,3 +87,12 @@ def test_control_characters_reach_a_terminal_written_out_not_acted_on(tmp_path):
         out, err = at_a_terminal(*args)
         said = out + err
         assert "\\x1b]0;owned\\x07.md" in said and "\x1b" not in said, (args, said)
+
+
+def test_the_watch_log_writes_a_dropped_file_s_name_out_on_one_line(capsys):
+    from agentfs.cli.commands import _watch_logger
+
+    _watch_logger(as_json=False)("taken", {"file": "inbox/a\x1b[2J\n2026 forged.md"})
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "\x1b" not in out
+    assert "file=inbox/a\\x1b[2J\\x0a2026 forged.md" in out
