@@ -17,7 +17,7 @@ from agentfs.errors import AgentfsError
 def main() -> None:
     """Entry point: expected failures print one line and exit 1; usage errors exit 2."""
     from agentfs.cli.commands import cli
-    from agentfs.cli.terminal import printable
+    from agentfs.cli.context import printable
 
     try:
         code = cli.main(standalone_mode=False)

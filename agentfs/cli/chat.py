@@ -26,6 +26,7 @@ from agentfs.cli.context import (
     choose_model,
     model_to_record,
     open_project,
+    printable,
     registered_command,
     start_notices,
     thinking_options,
@@ -33,7 +34,7 @@ from agentfs.cli.context import (
     trace_settings,
 )
 from agentfs.cli.options import run_options
-from agentfs.cli.terminal import Terminal, echo_report, printable
+from agentfs.cli.terminal import Terminal, echo_report
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project

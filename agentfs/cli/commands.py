@@ -15,8 +15,10 @@ import click
 from agentfs.cli.context import (
     choose_model,
     echo_json,
+    for_stdout,
     model_to_record,
     open_project,
+    printable,
     start_notices,
     thinking_options,
     trace_id_for,
@@ -24,7 +26,7 @@ from agentfs.cli.context import (
     trust_store,
 )
 from agentfs.cli.options import approve_option, run_options
-from agentfs.cli.terminal import Terminal, for_stdout, printable
+from agentfs.cli.terminal import Terminal
 
 if TYPE_CHECKING:
     from agentfs.core.listcache import Listing
@@ -329,7 +331,8 @@ def rewind(trace_ref: str, sequence: int, files: bool) -> None:
     else:
         click.echo(f"{trace.id}: head moved from #{done.previous} to #{sequence}")
     if done.files:
-        click.echo(f"{trace.id}: restored {len(done.files)} file(s): {', '.join(done.files)}")
+        click.echo(for_stdout(f"{trace.id}: restored {len(done.files)} file(s): "
+                              f"{', '.join(done.files)}"))
 
 
 @cli.command()
@@ -377,7 +380,7 @@ def search(words: tuple[str, ...], limit: int, as_json: bool) -> None:
         return
     for hit in found.hits:
         place = "" if hit.on_path else " (off the path)"
-        click.echo(f"{hit.trace}#{hit.sequence} {hit.role}{place}: {hit.excerpt}")
+        click.echo(for_stdout(f"{hit.trace}#{hit.sequence} {hit.role}{place}: {hit.excerpt}"))
     for trace_id, error in found.unreadable.items():
         click.echo(f"{trace_id}: not searched: {error}", err=True)
     if found.more:
@@ -501,8 +504,8 @@ def goals(trace_ref: str, summaries: bool, as_json: bool) -> None:
     if as_json:
         echo_json(tree.model_dump(mode="json"))
         return
-    click.echo(tree.to_prompt(include_summary=summaries))
-    click.echo(tree.focus_reminder())
+    click.echo(for_stdout(tree.to_prompt(include_summary=summaries)))
+    click.echo(for_stdout(tree.focus_reminder()))
 
 
 @cli.command()

@@ -8,6 +8,7 @@ Module level: the standard library and click only, as in every command module
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,10 +24,45 @@ if TYPE_CHECKING:
     from agentfs.store.trace import Trace
 
 __all__ = [
-    "choose_model", "echo_json", "mcp_environment", "model_to_record", "open_project", "provider_settings",
-    "registered_command", "start_notices", "thinking_options", "trace_id_for",
-    "trace_settings", "trust_store",
+    "choose_model",
+    "echo_json",
+    "for_stdout",
+    "mcp_environment",
+    "model_to_record",
+    "open_project",
+    "printable",
+    "provider_settings",
+    "registered_command",
+    "start_notices",
+    "thinking_options",
+    "trace_id_for",
+    "trace_settings",
+    "trust_store",
 ]
+
+
+#: What a terminal would act on rather than show: control characters but a line break,
+#: a tab and a carriage return before a line break (an escape starts a sequence that
+#: can move the cursor, set the window's title or, on some terminals, write the
+#: clipboard; a lone carriage return can overwrite a line), DEL and the C1 controls.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+#: The same with line breaks and tabs: for what must stay on one line.
+_CONTROL_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str, *, one_line: bool = False) -> str:
+    """`text` with each control character a terminal would act on written as `\\xNN`
+    (with `one_line`, line breaks and tabs too): for what reaches a person's terminal
+    or a log from a file name or the model's text, which someone else may have
+    written."""
+    control = _CONTROL_IN_A_LINE if one_line else _CONTROL
+    return control.sub(lambda found: f"\\x{ord(found[0]):02x}", text)
+
+
+def for_stdout(text: str) -> str:
+    """`text` as stdout should get it: `printable` at a terminal, as it is when piped
+    (a script or a redirect gets what was written)."""
+    return printable(text) if sys.stdout.isatty() else text
 
 
 def echo_json(value: Any) -> None:
@@ -83,8 +119,8 @@ def start_notices(project: Project) -> dict[str, Any]:
                          project.workspace.root).notices()
           if verdict.config.tools.bash else []),
     ):
-        if notice:
-            click.echo(notice, err=True)
+        if notice:  # it names commands a clone's agentfs.toml wrote
+            click.echo(printable(notice), err=True)
     return {"trusted": trusted, "mcp_env": mcp_environment(verdict.config)}
 
 

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from agentfs.cli.context import choose_model, echo_json, open_project, start_notices
+from agentfs.cli.context import (
+    choose_model,
+    echo_json,
+    for_stdout,
+    open_project,
+    start_notices,
+)
 from agentfs.cli.terminal import Terminal, echo_report
 
 if TYPE_CHECKING:
@@ -109,7 +115,7 @@ def knowledge(ctx: click.Context, status_filter: str | None, as_json: bool) -> N
         source = (f"{item.source_trace}#{item.source_sequence}" if item.source_sequence
                   else item.source_trace)
         reason = f" — {item.reason}" if item.reason else ""
-        click.echo(f"{item.status:<9} {item.id:<32} {item.title} [{source}]{reason}")
+        click.echo(for_stdout(f"{item.status:<9} {item.id:<32} {item.title} [{source}]{reason}"))
 
 
 @knowledge.command()

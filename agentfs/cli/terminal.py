@@ -4,45 +4,19 @@ stderr, side work's reports, the question before a call that may change somethin
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from agentfs.cli.context import echo_json
+from agentfs.cli.context import echo_json, for_stdout, printable
 
 if TYPE_CHECKING:
     from agentfs.store.approval import Answer
     from agentfs.store.messages import ToolCall
 
-__all__ = ["Terminal", "TerminalAsker", "echo_report", "event_line", "for_stdout", "printable",
-           "stdin_asker"]
-
-#: What a terminal would act on rather than show: control characters but a line break,
-#: a tab and a carriage return before a line break (an escape starts a sequence that
-#: can move the cursor, set the window's title or, on some terminals, write the
-#: clipboard; a lone carriage return can overwrite a line), DEL and the C1 controls.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
-#: The same with line breaks and tabs: for what must stay on one line.
-_CONTROL_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def printable(text: str, *, one_line: bool = False) -> str:
-    """`text` with each control character a terminal would act on written as `\\xNN`
-    (with `one_line`, line breaks and tabs too): for what reaches a person's terminal
-    or a log from a file name or the model's text, which someone else may have
-    written."""
-    control = _CONTROL_IN_A_LINE if one_line else _CONTROL
-    return control.sub(lambda found: f"\\x{ord(found[0]):02x}", text)
-
-
-def for_stdout(text: str) -> str:
-    """`text` as stdout should get it: `printable` at a terminal, as it is when piped
-    (a script or a redirect gets what was written)."""
-    return printable(text) if sys.stdout.isatty() else text
-
+__all__ = ["Terminal", "TerminalAsker", "echo_report", "event_line", "stdin_asker"]
 
 class Terminal:
     """Streams assistant text to stdout and run events to stderr, keeping lines apart.
@@ -104,6 +78,7 @@ class Terminal:
         if self.quiet and kind not in self.WARNINGS:
             return
         line = event_line(kind, data)
+        line = line and printable(line, one_line=True)  # names, tool input: anyone's
         if line and kind == "retry":  # mid-turn: keep stdout's text whole
             click.echo("\n" + line if self.cursor_mid_line else line, err=True)
             self.cursor_mid_line = False
@@ -168,13 +143,13 @@ def echo_report(record: dict[str, Any], as_json: bool) -> None:
     for branch in record["branches"]:
         if branch["messages"]:
             click.echo(f"{record['trace']}: summary #{branch['messages'][-1]} "
-                       f"from {branch['branch']}")
+                       f"from {branch['branch']}")  # names agentfs made
         else:
             click.echo(f"{record['trace']}: {branch['branch']}: "
                        f"{len(branch['items'])} knowledge item(s)")
         for item in branch["items"]:
             reason = f" — {item['reason']}" if item.get("reason") else ""
-            click.echo(f"  {item['status']:<9} {item['id']}: {item['title']}{reason}")
+            click.echo(for_stdout(f"  {item['status']:<9} {item['id']}: {item['title']}{reason}"))
 
 
 #: The most of a call's input shown at the question, in characters.
@@ -202,10 +177,11 @@ class TerminalAsker:
         shown = json.dumps(call.input, indent=2, ensure_ascii=False)
         if len(shown) > SHOWN_INPUT:
             shown = shown[:SHOWN_INPUT] + f"\n[... {len(shown) - SHOWN_INPUT:,} more characters]"
-        click.echo(f"  ? {call.name} wants to run with:\n{_indent(shown)}", err=True)
+        name = printable(call.name, one_line=True)  # the model's, or an MCP server's
+        click.echo(printable(f"  ? {name} wants to run with:\n{_indent(shown)}"), err=True)
         while True:
             try:
-                reply = self.read(f"  run {call.name}? [y]es, [n]o, [a]lways {call.name}: ")
+                reply = self.read(f"  run {name}? [y]es, [n]o, [a]lways {name}: ")
             except EOFError:
                 click.echo("", err=True)
                 return None

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from agentfs.cli.context import echo_json, mcp_environment, open_project, trust_store
+from agentfs.cli.context import echo_json, mcp_environment, open_project, printable, trust_store
 
 
 @click.command()
@@ -41,10 +41,11 @@ def tools(everything: bool, as_json: bool) -> None:
     for listing in listings if not as_json else []:
         click.echo(f"{listing.name}: {listing.runs}")
         if listing.problem:
-            click.echo(f"  {listing.problem}")
-        for offered, record in listing.tools:
+            click.echo(f"  {printable(listing.problem, one_line=True)}")
+        for offered, record in listing.tools:  # what the server says: shown, not obeyed
             note = " (read-only)" if record["read_only"] else ""
-            click.echo(f"  {offered}{note}: {_first_line(record['description'])}")
+            click.echo(printable(f"  {offered}{note}: {_first_line(record['description'])}",
+                                 one_line=True))
         _echo_section("resources", [f"{r.uri} ({r.name}){_about(r)}"
                                     for r in listing.resources])
         _echo_section("resource templates", [f"{t.uri_template} ({t.name}){_about(t)}"
@@ -59,7 +60,7 @@ def _echo_section(title: str, lines: list[str]) -> None:
     if lines:
         click.echo(f"  {title}:")
         for line in lines:
-            click.echo(f"    {line}")
+            click.echo(f"    {printable(line, one_line=True)}")
 
 
 def _about(item: Any) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from agentfs.cli.context import trust_store
+from agentfs.cli.context import printable, trust_store
 
 
 @click.command()
@@ -52,8 +52,8 @@ def trust(workspace: Path | None, show: bool, revoke: bool) -> None:
     else:
         store.trust(root, project.config)
         click.echo(f"{root}: trusted; from now on agentfs runs")
-    for command in commands:
-        click.echo(f"  {command.line()}")
+    for command in commands:  # as a clone's agentfs.toml wrote them: shown, not obeyed
+        click.echo(f"  {printable(command.line(), one_line=True)}")
     if not show:
         click.echo("A command that runs a file of the workspace runs that file as it is then; "
                    "changing any of the commands above asks for trust again.", err=True)
