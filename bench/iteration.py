@@ -40,7 +40,7 @@ from typing import Any
 
 from agentfs.core.project import Project
 from agentfs.models.replay import ReplayModel
-from agentfs.store import message_dir
+from agentfs.store import dirmemory
 from agentfs.store.trace import Trace
 from bench.fixtures import TRACE, clone_workspace, git, long_trace
 
@@ -148,7 +148,7 @@ def _timed_run(template: Path, target: Path, iterations: int,
     # a new process, from the on-disk caches.
     git(root, "update-index", "-q", "--refresh")
     before = len(project.trace(TRACE).messages())
-    message_dir._parsed.clear()
+    dirmemory.forget()
     in_commits = [0.0, 0.0]  # wall, CPU
     commit_step = Trace.commit_step
 

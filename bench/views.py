@@ -130,11 +130,9 @@ async def _first_paint(root: Path) -> tuple[Any, dict[str, float], bytes]:
     """The app, the first paint on a server that has read nothing yet, then its median
     on it, and the first paint's body."""
     from agentfs.server.app import warm_up
-    from agentfs.store import message_dir
+    from agentfs.store import dirmemory
 
-    message_dir._parsed.clear()  # a server that has read nothing yet
-    message_dir._folders.clear()
-    message_dir._names.clear()
+    dirmemory.forget()  # a server that has read nothing yet
     app = _app(root)
     await warm_up(app)  # as `agentfs serve` does before it prints its address
     tree = f"/api/traces/{TRACE}/tree"

@@ -13,7 +13,8 @@ Parsed files are kept per process and on disk (`agentfs/store/parsecache.py`),
 keyed by each file's stat, so a long trace opens fast and a run re-reads only
 what changed. The sequences each folder's file names tell are kept too, per process
 and on disk (`agentfs/store/foldernames.py`), so a view of a long compressed trace
-lists no folder that did not change. Message files are read through
+lists no folder that did not change. What a process keeps is bounded
+(`agentfs/store/dirmemory.py`). Message files are read through
 `agentfs/store/messages.py`, the one reader and writer of their format.
 """
 
@@ -28,8 +29,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agentfs.errors import MessageFileError
-from agentfs.store import foldernames, parsecache
+from agentfs.store import foldernames
 from agentfs.store.atomic import atomic_write
+from agentfs.store.dirmemory import memory_of
 from agentfs.store.filenames import (
     FILE_NAME,
     SHARD_SIZE,
@@ -71,27 +73,6 @@ DirKey = tuple[tuple[int, int] | None, tuple[int, int] | None] | None
 #: The files of `messages/` as listed: folder (`""` for `messages/` itself, else the
 #: name of one of its folders) → file name → stamp.
 Listing = dict[str, dict[str, Stamp]]
-
-#: A folder's files as last scanned: their stamps, and the messages by sequence
-#: (in order) with where each was found, below `messages/`.
-_Folder = tuple[dict[str, Stamp], dict[int, Message], dict[int, str]]
-
-#: Parsed message files of each messages directory this process has read.
-_parsed: dict[str, parsecache.ParseCache] = {}
-#: The folders of each messages directory as last scanned, while all their stamps were
-#: settled: a folder listed again with the same stamps holds the same messages.
-_folders: dict[str, dict[str, _Folder]] = {}
-#: What one folder's names tell, as `_names` keeps it: the folder's (inode, mtime,
-#: ctime) when listed, the sequences of its own message files in order, and, once a
-#: page of messages listed them (`MessageDir._span_names`), the sequences and names of
-#: every message file name in it, misplaced ones too, in order (None where only the
-#: sequences were listed or loaded from the saved names).
-_Kept = tuple[foldernames.FolderStamp, list[int], tuple[list[int], list[str]] | None]
-#: What the file names of each folder tell, by messages directory and folder, while
-#: settled: an entry added, removed or renamed changes the folder's mtime and ctime.
-_names: dict[str, dict[str, _Kept]] = {}
-#: The `_names` dict of each messages directory into which its saved names were loaded.
-_names_loaded: dict[str, dict[str, _Kept]] = {}
 
 #: The most sequences a `MessageLookup` reads at once: a folder's worth.
 LOOKUP_RUN = 1024
@@ -245,14 +226,11 @@ class MessageDir:
         self.names_path = names_path  # where `_names` is saved (`foldernames`), if anywhere
         self.tmp_dir = tmp_dir
         self.durable = durable
-        # Parsed files by folder and name, shared by every MessageDir of this folder
-        # in the process.
-        cache = _parsed.get(str(path))
-        if cache is None or cache.dir != cache_path:
-            cache = _parsed[str(path)] = parsecache.ParseCache(cache_path)
-        self._cache = cache
-        self._folders = _folders.setdefault(str(path), {})
-        self._names = _names.setdefault(str(path), {})
+        # What every MessageDir of this folder in the process shares.
+        self._memory = memory_of(path, cache_path)
+        self._cache = self._memory.parsed
+        self._folders = self._memory.folders
+        self._names = self._memory.names
         self._gone_saved = False  # the saved file names a folder no longer there
         self._snapshot: dict[int, Message] | None = None
         self._snapshot_key: DirKey = None
@@ -476,7 +454,7 @@ class MessageDir:
         """Add the saved names (`names_path`) of the folders among `shards` (those of
         `messages/` now: a foreign file's others are never expanded) to `_names`, once
         per dict of them."""
-        if self.names_path is not None and _names_loaded.get(str(self.path)) is not self._names:
+        if self.names_path is not None and not self._memory.names_loaded:
             present = set(shards)
 
             def bounds(name: str) -> tuple[int, int] | None:
@@ -487,7 +465,7 @@ class MessageDir:
 
             for folder, (stamp, found) in foldernames.load(self.names_path, bounds).items():
                 self._names.setdefault(folder, (stamp, found, None))
-            _names_loaded[str(self.path)] = self._names
+            self._memory.names_loaded = True
 
     def _save_names(self, shards: list[str]) -> None:
         """Save `_names` at `names_path`, without the folders no longer among `shards`

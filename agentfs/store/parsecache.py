@@ -79,6 +79,11 @@ class ParseCache:
         loaded[name] = (stamp, message)
         self._changed[folder] = self._changed.get(folder, 0) + 1
 
+    def held(self) -> int:
+        """How many parsed files it holds."""
+        return (sum(len(entries) for entries in list(self._folders.values()))
+                + sum(len(entries) for entries in list(self._strays.values())))
+
     def keep_only(self, folder: str, names: Container[str]) -> None:
         """Drop the entries of `folder` whose file is not among `names` (gone)."""
         _drop_missing(self._strays.get(folder, {}), names)

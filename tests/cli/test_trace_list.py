@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.store import message_dir
+from agentfs.store import dirmemory, message_dir
 from tests.conftest import git, long_trace, replay_workspace, run_cli
 
 SCRIPT = {"turns": [
@@ -151,7 +151,7 @@ def test_a_resumed_run_on_a_long_trace_reads_only_the_files_the_last_run_added(
     # takes every message from the parse cache (agentfs/store/message_dir.py:MessageLookup)
     walked = {p.name for p in message_files(ws, "long")[-(2 * message_dir.LOOKUP_RUN - 1):]}
 
-    message_dir._parsed.clear()  # a new process: nothing parsed in memory
+    dirmemory.forget()  # a new process: nothing parsed in memory
     parsed: list[str] = []
     load = message_dir.load_message
     monkeypatch.setattr(message_dir, "load_message",

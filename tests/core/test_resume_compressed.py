@@ -11,8 +11,8 @@ import pytest
 
 from agentfs.core.doctor import diagnose
 from agentfs.core.project import Project
+from agentfs.store import dirmemory, parsecache
 from agentfs.store import message_dir as message_dir_module
-from agentfs.store import parsecache
 from agentfs.store.history import is_model_turn
 from agentfs.store.messages import Message, render_message
 from agentfs.store.trace import Trace
@@ -32,7 +32,7 @@ def root(project: Project) -> Path:
 
 
 def new_process(root: Path) -> tuple[Project, Trace]:
-    message_dir_module._parsed.clear()  # nothing parsed in memory
+    dirmemory.forget()  # nothing parsed in memory
     project = Project.open(root)
     return project, project.trace("t")
 
@@ -164,8 +164,8 @@ def test_a_long_path_after_the_summary_reads_its_own_folders_not_the_trace(
     monkeypatch.setattr(message_dir_module.MessageDir, "_scan",
                         lambda self, key: scans.append(key))  # no listing of every file
     loaded: list[str] = []
-    real_load = message_dir_module.parsecache.load
-    monkeypatch.setattr(message_dir_module.parsecache, "load",
+    real_load = parsecache.load
+    monkeypatch.setattr(parsecache, "load",
                         lambda path: loaded.append(path.name) or real_load(path))
     parsed = count_parses(monkeypatch)
     model = ScriptedModel("second answer")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from agentfs.core.project import Project
+from agentfs.store import dirmemory, parsecache
 from agentfs.store import message_dir as message_dir_module
-from agentfs.store import parsecache
 from agentfs.store.cleanfolders import CleanFolders
 from agentfs.store.trace import Trace
 from tests.conftest import assert_git_clean, git, long_trace, user
@@ -36,7 +36,7 @@ def age(trace: Trace) -> None:
 
 def new_process(project: Project) -> Trace:
     """The trace as a new process opens it: nothing parsed in memory."""
-    message_dir_module._parsed.clear()
+    dirmemory.forget()
     return Project.open(project.workspace.root).trace("demo")
 
 
@@ -242,7 +242,7 @@ def test_a_folder_found_clean_is_still_checked_for_edits_in_place(
 
     def recover() -> list[str]:
         """A recovery by a trace opened afresh (nothing parsed in memory)."""
-        message_dir_module._parsed.clear()
+        dirmemory.forget()
         fresh = reopened.trace("demo")
         with fresh.lock():
             return fresh.recover()
@@ -318,7 +318,7 @@ def test_a_new_process_recovers_from_the_clean_folders_the_last_one_saved(
     messages = project.trace("long").messages_dir
 
     def recover_in_new_process() -> list[str]:
-        message_dir_module._parsed.clear()
+        dirmemory.forget()
         fresh = Project.open(root).trace("long")
         with fresh.lock():
             return fresh.recover()
@@ -368,3 +368,33 @@ def test_damaged_clean_marks_are_ignored(project: Project, trace: Trace, monkeyp
         assert fresh.recover() == ["edit"]
         assert fresh.recover() == []
     assert_git_clean(project.workspace.root)
+
+
+def test_a_long_lived_process_forgets_the_least_recently_read_traces_first(
+        project: Project, monkeypatch) -> None:
+    """A server that reads many traces keeps what it parsed of the latest only (about a
+    trace's worth here), and a trace it forgot reads back the same, parsing it again."""
+    for name in ("a", "b", "c"):
+        long_trace(project, name, 10, commit=True)
+        for path in project.trace(name).messages_dir.rglob("*.md"):
+            os.utime(path, (time.time() - 60,) * 2)  # settled: kept once parsed
+    monkeypatch.setattr(dirmemory, "KEEP_MESSAGES", 15)
+    dirmemory.forget()
+    root = project.workspace.root
+    texts = {name: {s: m.text for s, m in Project.open(root).trace(name).messages().items()}
+             for name in ("a", "b", "c")}  # read in this order: a is the least recent
+    parsed = count_parses(monkeypatch)
+
+    def read_again(name: str) -> int:
+        """How many files reading trace `name` again parsed."""
+        parsed.clear()
+        messages = Project.open(root).trace(name).messages()
+        assert {s: m.text for s, m in messages.items()} == texts[name]
+        return len(parsed)
+
+    assert read_again("c") == 0  # the last one read
+    assert read_again("b") == 0  # b and c weigh less than the bound together
+    assert read_again("a") == 10  # forgotten when c was read: a and b weighed more
+    monkeypatch.setattr(dirmemory, "KEEP_MESSAGES", 0)
+    assert read_again("a") == 0  # the one asked for is kept whatever it weighs
+    assert read_again("c") == 10  # the others went when a was asked for

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from agentfs.core.project import Project
-from agentfs.store import foldernames
+from agentfs.store import dirmemory, foldernames
 from agentfs.store import message_dir as message_dir_module
 from agentfs.store.message_dir import SHARD_SIZE, MessageDir, shard_name
 from agentfs.store.stamps import RACY_NS
@@ -30,9 +30,7 @@ def settle() -> None:
 
 def new_process(root: Path) -> Trace:
     """Trace `demo` as a new process opens it: nothing listed or parsed in memory."""
-    message_dir_module._names.clear()
-    message_dir_module._parsed.clear()
-    message_dir_module._folders.clear()
+    dirmemory.forget()
     return Project.open(root).trace("demo")
 
 
@@ -223,7 +221,7 @@ def test_sparse_folders_give_the_same_answers_with_and_without_saved_names(
     settle()
 
     def opened(names: Path | None) -> MessageDir:
-        message_dir_module._names.clear()
+        dirmemory.forget()
         return MessageDir(messages, cache / "x.parsed", cache, durable=False, names_path=names)
 
     queries = [(rng.randrange(0, 5200), rng.choice((None, rng.randrange(0, 5200))),
@@ -268,5 +266,5 @@ def test_saved_names_of_folders_that_do_not_exist_are_never_expanded(
     trace = new_process(project.workspace.root)
     assert trace.message_dir.highest() == 2500
     assert trace.message_dir.sequences(0) == list(range(1, 2501))
-    kept = message_dir_module._names[str(trace.messages_dir)]
+    kept = trace.message_dir._names
     assert set(kept) <= {shard_name(0), shard_name(1000), shard_name(2000)}
