@@ -4,6 +4,7 @@ rewind, fork, edit a message."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -20,12 +21,14 @@ from agentfs.store.inbox import save_in_inbox
 from agentfs.store.ingest import (
     Rejected,
     SettingsCheck,
+    find_post,
     finish_staged,
     parse_dropped_text,
     take_file,
 )
 from agentfs.store.messages import Message, utf8
 from agentfs.store.trace import Trace
+from agentfs.store.tracelock import TraceLock
 from agentfs.store.workspace import GOALS_FILE
 
 __all__ = ["Edited", "Posted", "Rewound", "edit_message", "fork", "post_message", "rewind"]
@@ -37,8 +40,11 @@ class Posted:
     inbox for the run that holds the trace, or `taken` by that run already."""
 
     status: Literal["committed", "queued", "taken"]
-    file: str  # the inbox file it was written to, relative to the workspace
+    # the inbox file it was written to, relative to the workspace; None for a retry of
+    # a post committed before (the file is gone)
+    file: str | None
     sequence: int | None = None
+    repeated: bool = False  # the answer is about an earlier post with the same key
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,8 @@ class Edited:
 
 def post_message(trace: Trace, text: str, *, patience: float = 10.0,
                  run_holds_it: Callable[[], bool] = lambda: False,
-                 check: SettingsCheck | None = None, origin: str = "<message>") -> Posted:
+                 check: SettingsCheck | None = None, origin: str = "<message>",
+                 key: str | None = None) -> Posted:
     """Post a user message through the inbox's door: written atomically into
     `traces/ID/inbox/`, then taken at once as the next user message (one `user`
     commit), as `agentfs run` takes inbox files.
@@ -72,6 +79,12 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
     trace. A post refused once written (recovery refused an edit of the trace)
     leaves nothing in the inbox.
 
+    With an idempotency `key` (`agentfs/store/inbox.py:POST_KEY`), a post made
+    before with that key is not made again: its answer is about that one
+    (`repeated`), and its file is taken now if it still waits. The look and the
+    write are made under a lock of the trace's posts, so two posts with one key
+    at once write one file.
+
     Raises:
       MessageFileError: the text cannot be a message; errors name `origin`.
       AgentfsError: recovery refused an edit of the trace, or the file was put
@@ -80,20 +93,54 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
     first = parse_dropped_text(origin, text)
     if check is not None:
         check(first)
-    file = save_in_inbox(trace.inbox_dir, text, tmp_dir=trace.tmp_dir,
-                         durable=trace.repo.durable)
-    name = trace.rel(file)
+    if key is None:
+        return _deliver(trace, _save(trace, text), patience=patience,
+                        run_holds_it=run_holds_it, check=check)
+    with TraceLock(trace.workspace.lock_dir, f"{POSTS_LOCK}{trace.id}", patience=patience):
+        found = find_post(trace, key)
+        name = _save(trace, text, key) if found is None else found.file
+    if name is None:  # committed before: the file is gone
+        return Posted("committed", None, found.sequence if found else None, repeated=True)
+    posted = _deliver(trace, name, patience=patience, run_holds_it=run_holds_it, check=check,
+                      key=key)
+    return dataclasses.replace(posted, repeated=found is not None)
+
+
+#: The lock of a trace's posts with a key is named this and the trace's id: a name no
+#: trace has (ids start with a letter or digit).
+POSTS_LOCK = "_posts-"
+
+
+def _save(trace: Trace, text: str, key: str | None = None) -> str:
+    """Write a post into the trace's inbox; its path relative to the workspace."""
+    return trace.rel(save_in_inbox(trace.inbox_dir, text, key=key, tmp_dir=trace.tmp_dir,
+                                   durable=trace.repo.durable))
+
+
+def _deliver(trace: Trace, name: str, *, patience: float, run_holds_it: Callable[[], bool],
+             check: SettingsCheck | None, key: str | None = None) -> Posted:
+    """Take the posted inbox file `name` as the next user message, or leave it queued
+    for the run that holds the trace. A post with a `key` whose file another process
+    claimed waits for the trace as a post does, finishing the claim if that process
+    died (`_take`), so it can say which message the file became."""
+    file = trace.workspace.root / name
     deadline = time.monotonic() + patience
     while True:
-        if not file.exists():
+        if key is None and not file.exists():
             return Posted("taken", name)
         try:
             with trace.lock():
-                return _take(trace, file, name, check)
+                posted = _take(trace, file, name, check)
         except TraceLocked:
             if run_holds_it() or time.monotonic() > deadline:
-                return Posted("queued", name)
+                return Posted("queued" if file.exists() else "taken", name)
             time.sleep(0.02)  # another post or a short command (rewind) holds it
+            continue
+        if posted.status == "taken" and key is not None:
+            found = find_post(trace, key)
+            if found is not None and found.status == "committed":
+                return Posted("committed", name, found.sequence)
+        return posted
 
 
 def _take(trace: Trace, file, name: str, check: SettingsCheck | None) -> Posted:

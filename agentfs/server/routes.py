@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -42,6 +42,7 @@ from agentfs.prices import PriceTable
 from agentfs.server.events import EventHub, sse
 from agentfs.server.runs import BackgroundRuns, RunRequest
 from agentfs.store.approval import Answer, PendingApproval
+from agentfs.store.inbox import POST_KEY
 from agentfs.store.ingest import parse_dropped_text
 from agentfs.store.messages import Message
 from agentfs.store.stepdiff import message_diff
@@ -330,16 +331,27 @@ def _message_routes(api: APIRouter, server: Server) -> None:
     @api.post("/traces/{trace_id}/messages", status_code=201,
               summary="Post a user message (through the trace's inbox)",
               responses={202: {"description": "Queued for the run that holds the trace"}})
-    def post(trace_id: str, body: PostMessage) -> JSONResponse:
+    def post(trace_id: str, body: PostMessage,
+             idempotency_key: str | None = Header(
+                 default=None, alias="Idempotency-Key",
+                 description="Makes a retry safe: a post with a key used before on this "
+                 "trace is answered with what became of that one (1 to 64 letters, digits, "
+                 "- or _)")) -> JSONResponse:
         trace = server.trace(trace_id)
+        if idempotency_key is not None and not POST_KEY.fullmatch(idempotency_key):
+            raise ApiError(422, f"Idempotency-Key must be 1 to 64 letters, digits, - or _, "
+                           f"not {idempotency_key!r:.80}", "send a UUID, e.g. from uuidgen")
         # A model that cannot be used is refused before the message is committed: once
         # it is, the answer is a success (a client retrying an error would post twice).
         model = server.model(trace, body.model) if body.run else None
         posted = post_message(trace, body.text, check=server.project.drop_check(),
-                              run_holds_it=lambda: server.runs.running(trace.id), origin="<api>")
+                              run_holds_it=lambda: server.runs.running(trace.id), origin="<api>",
+                              key=idempotency_key)
         record: dict[str, Any] = {"trace": trace.id, "status": posted.status,
                                   "file": posted.file, "sequence": posted.sequence}
-        if posted.status == "committed":
+        if posted.repeated:
+            record["repeated"] = True
+        if posted.status == "committed":  # again for a retry: listeners only read again
             server.hub.publish(trace.id, "committed", {"trace": trace.id, "kind": "user",
                                                        "head": posted.sequence})
         if model is not None and posted.status == "committed":

@@ -35,6 +35,7 @@ from agentfs.store.regularfile import check_real_folder
 from agentfs.store.unicode import escaped, shown
 
 __all__ = [
+    "POST_KEY",
     "REJECTED_DIR",
     "SettleClock",
     "Staged",
@@ -43,6 +44,7 @@ __all__ = [
     "inbox_problem",
     "is_hidden_drop",
     "is_ignored_name",
+    "post_key",
     "reject",
     "rejected_names",
     "save_in_inbox",
@@ -255,15 +257,32 @@ def _remove(claim: Path, *, ignore_errors: bool = True) -> None:
     shutil.rmtree(claim, ignore_errors=ignore_errors)
 
 
-def save_in_inbox(folder: Path, text: str, *, tmp_dir: Path | None = None,
-                  durable: bool = False) -> Path:
+#: An idempotency key a post may carry (`save_in_inbox`): a UUID fits.
+POST_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: The name of an inbox file written for a post with a key.
+_KEYED_NAME = re.compile(r"\d{8}T\d{6}\.\d{6}-key-(?P<key>" + POST_KEY.pattern + r")\.md")
+
+
+def save_in_inbox(folder: Path, text: str, *, key: str | None = None,
+                  tmp_dir: Path | None = None, durable: bool = False) -> Path:
     """Write `text` atomically as a new file of the inbox `folder`, named by the
-    time, so files are taken in the order they were written; returns its path."""
+    time, so files are taken in the order they were written; returns its path.
+    A post's idempotency `key` (`POST_KEY`) is kept in the name, where whoever
+    commits the file finds it (`post_key`)."""
     check_real_folder(folder)  # never written through a link, wherever it leads
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%f")
-    path = folder / f"{stamp}-{os.urandom(4).hex()}.md"  # not `secrets`: the trace list imports this
+    # not `secrets`: the trace list imports this
+    tail = os.urandom(4).hex() if key is None else f"key-{key}"
+    path = folder / f"{stamp}-{tail}.md"
     atomic_write(path, text.encode(), tmp_dir=tmp_dir, sync_dir=durable)
     return path
+
+
+def post_key(name: str) -> str | None:
+    """The idempotency key in the name of an inbox file `save_in_inbox` wrote for a
+    post with one; None for any other name."""
+    match = _KEYED_NAME.fullmatch(name)
+    return match["key"] if match else None
 
 
 def inbox_names(inbox: Path) -> tuple[list[str], list[str]]:

@@ -19,13 +19,14 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agentfs.errors import AgentfsError, MessageFileError
 from agentfs.store.inbox import (
     SettleClock,
     Staged,
     is_hidden_drop,
+    post_key,
     reject,
     stage,
     staged_in,
@@ -39,6 +40,7 @@ from agentfs.store.messages import (
     load_dropped,
     parse_dropped,
 )
+from agentfs.store.meta import remember_post
 from agentfs.store.trace import Trace
 from agentfs.store.tracelock import TraceLock
 from agentfs.store.unicode import LONE_SURROGATE
@@ -48,12 +50,14 @@ __all__ = [
     "FIRST_USER_SEQUENCE",
     "Dropped",
     "IngestReport",
+    "PostFound",
     "Rejected",
     "SettingsCheck",
     "claim_new",
     "claimed_traces",
     "commit_staged",
     "dropped",
+    "find_post",
     "finish_staged",
     "parse_dropped_text",
     "pending_new",
@@ -224,6 +228,9 @@ def commit_staged(trace: Trace, staged: Staged, *, goal_id: str | None = None,
         **{"goal_id": goal_id, **probe.fields},
     )
     extra = [staged.origin] if staged.origin else []
+    key = post_key(Path(staged.origin).name) if staged.origin else None
+    if key is not None:  # a post's idempotency key: a retry finds its message here
+        remember_post(trace.meta, key, staged.sequence)
     trace.commit_step("user", [message], extra_paths=extra)
     unstage(staged)
     return message
@@ -271,6 +278,33 @@ def finish_staged(trace: Trace, check: SettingsCheck | None = None) -> IngestRep
         else:
             _note(report, Path(staged.origin).name, commit_staged(trace, staged, check=check))
     return report
+
+
+@dataclass(frozen=True)
+class PostFound:
+    """Where the message of a post with an idempotency key is (`find_post`): a file
+    `waiting` in the inbox, `claimed` by a process committing it, or `committed`."""
+
+    status: Literal["waiting", "claimed", "committed"]
+    file: str | None = None  # the inbox file, relative to the workspace (not committed)
+    sequence: int | None = None  # the message it became (committed)
+
+
+def find_post(trace: Trace, key: str) -> PostFound | None:
+    """Where the post with idempotency `key` went, if one came to `trace`; None if
+    none did (or it was refused). Looked for where its file goes next, in turn: the
+    inbox, the claims, then `trace.json` as on disk (`TraceMeta.posted`, written by
+    the commit before its claim is dropped), so a file moving on meanwhile is seen."""
+    for path in waiting(trace.inbox_dir):
+        if post_key(path.name) == key:
+            return PostFound("waiting", trace.rel(path))
+    claimed = next((staged.origin for staged in staged_in(_folder(trace), tidy=False)
+                    if staged.origin and post_key(Path(staged.origin).name) == key), None)
+    trace.reload()
+    sequence = (trace.meta.posted or {}).get(key)  # committed, its claim dropped or not
+    if sequence is not None:
+        return PostFound("committed", sequence=sequence)
+    return None if claimed is None else PostFound("claimed", claimed)
 
 
 #: The lock (`agentfs/store/tracelock.py`) that new-trace claims are made under: not

@@ -19,8 +19,9 @@ from agentfs.store.spent import Spent
 from agentfs.store.unicode import load_json
 
 __all__ = [
-    "FORMAT_VERSION", "Collaborator", "ForkOrigin", "LastError", "QueueStep", "SideQueue",
-    "Spending", "TraceContext", "TraceMeta", "dump_meta", "load_meta", "parse_meta", "save_meta",
+    "FORMAT_VERSION", "POSTED_KEYS", "Collaborator", "ForkOrigin", "LastError", "QueueStep",
+    "SideQueue", "Spending", "TraceContext", "TraceMeta", "dump_meta", "load_meta", "parse_meta",
+    "remember_post", "save_meta",
 ]
 
 class QueueStep(BaseModel):
@@ -171,6 +172,23 @@ class TraceMeta(BaseModel):
         default=None, description="What the trace's model calls used; absent in a trace "
         "no agentfs that counts has committed to yet",
     )
+    posted: dict[str, int] | None = Field(
+        default=None, description="Idempotency keys of the latest posts that carried one, "
+        "each with the sequence its message became (the last `POSTED_KEYS`); absent when "
+        "none did",
+    )
+
+
+#: How many posts' idempotency keys `trace.json` keeps (`TraceMeta.posted`).
+POSTED_KEYS = 100
+
+
+def remember_post(meta: TraceMeta, key: str, sequence: int) -> None:
+    """Record that the post with idempotency `key` became message `sequence`, in
+    `meta.posted`, the oldest key out beyond `POSTED_KEYS`."""
+    posted = {k: v for k, v in (meta.posted or {}).items() if k != key}
+    posted[key] = sequence
+    meta.posted = dict(list(posted.items())[-POSTED_KEYS:])
 
 
 _EMPTY_CONTEXT = TraceContext().model_dump(mode="json")
@@ -228,7 +246,7 @@ def dump_meta(meta: TraceMeta) -> bytes:
     # Keys of `context` at their defaults are left out, as agentfs always wrote them.
     empty = _EMPTY_CONTEXT
     data["context"] = {k: v for k, v in data["context"].items() if v != empty[k]}
-    for optional in ("side_queue", "forked_from", "usage"):  # absent reads as before
+    for optional in ("side_queue", "forked_from", "usage", "posted"):  # absent reads as before
         if data.get(optional) is None:
             data.pop(optional, None)
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
