@@ -15,6 +15,7 @@ caches on disk, as a new process does.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from pathlib import Path
 
@@ -66,26 +67,45 @@ class _Memories:
         self.weights: dict[str, int] = {}  # each one's weight when it was last left
         self.total = 0  # the sum of `weights`
         self.lock = threading.Lock()  # a server's threads ask for folders side by side
+        # Calls since every kept folder was last weighed: a folder read after another was
+        # asked for (requests overlap) is weighed again within as many calls as are kept.
+        self.calls = 0
+        # Forgotten memories a `MessageDir` still holds (a long run): taken back when asked
+        # for, not made twice.
+        self.evicted: weakref.WeakValueDictionary[str, DirMemory] = weakref.WeakValueDictionary()
+
+    def _weigh(self, key: str) -> None:
+        weight = self.by_path[key].weight()
+        self.total += weight - self.weights[key]
+        self.weights[key] = weight
 
     def of(self, key: str, cache_path: Path) -> DirMemory:
         with self.lock:
             if self.by_path:
                 last = next(reversed(self.by_path))
                 if last != key:  # left for another: weigh what it holds now
-                    weight = self.by_path[last].weight()
-                    self.total += weight - self.weights[last]
-                    self.weights[last] = weight
+                    self._weigh(last)
+            self.calls += 1
+            if self.calls >= len(self.by_path):  # amortized: one weight() per call
+                self.calls = 0
+                for other in self.by_path:
+                    self._weigh(other)
             memory = self.by_path.get(key)
             if memory is None:
-                memory = self.by_path[key] = DirMemory(cache_path)
-                self.weights[key] = 0
+                memory = self.evicted.pop(key, None) or DirMemory(cache_path)
+                self.by_path[key] = memory
+                self.weights[key] = memory.weight()
+                self.total += self.weights[key]
+                if memory.parsed.dir != cache_path:
+                    memory.parsed = ParseCache(cache_path)
             else:
                 self.by_path.move_to_end(key)
                 if memory.parsed.dir != cache_path:
                     memory.parsed = ParseCache(cache_path)
             while len(self.by_path) > 1 and self.total - self.weights[key] > KEEP_MESSAGES:
-                oldest, _ = self.by_path.popitem(last=False)  # never `key`: the last
+                oldest, gone = self.by_path.popitem(last=False)  # never `key`: the last
                 self.total -= self.weights.pop(oldest)
+                self.evicted[oldest] = gone  # found again while a live MessageDir holds it
             return memory
 
 
@@ -97,9 +117,9 @@ def memory_of(path: Path, cache_path: Path) -> DirMemory:
     `cache_path`), made if none; the least recently used others are forgotten while
     they weigh more than `KEEP_MESSAGES`.
 
-    A folder is weighed when another is asked for after it, so each call weighs one
-    folder, not all: one still read by another thread meanwhile is weighed again
-    when it is next left."""
+    A folder is weighed when another is asked for after it, and every kept folder
+    once in as many calls as are kept (about one weighing a call): one read by
+    another thread meanwhile is weighed again within that many calls."""
     return _memories.of(str(path), cache_path)
 
 
@@ -109,3 +129,4 @@ def forget() -> None:
         _memories.by_path.clear()
         _memories.weights.clear()
         _memories.total = 0
+        _memories.evicted.clear()

@@ -394,7 +394,33 @@ def test_a_long_lived_process_forgets_the_least_recently_read_traces_first(
 
     assert read_again("c") == 0  # the last one read
     assert read_again("b") == 0  # b and c weigh less than the bound together
-    assert read_again("a") == 10  # forgotten when c was read: a and b weighed more
-    monkeypatch.setattr(dirmemory, "KEEP_MESSAGES", 0)
-    assert read_again("a") == 0  # the one asked for is kept whatever it weighs
-    assert read_again("c") == 10  # the others went when a was asked for
+    assert read_again("c") == 0
+    monkeypatch.setattr(dirmemory, "KEEP_MESSAGES", 5)
+    assert read_again("b") == 0  # the one asked for is kept whatever it weighs
+    assert read_again("b") == 0  # and c went: b alone weighs more than the bound
+    assert read_again("c") == 10
+    monkeypatch.setattr(dirmemory, "KEEP_MESSAGES", 15)
+    assert read_again("a") == 10  # forgotten when c was first read: a and b weighed more
+
+
+def test_folders_read_after_others_were_asked_for_are_weighed_too(project: Project,
+                                                                  monkeypatch) -> None:
+    """Requests overlap in a server: each trace is opened before the one before it is
+    read. What the process keeps stays near the bound all the same."""
+    names = [f"t{n}" for n in range(12)]
+    for name in names:
+        long_trace(project, name, 10, commit=True)
+        for path in project.trace(name).messages_dir.rglob("*.md"):
+            os.utime(path, (time.time() - 60,) * 2)
+    monkeypatch.setattr(dirmemory, "KEEP_MESSAGES", 25)
+    dirmemory.forget()
+    root = project.workspace.root
+    opened = Project.open(root).trace(names[0])
+    for name in [*names[1:], names[0]]:
+        following = Project.open(root).trace(name)  # asked for before the last is read
+        opened.messages()
+        opened = following
+    parsed = count_parses(monkeypatch)
+    for name in names[:-3]:
+        Project.open(root).trace(name).messages()
+    assert len(parsed) >= 10 * (len(names) - 5)  # all but the latest few were forgotten
