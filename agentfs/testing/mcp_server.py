@@ -173,11 +173,13 @@ class McpHttpServer:
         self.close()
 
     def close(self) -> None:
-        """Stop the server and wait for its process."""
+        """Stop the server and wait for its process. uvicorn waits on SIGTERM for the
+        open streams of its clients to end, which a client that went away without
+        closing them never does: after a second, the server is killed."""
         if self._process.poll() is None:
             self._process.terminate()
             try:
-                self._process.wait(10)
+                self._process.wait(1)
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()

@@ -248,8 +248,8 @@ def test_a_run_cut_short_after_a_rename_from_any_place_ends_as_an_uninterrupted_
     for instant, site in enumerate(sites, 1):
         seen.setdefault(site, []).append(instant)
     assert len(seen) > 100  # the loop, the queue's three branches, the summary, packing
-    # first, middle and last: a crash before, between and after the other times
-    chosen = {times[i] for times in seen.values() for i in (0, len(times) // 2, -1)}
+    # first and last: a crash before and after the other times the place is passed
+    chosen = {times[i] for times in seen.values() for i in (0, -1)}
     for instant in sorted(chosen):
         state = run_trial(template, script, tmp_path, instant)
         state.pop("renames")
