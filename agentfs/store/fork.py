@@ -15,7 +15,7 @@ from agentfs.store.atomic import atomic_write
 from agentfs.store.history import is_model_turn
 from agentfs.store.inbox import KEEP
 from agentfs.store.message_dir import message_relpath
-from agentfs.store.meta import ForkOrigin, TraceContext, TraceMeta
+from agentfs.store.meta import ForkOrigin, Spending, TraceContext, TraceMeta
 from agentfs.store.regularfile import read_trace_file
 from agentfs.store.steplog import step_of_message
 from agentfs.store.trace import Trace
@@ -52,6 +52,8 @@ def fork_trace(source: Trace, new_id: str, at: int) -> Trace:
         context=TraceContext(inject_skills=list(source.meta.context.inject_skills)),
         forked_from=ForkOrigin(trace=source.id, sequence=at,
                                commit=step.commit if step is not None else None),
+        # the calls of the copied messages were made for the source: counted there only
+        usage=Spending(through=max(m.sequence for m in path)),
     )
     trace = Trace.create(source.workspace, source.repo, meta)
     durable = source.repo.durable

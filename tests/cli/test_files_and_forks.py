@@ -225,6 +225,7 @@ def test_fork_copies_the_main_path_up_to_a_message_and_runs_on_from_there(ws):
                                    "commit": _commit_of(ws, "t: assistant #6")}
     assert f"Forked from trace t at #6 (commit {meta['forked_from']['commit']})." in body
     assert meta["head"] == 6 and meta["model"] is None
+    assert meta["usage"] == {"through": 6, "models": {}}  # the source's calls, not the fork's
     copied = json.loads(run_cli("show", "retry", "--json", cwd=ws).stdout)["messages"]
     source = json.loads(run_cli("show", "t", "--json", cwd=ws).stdout)["messages"]
     assert [(m["sequence"], m["text"]) for m in copied] == [
@@ -240,6 +241,9 @@ def test_fork_copies_the_main_path_up_to_a_message_and_runs_on_from_there(ws):
     assert [m["sequence"] for m in shown] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
     assert shown[6]["text"] == "again, differently" and shown[7]["text"] == "Again."
     assert shown[-1]["text"] == "Done 2."
+    own_calls = sum(m["role"] == "assistant" and not m.get("synthetic") for m in shown[6:])
+    spent = json.loads((ws / "traces/retry/trace.json").read_text())["usage"]["models"]
+    assert sum(model["calls"] for model in spent.values()) == own_calls > 0
     assert git(ws, "rev-parse", "HEAD:traces/t") == original  # the original is untouched
     assert {p: p.read_bytes() for p in (ws / "traces/t").rglob("*") if p.is_file()} == files
     assert_git_clean(ws)
