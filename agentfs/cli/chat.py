@@ -33,7 +33,7 @@ from agentfs.cli.context import (
     trace_id_for,
     trace_settings,
 )
-from agentfs.cli.options import run_options
+from agentfs.cli.options import MODEL_NAMES, run_options
 from agentfs.cli.terminal import Terminal, echo_report
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ COMMANDS = {
 
 @click.command()
 @click.argument("trace_ref", metavar="TRACE")
-@click.option("--model", help="Model for this session: replay:PATH or anthropic:MODEL-ID.")
+@click.option("--model", help=f"Model for this session: {MODEL_NAMES}.")
 @click.option("--preset", help="Preset from agentfs.toml, for a trace this session creates.")
 @click.option("--max-iterations", type=click.IntRange(min=1),
               help="Stop each answer after this many model calls (default: max_iterations "

@@ -25,7 +25,7 @@ from agentfs.cli.context import (
     trace_settings,
     trust_store,
 )
-from agentfs.cli.options import approve_option, run_options
+from agentfs.cli.options import MODEL_NAMES, approve_option, run_options
 from agentfs.cli.terminal import Terminal
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def new(trace_id: str, message: str | None, file: Path | None, preset: str | Non
 @click.argument("trace_ref", metavar="TRACE")
 @click.option("-m", "--message", "messages", multiple=True,
               help="Append a user message first (repeatable); - reads standard input.")
-@click.option("--model", help="Model to use: replay:PATH or anthropic:MODEL-ID.")
+@click.option("--model", help=f"Model to use: {MODEL_NAMES}.")
 @click.option("--max-iterations", type=click.IntRange(min=1),
               help="Stop after this many model calls (default: max_iterations in agentfs.toml).")
 @click.option("--preset", help="Preset from agentfs.toml, for a trace this run creates.")
@@ -337,7 +337,7 @@ def rewind(trace_ref: str, sequence: int, files: bool) -> None:
 
 @cli.command()
 @click.argument("trace_ref", metavar="TRACE")
-@click.argument("new_id", metavar="NEW", required=False)
+@click.argument("new_id", metavar="[NEW]", required=False)
 @click.option("--at", "at", type=int, metavar="SEQ",
               help="The message to fork from (default: TRACE's head).")
 def fork(trace_ref: str, new_id: str | None, at: int | None) -> None:

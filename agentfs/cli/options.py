@@ -16,14 +16,20 @@ def approve_policy(flag: bool | None) -> str | None:
     return None if flag is None else ("acting" if flag else "none")
 
 
-def approve_option(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """`--approve/--no-approve`, for the commands that run traces."""
+#: The models `--model` takes, for its help.
+MODEL_NAMES = "replay:PATH, anthropic:MODEL-ID or openai:MODEL-ID"
+
+
+def approve_option(what: str, *, asked: str = "at the terminal, else the call waits in "
+                   "traces/TRACE/approval.json for `agentfs approve`",
+                   ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--approve/--no-approve`, for the commands that run traces; `asked` says where
+    the question is put."""
     return click.option(
         "--approve/--no-approve", "approve", default=None,
         help=f"Ask before each call of a tool that may change something (bash, write_file, "
-        f"edit_file, delegate, tools not declared read-only) in this {what}: at the "
-        "terminal, else the call waits in traces/TRACE/approval.json for `agentfs "
-        "approve` (default: [tools] approve in agentfs.toml).")
+        f"edit_file, delegate, tools not declared read-only) in this {what}: {asked} "
+        "(default: [tools] approve in agentfs.toml).")
 
 
 def run_options(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -39,7 +39,8 @@ DEFAULT_MAX_BODY = 1024 * 1024
               "(default: each trace's, else agentfs.toml's).")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY,
               show_default=True, help="Largest request body accepted, in bytes.")
-@approve_option("server's runs")
+@approve_option("server's runs", asked="the call waits in traces/TRACE/approval.json for "
+                "the page, POST .../approval or `agentfs approve`")
 def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         workspace: Path | None, host: str, port: int, token: str | None, no_token: bool,
         model: str | None, max_body: int, approve: bool | None,

@@ -18,13 +18,14 @@ from agentfs.cli.context import (
     open_project,
     start_notices,
 )
+from agentfs.cli.options import MODEL_NAMES
 from agentfs.cli.terminal import Terminal, echo_report
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project
     from agentfs.core.runner import Runner
 
-MODEL_HELP = "Model for the side branches: replay:PATH or anthropic:MODEL-ID."
+MODEL_HELP = f"Model for the side branches: {MODEL_NAMES}."
 
 
 def _runner(project: Project, trace_id: str, model: str | None,

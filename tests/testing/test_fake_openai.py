@@ -77,3 +77,16 @@ def test_a_429_carries_the_wait_the_client_should_honour():
             client(server).chat.completions.create(
                 model="m", messages=[{"role": "user", "content": "go"}])
     assert caught.value.response.headers["retry-after-ms"] == "1500"
+
+
+def test_the_runnable_servers_start_without_a_warning_about_their_module() -> None:
+    """`python -m agentfs.testing.fake_openai` (the README's command) ran the module
+    after the package had imported it, which runpy warns about."""
+    import subprocess
+    import sys
+
+    for module in ("agentfs.testing.fake_openai", "agentfs.testing.mcp_server"):
+        done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", module,
+                               "--help"], capture_output=True, text=True, check=False)
+        assert done.returncode == 0 and done.stderr == "", (module, done.stderr)
+        assert done.stdout.startswith(f"usage: python -m {module}")
