@@ -92,7 +92,8 @@ def _digest(workspace: Workspace) -> str | None:
 
 def diagnose(workspace: Workspace) -> Diagnosis:
     """Check the workspace's configuration, traces, their goal trees and waiting calls,
-    message files, side-branch queues and the index's entries for `traces/`."""
+    message files and main paths, side-branch queues and the index's entries for
+    `traces/`."""
     from agentfs.core.sidequeue import queue_problems
     from agentfs.store.git.packing import backlog_problem
     from agentfs.store.git.repo import GitRepo
@@ -125,6 +126,7 @@ def diagnose(workspace: Workspace) -> Diagnosis:
                 trace.pending_approval()
                 problems += [str(p) for p in queue_problems(trace)]
                 if not problems:
+                    trace.main_path()  # a run and every view follow it: it must lead back
                     problems += filter(None, [trace.iterations_problem()])
             except AgentfsError as exc:
                 problems.insert(0, str(exc))

@@ -84,11 +84,12 @@ def walk_back(
         message = get(current)
         if message is None:
             child = path[-1].file_name() if path else "trace.json"
+            listed = f" {where}" if where else ""
             raise BrokenPath(
                 f"{prefix}the main path needs message #{current} "
                 f"(parent of {child}) but there is no such file",
-                hint="restore it with `git checkout -- <file>`, or `agentfs rewind` to an "
-                "existing message",
+                hint=f"`git ls-files --deleted{listed}` names it if it was committed: restore "
+                "it with `git checkout -- FILE`; or `agentfs rewind` to an existing message",
             )
         if current in seen:
             raise BrokenPath(

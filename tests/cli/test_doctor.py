@@ -237,3 +237,19 @@ def test_doctor_says_when_packing_has_not_kept_up_and_git_gc_clears_it(tmp_path:
     git(ws, "gc", "-q", "--prune=now")
     assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
     assert_git_clean(ws)
+
+
+def test_doctor_names_a_main_path_that_leads_to_a_missing_file(tmp_path: Path) -> None:
+    """What `show` and `run` refuse, doctor names, with the command that finds the file."""
+    ws = make(tmp_path)
+    _, user, answer = message_files(ws, "good")
+    user.unlink()  # the answer's parent
+    done = run_cli("doctor", cwd=ws, check=False)
+    assert done.returncode == 1
+    [line] = done.stdout.splitlines()
+    assert f"the main path needs message #2 (parent of {answer.name})" in line
+    listed = line.split("`")[1]
+    assert listed.startswith("git ls-files --deleted ")
+    assert git(ws, *listed.split()[1:]).strip() == user.relative_to(ws).as_posix()
+    refused = run_cli("show", "good", cwd=ws, check=False)
+    assert refused.returncode == 1 and line in refused.stderr
