@@ -369,17 +369,18 @@ class Runner:
                  clock: SettleClock | None = None) -> Session:
         """A run of `trace` with this runner's tools."""
         mcp = mcp_tools(trace, self.options, self._emit)
-        return Session(trace, self._tools_for(trace, mcp),
-                       clock or SettleClock(self.config.settle), self._emit,
+        clock = clock or SettleClock(self.config.settle)
+        return Session(trace, self._tools_for(trace, mcp, clock), clock, self._emit,
                        list(declared_skills), skill_recency, mcp=mcp,
                        approve=self.options.approve or self.config.tools.approve,
                        ask=self.options.ask)
 
-    def _tools_for(self, trace: Trace, mcp: McpTools | None) -> ToolRegistry:
+    def _tools_for(self, trace: Trace, mcp: McpTools | None,
+                   clock: SettleClock) -> ToolRegistry:
         """The tools of a run of `trace` (`agentfs/core/toolset.py:build_tools`)."""
         delegate = partial(run_child, trace, project=self.project, model=self.model,
                            options=self.options, emit=self._emit)
-        return build_tools(trace, self.options, self.skills, delegate, mcp)
+        return build_tools(trace, self.options, self.skills, delegate, mcp, settled=clock.ready)
 
     def _bring_up_to_date(self, session: Session, result: RunResult,
                           pending_tools: PendingTools) -> bool:
@@ -629,12 +630,13 @@ class Runner:
         return message
 
     def _context_due(self, session: Session, calls: list[ToolCall], iteration: int) -> bool:
-        """Inject context every N iterations, or at once when user messages are waiting;
-        never twice in one iteration."""
+        """Inject context every N iterations, or at once when a user message waits
+        written whole (taken right after this step); never twice in one iteration."""
         if any(c.name == CONTEXT_TOOL for c in calls):
             return False
         interval = self.config.context_injection_interval
-        return iteration % interval == 0 or bool(session.trace.pending_inbox())
+        return iteration % interval == 0 or any(
+            session.clock.ready(path) for path in session.trace.pending_inbox())
 
     def _reflect_on_answer(self, session: Session, request: ModelRequest, assistant: Message,
                            result: RunResult) -> None:

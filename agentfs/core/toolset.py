@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 from agentfs.core.context import CommandHook, ContextSources, context_tool
 from agentfs.core.delegate import RunChild, collaborator_states, delegate_tool
 from agentfs.core.goals import goal_tool
@@ -24,7 +27,8 @@ __all__ = ["build_tools"]
 
 
 def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
-                run_child: RunChild, mcp: McpTools | None = None) -> ToolRegistry:
+                run_child: RunChild, mcp: McpTools | None = None, *,
+                settled: Callable[[Path], bool] = lambda path: True) -> ToolRegistry:
     """The tool registry of a run of `trace`.
 
     Args:
@@ -38,6 +42,9 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
         `options.depth` is below `max_delegation_depth`.
       mcp: the MCP servers' tools (`agentfs/core/mcp.py:mcp_tools`), offered after
         the plugins' and before the caller's own.
+      settled: whether a file waiting in the trace's inbox is written whole (the run's
+        `SettleClock.ready`): the context names only those, which the run takes right
+        after the step.
 
     Raises:
       ConfigError: a tool plugin takes the name of a built-in tool, or an entry of
@@ -53,7 +60,7 @@ def build_tools(trace: Trace, options: RunnerOptions, skills: SkillCatalog,
         trace_id=trace.id,
         goals_path=trace.dir / GOALS_FILE,
         collaborators=lambda: collaborator_states(trace),
-        notifications=lambda: [p.name for p in trace.pending_inbox()],
+        notifications=lambda: [p.name for p in trace.pending_inbox() if settled(p)],
         hooks=[*options.context_hooks, *command_hooks],
     )
     registry = ToolRegistry(file_tools(config.tools.read_only))  # one set per run

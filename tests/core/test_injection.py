@@ -161,6 +161,37 @@ def test_messages_arriving_during_a_run_reach_the_model_next_iteration(project, 
     assert_git_clean(project.workspace.root)
 
 
+def test_a_message_still_being_written_is_announced_once_it_is_taken_next(project,
+                                                                         write_script):
+    """The context says a message follows the tool results only of a file written
+    whole (settled), which the run takes right after the step: a file still settling
+    was announced at every iteration, and followed none of them."""
+    project.new_trace("t", user("go"))
+    inbox = project.workspace.root / "traces/t/inbox"
+
+    class DropsWhileThinking(Recorder):
+        def complete(self, request, on_text=None):
+            if len(self.requests) == 0:
+                (inbox / "note.md").write_text("also check the README\n")
+            return super().complete(request, on_text)
+
+    listing = {"tool_calls": [{"name": "list_files", "input": {}}]}
+    model = DropsWhileThinking(ReplayModel(write_script(
+        [listing, listing, listing, {"text": "done"}, {"text": "done, README too"}])))
+    config = project.config.model_copy(update={"settle": 1.0})
+    Runner(project.workspace, project.repo, model, config=config).run("t")
+    for request in model.requests:
+        contexts = [n for n, m in enumerate(request.messages)
+                    if m.synthetic == "context" and "note.md" in m.text]
+        for at in contexts:  # each announcement is followed by the message at once
+            rest = request.messages[at + 1:]
+            assert any(m.role == "user" and m.text == "also check the README" for m in rest)
+    path = project.trace("t").main_path()
+    assert [m.text for m in path if m.role == "user"].count("also check the README") == 1
+    assert path[-1].text == "done, README too"
+    assert_git_clean(project.workspace.root)
+
+
 def test_system_prompt_priority_and_skills_listing(project, write_script):
     config = project.workspace.config_path
     config.write_text(config.read_text() + '\n[presets.critic]\nsystem_prompt = "You critique."\n'
