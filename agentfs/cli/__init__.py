@@ -21,8 +21,9 @@ def main() -> None:
 
     try:
         code = cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
+        click.echo("\nagentfs: interrupted; everything committed so far is kept (`agentfs "
+                   "run TRACE` goes on from there)", err=True)
         sys.exit(130)
     except click.ClickException as exc:
         exc.show()
@@ -39,7 +40,4 @@ def main() -> None:
             click.echo("agentfs: free some disk space, then run the command again; "
                        "what was committed before is unchanged", err=True)
         sys.exit(1)
-    except KeyboardInterrupt:
-        click.echo("\nagentfs: interrupted; everything committed so far is kept", err=True)
-        sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)

@@ -263,6 +263,9 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
     else:
         if view.older is not None:
             click.echo(f"… (the main path goes on before #{view.older})\n")
+        if not chosen and since is not None:
+            click.echo(f"(no message of the main path from #{since} on: its head is "
+                       f"#{trace.meta.head})")
         click.echo(for_stdout(show_text(chosen, prices, full=full)))
         for fold in view.folds if show_all else ():
             click.echo(f"\n… {fold.count} messages off the path left out, #{fold.first} to "
@@ -626,12 +629,22 @@ def _watch_logger(as_json: bool) -> Callable[[str, dict], None]:
         if as_json:
             click.echo(json.dumps({"time": stamp, "event": event, **data}))
         else:
-            details = " ".join(f"{k}={v}" for k, v in data.items())
+            details = " ".join(f"{k}={_shown(v)}" for k, v in data.items())
             # names of dropped files, which anyone who may drop one chose: one line each
             click.echo(printable(f"{stamp} {event} {details}".rstrip(), one_line=True))
         sys.stdout.flush()
 
     return log
+
+
+def _shown(value: object) -> object:
+    """A value of a watch log line as text: a cost as its text ($0.0123), any other
+    dict or list as compact JSON."""
+    if isinstance(value, dict) and isinstance(value.get("text"), str):
+        return value["text"]
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return value
 
 
 @cli.command()

@@ -15,6 +15,7 @@ import click
 
 from agentfs.cli.context import choose_model, start_notices
 from agentfs.cli.options import approve_option
+from agentfs.errors import AgentfsError
 
 if TYPE_CHECKING:
     import socket
@@ -165,6 +166,7 @@ def _listen(host: str, port: int) -> socket.socket:
     """A listening socket on `host:port` (port 0: a free one)."""
     import socket
 
+    sock = None
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM)[0]
@@ -173,7 +175,10 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.bind(address)
         sock.listen(128)
     except OSError as exc:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror or exc}") \
-            from None
+        if sock is not None:
+            sock.close()
+        raise AgentfsError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                           hint="another server may use it: choose another with --port N, "
+                           "or --port 0 for a free one") from None
     sock.set_inheritable(True)
     return sock

@@ -60,6 +60,8 @@ def test_messages_pages_walk_back_to_the_first_message(served: Served):
     text = run_cli("show", "t", "--from", "248", cwd=served.root).stdout
     assert "#248 user" in text and "#250 user" in text and "#247" not in text
     assert text.startswith("… (the main path goes on before #248)")
+    past = run_cli("show", "t", "--from", "999", cwd=served.root).stdout
+    assert "(no message of the main path from #999 on: its head is #250)" in past
 
 
 def test_bad_page_values_are_422_with_a_hint(served: Served):

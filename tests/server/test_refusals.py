@@ -173,3 +173,16 @@ def test_text_that_is_not_valid_unicode_is_refused_at_every_write_route(served: 
     assert git(served.root, "rev-parse", "HEAD") == before
     assert [p.name for p in (served.root / "traces" / "t" / "inbox").iterdir()] == [".gitkeep"]
     assert_git_clean(served.root)
+
+
+def test_a_port_in_use_is_refused_with_the_options_that_choose_another(workspace_root):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        refused = run_cli("serve", "--port", str(port), cwd=workspace_root, check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"agentfs: error: cannot listen on 127.0.0.1:{port}: ")
+    assert "--port 0 for a free one" in refused.stderr
