@@ -102,7 +102,7 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
     if name is None:  # committed before: the file is gone
         return Posted("committed", None, found.sequence if found else None, repeated=True)
     posted = _deliver(trace, name, patience=patience, run_holds_it=run_holds_it, check=check,
-                      key=key)
+                      key=key, own=found is None)
     return dataclasses.replace(posted, repeated=found is not None)
 
 
@@ -118,7 +118,8 @@ def _save(trace: Trace, text: str, key: str | None = None) -> str:
 
 
 def _deliver(trace: Trace, name: str, *, patience: float, run_holds_it: Callable[[], bool],
-             check: SettingsCheck | None, key: str | None = None) -> Posted:
+             check: SettingsCheck | None, key: str | None = None,
+             own: bool = True) -> Posted:
     """Take the posted inbox file `name` as the next user message, or leave it queued
     for the run that holds the trace. A post with a `key` whose file another process
     claimed waits for the trace as a post does, finishing the claim if that process
@@ -130,7 +131,7 @@ def _deliver(trace: Trace, name: str, *, patience: float, run_holds_it: Callable
             return Posted("taken", name)
         try:
             with trace.lock():
-                posted = _take(trace, file, name, check)
+                posted = _take(trace, file, name, check, own=own)
         except TraceLocked:
             if run_holds_it() or time.monotonic() > deadline:
                 return Posted("queued" if file.exists() else "taken", name)
@@ -143,13 +144,19 @@ def _deliver(trace: Trace, name: str, *, patience: float, run_holds_it: Callable
         return posted
 
 
-def _take(trace: Trace, file, name: str, check: SettingsCheck | None) -> Posted:
+def _take(trace: Trace, file, name: str, check: SettingsCheck | None, *,
+          own: bool = True) -> Posted:
+    """Take the posted file under the trace's lock; refused (recovery refused an
+    edit), a file this post wrote (`own`) is removed, so a retry never finds it taken
+    twice later. A file an earlier post with the same key wrote, and was answered
+    `queued` for, stays: it is that post's."""
     trace.reload()
     try:
         trace.recover()
         finish_staged(trace, check)
     except Exception:
-        file.unlink(missing_ok=True)  # refused: a retry must not find it taken twice later
+        if own:
+            file.unlink(missing_ok=True)
         raise
     if trace.meta.side_queue is not None or unanswered_calls(trace.main_path()):
         # A tool step or a side-branch queue comes first (a new head would abandon the

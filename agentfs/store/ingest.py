@@ -294,17 +294,20 @@ def find_post(trace: Trace, key: str) -> PostFound | None:
     """Where the post with idempotency `key` went, if one came to `trace`; None if
     none did (or it was refused). Looked for where its file goes next, in turn: the
     inbox, the claims, then `trace.json` as on disk (`TraceMeta.posted`, written by
-    the commit before its claim is dropped), so a file moving on meanwhile is seen."""
+    the commit before its claim is dropped), so a file moving on meanwhile is seen.
+    While a claim is there it is `claimed`, whatever `trace.json` says: the commit
+    may not have happened (a process killed between writing `trace.json` and
+    committing it), and only the trace's lock can tell."""
     for path in waiting(trace.inbox_dir):
         if post_key(path.name) == key:
             return PostFound("waiting", trace.rel(path))
     claimed = next((staged.origin for staged in staged_in(_folder(trace), tidy=False)
                     if staged.origin and post_key(Path(staged.origin).name) == key), None)
+    if claimed is not None:
+        return PostFound("claimed", claimed)
     trace.reload()
-    sequence = (trace.meta.posted or {}).get(key)  # committed, its claim dropped or not
-    if sequence is not None:
-        return PostFound("committed", sequence=sequence)
-    return None if claimed is None else PostFound("claimed", claimed)
+    sequence = (trace.meta.posted or {}).get(key)
+    return None if sequence is None else PostFound("committed", sequence=sequence)
 
 
 #: The lock (`agentfs/store/tracelock.py`) that new-trace claims are made under: not

@@ -28,10 +28,10 @@ from agentfs.store.git.index import StatCache
 from agentfs.store.git.objects import file_blob_id
 from agentfs.store.goalsfile import GoalsFile
 from agentfs.store.history import is_model_turn
-from agentfs.store.inbox import KEEP, is_ignored_name, staged_in
+from agentfs.store.inbox import KEEP, is_ignored_name, post_key, staged_in
 from agentfs.store.message_dir import Listing, is_shard_name, parse_message_relpath
 from agentfs.store.messages import Message, parse_message
-from agentfs.store.meta import parse_meta
+from agentfs.store.meta import parse_meta, remember_post
 from agentfs.store.regularfile import read_trace_file
 from agentfs.store.stamps import RACY_NS, Stamp, settled
 from agentfs.store.upgrade import upgrade
@@ -91,6 +91,11 @@ def recover(trace: Trace) -> list[str]:
             trace.meta.iterations = trace.turns_counted()
         extra = [f for m in adopted for f in (m.files_changed or [])]
         extra += [sources[m.sequence] for m in adopted if m.sequence in sources]
+        for m in adopted:  # a post's message a crash left uncommitted: its key, as ingest
+            key = post_key(sources[m.sequence].rpartition("/")[2]) if m.sequence in sources \
+                else None
+            if key is not None:
+                remember_post(trace.meta, key, m.sequence)
         trace.commit_step(
             "recover",
             adopted,

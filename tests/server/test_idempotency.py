@@ -17,6 +17,7 @@ import pytest
 
 from agentfs.core import actions
 from agentfs.core.project import Project
+from agentfs.errors import AgentfsError
 from agentfs.store import ingest
 from agentfs.store.inbox import save_in_inbox
 from agentfs.store.meta import POSTED_KEYS, TraceMeta, remember_post
@@ -149,6 +150,8 @@ def _dies_after(monkeypatch, owner, name: str) -> None:
 POINTS = [
     (actions, "_save"),  # written into the inbox, not taken
     (ingest, "stage"),  # claimed: the file left the inbox
+    (Trace, "write_message"),  # the message file written, trace.json not (helper-45)
+    (Trace, "save_meta"),  # trace.json names the key, nothing committed (helper-45)
     (Trace, "commit_step"),  # committed, the claim not yet dropped
     (ingest, "unstage"),  # all done but the answer
 ]
@@ -165,9 +168,34 @@ def test_a_post_cut_short_anywhere_is_made_once_by_its_retry(project: Project, m
             actions.post_message(project.trace("t"), "Only once", key=KEY)
     retried = actions.post_message(project.trace("t"), "Only once", key=KEY)
     assert retried.repeated and retried.status == "committed"
+    again = actions.post_message(project.trace("t"), "Only once", key=KEY)
+    assert (again.status, again.sequence) == ("committed", retried.sequence)
     texts = [m.text for m in project.trace("t").main_path() if m.role == "user"]
     assert texts.count("Only once") == 1
     assert project.trace("t").messages()[retried.sequence].text == "Only once"
+    assert not list((project.workspace.ingest_dir / "t").glob("*"))  # no claim left
+    assert_git_clean(project.workspace.root)
+
+
+def test_a_queued_post_stays_when_its_retry_is_refused_and_is_taken_once_later(
+        project: Project) -> None:
+    """A post answered `queued` is the client's: a retry refused because of a broken
+    hand edit must not remove its file (helper-45)."""
+    trace = project.new_trace("t", user("start"))
+    with trace.lock():  # a run holds the trace: the post is queued
+        queued = actions.post_message(project.trace("t"), "Only once", key=KEY, patience=0.1)
+    assert queued.status == "queued"
+    first = next(trace.messages_dir.rglob("000002-user.md"))
+    good = first.read_text()
+    first.write_text(good.replace("role: user", "role: assistant"))  # refused by recovery
+    with pytest.raises(AgentfsError):
+        actions.post_message(project.trace("t"), "Only once", key=KEY)
+    assert [p.name for p in trace.inbox_dir.glob("*.md")] == [queued.file.rpartition("/")[2]]
+    first.write_text(good)
+    retried = actions.post_message(project.trace("t"), "Only once", key=KEY)
+    assert retried.status == "committed" and retried.repeated
+    texts = [m.text for m in project.trace("t").main_path() if m.role == "user"]
+    assert texts == ["start", "Only once"]
     assert_git_clean(project.workspace.root)
 
 
@@ -190,3 +218,20 @@ def test_trace_json_keeps_the_latest_keys_only():
     remember_post(meta, "k10", 1000)  # an old key used again is the newest
     assert meta.posted is not None and len(meta.posted) == POSTED_KEYS
     assert "k0" not in meta.posted and list(meta.posted)[-1] == "k10"
+
+
+def test_a_post_a_run_adopted_after_a_crash_is_found_by_its_retry(project: Project,
+                                                                   monkeypatch) -> None:
+    """Killed after the message file was written: the next run's recovery adopts it,
+    and records its key as the ingest would have (helper-45)."""
+    project.new_trace("t", user("start"))
+    with monkeypatch.context() as dying:
+        _dies_after(dying, Trace, "write_message")
+        with pytest.raises(Killed):
+            actions.post_message(project.trace("t"), "Only once", key=KEY)
+    project.runner(ScriptedModel("An answer.")).run("t", [])
+    retried = actions.post_message(project.trace("t"), "Only once", key=KEY)
+    assert (retried.status, retried.repeated) == ("committed", True)
+    texts = [m.text for m in project.trace("t").main_path() if m.role == "user"]
+    assert texts == ["start", "Only once"]
+    assert_git_clean(project.workspace.root)
