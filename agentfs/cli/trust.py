@@ -19,8 +19,8 @@ def trust(workspace: Path | None, show: bool, revoke: bool) -> None:
     """Let the commands in WORKSPACE's agentfs.toml run (default: the workspace here).
 
     Context hooks, MCP servers' commands, and bash without a sandbox
-    (`tools.bash_sandbox = "none"`) come from the workspace's own files, which a clone or a pull can change:
-    they run only once trusted. This prints them and records their
+    (`tools.bash_sandbox = "none"`) come from the workspace's own files, which a
+    clone or a pull can change: they run only once trusted. This prints them and records their
     fingerprint for this workspace in a trust file outside it
     ($AGENTFS_CONFIG_DIR, else $XDG_CONFIG_HOME/agentfs, else
     ~/.config/agentfs). Changing one of them asks for trust again; other

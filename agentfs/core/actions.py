@@ -99,8 +99,9 @@ def post_message(trace: Trace, text: str, *, patience: float = 10.0,
     with TraceLock(trace.workspace.lock_dir, f"{POSTS_LOCK}{trace.id}", patience=patience):
         found = find_post(trace, key)
         name = _save(trace, text, key) if found is None else found.file
-    if name is None:  # committed before: the file is gone
-        return Posted("committed", None, found.sequence if found else None, repeated=True)
+    if found is not None and found.status == "committed":  # the file is gone
+        return Posted("committed", None, found.sequence, repeated=True)
+    assert name is not None  # written now, or waiting or claimed: a file either way
     posted = _deliver(trace, name, patience=patience, run_holds_it=run_holds_it, check=check,
                       key=key, own=found is None)
     return dataclasses.replace(posted, repeated=found is not None)

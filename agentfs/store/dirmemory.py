@@ -96,17 +96,23 @@ class _Memories:
                 self.by_path[key] = memory
                 self.weights[key] = memory.weight()
                 self.total += self.weights[key]
-                if memory.parsed.dir != cache_path:
-                    memory.parsed = ParseCache(cache_path)
             else:
                 self.by_path.move_to_end(key)
-                if memory.parsed.dir != cache_path:
-                    memory.parsed = ParseCache(cache_path)
+            if memory.parsed.dir != cache_path:
+                memory.parsed = ParseCache(cache_path)
             while len(self.by_path) > 1 and self.total - self.weights[key] > KEEP_MESSAGES:
                 oldest, gone = self.by_path.popitem(last=False)  # never `key`: the last
                 self.total -= self.weights.pop(oldest)
                 self.evicted[oldest] = gone  # found again while a live MessageDir holds it
             return memory
+
+    def clear(self) -> None:
+        with self.lock:
+            self.by_path.clear()
+            self.weights.clear()
+            self.total = 0
+            self.calls = 0
+            self.evicted.clear()
 
 
 _memories = _Memories()
@@ -125,8 +131,4 @@ def memory_of(path: Path, cache_path: Path) -> DirMemory:
 
 def forget() -> None:
     """Forget every folder, as a new process starts (tests and benchmarks)."""
-    with _memories.lock:
-        _memories.by_path.clear()
-        _memories.weights.clear()
-        _memories.total = 0
-        _memories.evicted.clear()
+    _memories.clear()

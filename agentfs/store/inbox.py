@@ -278,10 +278,11 @@ def save_in_inbox(folder: Path, text: str, *, key: str | None = None,
     return path
 
 
-def post_key(name: str) -> str | None:
+def post_key(path: str) -> str | None:
     """The idempotency key in the name of an inbox file `save_in_inbox` wrote for a
-    post with one; None for any other name."""
-    match = _KEYED_NAME.fullmatch(name)
+    post with one (`path`: its name, or a path ending in it, such as a claim's
+    origin); None for any other name."""
+    match = _KEYED_NAME.fullmatch(path.rpartition("/")[2])
     return match["key"] if match else None
 
 

@@ -228,7 +228,7 @@ def commit_staged(trace: Trace, staged: Staged, *, goal_id: str | None = None,
         **{"goal_id": goal_id, **probe.fields},
     )
     extra = [staged.origin] if staged.origin else []
-    key = post_key(Path(staged.origin).name) if staged.origin else None
+    key = post_key(staged.origin)
     if key is not None:  # a post's idempotency key: a retry finds its message here
         remember_post(trace.meta, key, staged.sequence)
     trace.commit_step("user", [message], extra_paths=extra)
@@ -302,7 +302,7 @@ def find_post(trace: Trace, key: str) -> PostFound | None:
         if post_key(path.name) == key:
             return PostFound("waiting", trace.rel(path))
     claimed = next((staged.origin for staged in staged_in(_folder(trace), tidy=False)
-                    if staged.origin and post_key(Path(staged.origin).name) == key), None)
+                    if post_key(staged.origin) == key), None)
     if claimed is not None:
         return PostFound("claimed", claimed)
     trace.reload()

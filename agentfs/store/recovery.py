@@ -92,8 +92,7 @@ def recover(trace: Trace) -> list[str]:
         extra = [f for m in adopted for f in (m.files_changed or [])]
         extra += [sources[m.sequence] for m in adopted if m.sequence in sources]
         for m in adopted:  # a post's message a crash left uncommitted: its key, as ingest
-            key = post_key(sources[m.sequence].rpartition("/")[2]) if m.sequence in sources \
-                else None
+            key = post_key(sources.get(m.sequence, ""))
             if key is not None:
                 remember_post(trace.meta, key, m.sequence)
         trace.commit_step(
