@@ -30,16 +30,25 @@ DEFAULT_MODEL = "anthropic:claude-sonnet-4-5"
 CONTEXT_INJECTION_INTERVAL = 5
 
 DEFAULT_CONFIG_TEXT = f'''\
-# agentfs workspace configuration. See docs/configuration.md.
+# agentfs workspace configuration. `agentfs doctor` checks this file; every key
+# is described in docs/configuration.md of agentfs's source.
 format = 1
 
 # Model used when `agentfs run` gets no --model:
 #   "anthropic:<model-id>"  needs ANTHROPIC_API_KEY in the environment
+#   "openai:<model-id>"     an OpenAI-compatible server: the [openai] extra installed,
+#                           OPENAI_API_KEY (and OPENAI_BASE_URL beside OpenAI's own)
 #   "replay:<path>"         a scripted, offline model (path relative to this file)
 model = "{DEFAULT_MODEL}"
 
 # Model calls per `agentfs run` before it stops (run again to continue).
 max_iterations = 50
+
+# Uncomment to let the model run shell commands (in a bubblewrap sandbox, no network)
+# and to be asked before any tool call that may change something:
+# [tools]
+# bash = true
+# approve = "acting"
 '''
 
 

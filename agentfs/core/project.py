@@ -164,7 +164,9 @@ class Project:
         )
         meta = TraceMeta(id=trace_id, preset=preset, model=model,
                          context=TraceContext(inject_skills=list(inject_skills or [])))
-        with Trace(self.workspace, self.repo, trace_id).lock():  # creators exclude each other
+        existing = Trace(self.workspace, self.repo, trace_id)
+        existing.refuse_existing()  # before the lock, which a run of that trace holds
+        with existing.lock():  # creators exclude each other
             trace = Trace.create(self.workspace, self.repo, meta)
             system = trace.new_message("system", prompt)
             keep = trace.inbox_dir / KEEP  # so the inbox exists for people to drop files into

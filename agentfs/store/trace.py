@@ -161,11 +161,7 @@ class Trace:
     def create(cls, workspace: Workspace, repo: GitRepo, meta: TraceMeta) -> Trace:
         """Make the directory and `trace.json` of a new trace (not yet committed)."""
         trace = cls(workspace, repo, meta.id)
-        if trace.meta_path.exists():
-            raise TraceExists(
-                f"trace {meta.id!r} already exists ({trace.dir})",
-                hint="choose another id, or continue it with `agentfs run`",
-            )
+        trace.refuse_existing()
         if repo.walk(repo.head(), trace.rel(trace.dir)):
             raise AgentfsError(
                 f"{trace.dir} has committed files but no trace.json",
@@ -177,6 +173,18 @@ class Trace:
         trace.messages_dir.mkdir(parents=True, exist_ok=True)
         trace._meta = meta  # trace.json is written by the first commit_step
         return trace
+
+    def refuse_existing(self) -> None:
+        """Refuse to create this trace where one exists (its `trace.json` is there).
+
+        Raises:
+            TraceExists: naming the trace's folder.
+        """
+        if self.meta_path.exists():
+            raise TraceExists(
+                f"trace {self.id!r} already exists ({self.dir})",
+                hint=f"choose another id, or continue it with `agentfs run {self.id}`",
+            )
 
     @property
     def meta(self) -> TraceMeta:
@@ -667,7 +675,7 @@ class Trace:
         if target is None:
             raise AgentfsError(
                 f"trace {self.id!r} has no message #{sequence}",
-                hint="`agentfs show --all` lists the sequences",
+                hint=f"`agentfs show {self.id} --all` lists the sequences",
             )
         if target.branch_type:
             raise AgentfsError(

@@ -157,6 +157,7 @@ def test_new_from_file_with_frontmatter(ws, tmp_path):
         (("run", "t", "--model", "replay:missing.json"), 1, "missing.json does not exist"),
         (("run", "t", "--model", "nonsense"), 1, "is not PROVIDER:NAME"),
         (("rewind", "t", "99"), 1, "has no message #99"),
+        (("rewind", "t", "99"), 1, "`agentfs show t --all` lists the sequences"),
     ],
 )
 def test_errors_are_one_line_with_exit_codes(ws, args, code, needle):
@@ -322,6 +323,21 @@ def test_a_folder_named_like_the_next_message_file_does_not_take_its_place(ws):
     written = ws / "traces/t/messages/000000-000999/000004-user.md"
     assert written.read_text().rstrip().endswith("again")
     assert "000004-user.md" in git(ws, "ls-files", "traces/t/messages")
+
+
+def test_the_settings_init_writes_commented_out_work_once_uncommented(tmp_path):
+    """The generated agentfs.toml offers keys to uncomment: they must be real ones."""
+    from agentfs.config import load_config
+
+    root = tmp_path / "ws"
+    run_cli("init", str(root), cwd=tmp_path)
+    text = (root / "agentfs.toml").read_text()
+    assert "openai:" in text and "replay:" in text
+    (root / "agentfs.toml").write_text(
+        text.replace("# [tools]", "[tools]").replace("# bash =", "bash =")
+        .replace("# approve =", "approve ="))
+    config = load_config(root / "agentfs.toml")
+    assert config.tools.bash is True and config.tools.approve == "acting"
 
 
 def test_init_on_existing_repo_adds_only_what_is_missing(tmp_path):

@@ -118,6 +118,16 @@ def test_status_sees_a_running_trace(workspace):
     assert rows[0]["running"] is False
 
 
+def test_new_with_the_id_of_a_running_trace_says_it_exists(workspace):
+    from agentfs.core.project import Project
+
+    run_cli("new", "t", "-m", "hello", cwd=workspace)
+    with Project.open(workspace).trace("t").lock():  # a run holds it
+        done = run_cli("new", "t", "-m", "again", cwd=workspace, check=False)
+    assert done.returncode == 1, done.stderr
+    assert "trace 't' already exists" in done.stderr and "agentfs run t" in done.stderr
+
+
 def test_public_api_resolves_every_name_lazily_in_a_new_process(tmp_path):
     probe = (
         "import sys, agentfs\n"
