@@ -41,13 +41,16 @@ __all__ = [
 ]
 
 
-#: What a terminal would act on rather than show: control characters but a line break,
-#: a tab and a carriage return before a line break (an escape starts a sequence that
-#: can move the cursor, set the window's title or, on some terminals, write the
-#: clipboard; a lone carriage return can overwrite a line), DEL and the C1 controls.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
-#: The same with line breaks and tabs: for what must stay on one line.
-_CONTROL_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: What a terminal would act on rather than show, each written as `\\xNN`: control
+#: characters but a line break, a tab and a carriage return before a line break (an
+#: escape starts a sequence that can move the cursor, set the window's title or, on
+#: some terminals, write the clipboard; a lone carriage return can overwrite a line),
+#: DEL and the C1 controls. A table, so `str.translate` writes megabytes out in C.
+_WRITTEN_OUT = {n: f"\\x{n:02x}" for n in (*range(0x20), *range(0x7f, 0xa0))
+                if n not in (0x09, 0x0a, 0x0d)}
+#: The same with line breaks, tabs and carriage returns: for what must stay on one line.
+_WRITTEN_OUT_IN_A_LINE = {**_WRITTEN_OUT, **{n: f"\\x{n:02x}" for n in (0x09, 0x0a, 0x0d)}}
+_LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def printable(text: str, *, one_line: bool = False) -> str:
@@ -55,8 +58,10 @@ def printable(text: str, *, one_line: bool = False) -> str:
     (with `one_line`, line breaks and tabs too): for what reaches a person's terminal
     or a log from a file name or the model's text, which someone else may have
     written."""
-    control = _CONTROL_IN_A_LINE if one_line else _CONTROL
-    return control.sub(lambda found: f"\\x{ord(found[0]):02x}", text)
+    if one_line:
+        return text.translate(_WRITTEN_OUT_IN_A_LINE)
+    text = text.translate(_WRITTEN_OUT)
+    return _LONE_CR.sub(r"\\x0d", text) if "\r" in text else text
 
 
 def for_stdout(text: str) -> str:

@@ -38,15 +38,20 @@ class Terminal:
         self.cursor_mid_line = False  # ... and nothing was printed on stderr since
         self.shown = ""  # the current turn's text on stdout
         self.retried: str | None = None  # after a retry: the new attempt's text so far
+        self.held = ""  # a carriage return ending a chunk: a line break may follow it
 
     def text(self, chunk: str) -> None:
         if self.retried is not None:
             chunk = self._beyond_shown(chunk)
         if chunk:
-            sys.stdout.write(for_stdout(chunk))
-            sys.stdout.flush()
             self.shown += chunk
             self.mid_line = self.cursor_mid_line = not chunk.endswith("\n")
+            # "\r\n" split between two chunks is a line break: "\r" alone is written out
+            chunk, self.held = self.held + chunk, ""
+            if chunk.endswith("\r"):
+                chunk, self.held = chunk[:-1], "\r"
+            sys.stdout.write(for_stdout(chunk))
+            sys.stdout.flush()
 
     def _beyond_shown(self, chunk: str) -> str:
         """What a retried attempt's `chunk` adds to the text stdout shows."""
@@ -64,6 +69,9 @@ class Terminal:
         return new
 
     def end_line(self) -> None:
+        if self.held:  # no line break came after it
+            sys.stdout.write(for_stdout(self.held))
+            self.held = ""
         if self.mid_line:
             sys.stdout.write("\n")
             sys.stdout.flush()

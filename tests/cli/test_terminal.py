@@ -93,6 +93,36 @@ def test_control_characters_reach_a_terminal_written_out_not_acted_on(tmp_path):
         assert "\\x1b]0;owned\\x07.md" in said and "\x1b" not in said, (args, said)
 
 
+def test_a_line_break_split_between_two_streamed_chunks_stays_a_line_break(monkeypatch):
+    """The model's "\\r\\n" may arrive as "...\\r" then "\\n...": at a terminal it is a
+    line break, while a carriage return followed by anything else is written out."""
+    import io
+
+    from agentfs.cli.terminal import Terminal
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    monkeypatch.setattr("sys.stdout", out)
+    terminal = Terminal()
+    for chunk in ("one\r", "\ntwo\r", "over", "\r", "\r", "\n", "end\r"):
+        terminal.text(chunk)
+    terminal.end_line()
+    assert out.getvalue() == "one\r\ntwo\\x0dover\\x0d\r\nend\\x0d\n"
+    assert terminal.shown == "one\r\ntwo\rover\r\r\nend\r"
+
+
+def test_printable_writes_out_what_a_terminal_acts_on_and_keeps_line_breaks():
+    """A table for `str.translate` (a model's 4 MB of escapes took seconds by regex)."""
+    from agentfs.cli.context import printable
+
+    assert printable("\x1b" * 3) == "\\x1b" * 3
+    assert printable("a\rb\r\nc\x9b") == "a\\x0db\r\nc\\x9b"
+    assert printable("a\r\n\tb", one_line=True) == "a\\x0d\\x0a\\x09b"
+
+
 def test_the_watch_log_writes_a_dropped_file_s_name_out_on_one_line(capsys):
     from agentfs.cli.commands import _watch_logger
 
