@@ -20,6 +20,7 @@ remembers it too, through `load_valid_config`).
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +32,7 @@ from agentfs.store.workspace import GOALS_FILE, TRACES_DIR, Workspace
 
 if TYPE_CHECKING:
     from agentfs.config import WorkspaceConfig
+    from agentfs.store.git.repo import GitRepo
 
 __all__ = ["Diagnosis", "check_config", "diagnose", "load_valid_config"]
 
@@ -95,9 +97,11 @@ def diagnose(workspace: Workspace) -> Diagnosis:
     message files and main paths, side-branch queues and the index's entries for
     `traces/`."""
     from agentfs.core.sidequeue import queue_problems
+    from agentfs.core.toolstep import foreign_calls_problem
     from agentfs.store.git.packing import backlog_problem
     from agentfs.store.git.repo import GitRepo
     from agentfs.store.goalsfile import GoalsFile
+    from agentfs.store.recovery import edit_problem
     from agentfs.store.trace import Trace
 
     report = Diagnosis()
@@ -127,10 +131,13 @@ def diagnose(workspace: Workspace) -> Diagnosis:
                 problems += [str(p) for p in queue_problems(trace)]
                 if not problems:
                     trace.main_path()  # a run and every view follow it: it must lead back
-                    problems += filter(None, [trace.iterations_problem()])
+                    problems += map(str, filter(None, [
+                        trace.iterations_problem(), foreign_calls_problem(trace),
+                        edit_problem(trace)]))
             except AgentfsError as exc:
                 problems.insert(0, str(exc))
             report.problems += problems
+        report.problems += _orphaned(workspace, repo)
         staged = repo.staged_changes(TRACES_DIR)
         report.problems += [
             f"{path}: {how} (agentfs commits trace files itself: "
@@ -141,6 +148,26 @@ def diagnose(workspace: Workspace) -> Diagnosis:
     finally:
         repo.close()
     return report
+
+
+def _orphaned(workspace: Workspace, repo: GitRepo) -> list[str]:
+    """Trace folders whose `trace.json` is gone while their files are committed
+    (`agentfs/store/trace.py:Trace.refuse_orphaned`): no command sees them as traces."""
+    from agentfs.store.trace import Trace
+    from agentfs.store.workspace import TRACE_ID
+
+    try:
+        names = sorted(os.listdir(workspace.traces_dir))
+    except OSError:
+        return []
+    problems = []
+    for name in names:
+        if TRACE_ID.fullmatch(name) and (workspace.traces_dir / name).is_dir():
+            try:
+                Trace(workspace, repo, name).refuse_orphaned()
+            except AgentfsError as exc:
+                problems.append(str(exc))
+    return problems
 
 
 def _workspace_problems(workspace: Workspace) -> list[str]:

@@ -32,6 +32,7 @@ __all__ = [
     "NOT_RUN",
     "PendingTools",
     "finish_interrupted_step",
+    "foreign_calls_problem",
     "record_skill_injections",
     "run_tools",
     "sync_skill_records",
@@ -183,21 +184,40 @@ def finish_interrupted_step(session: Session, pending_tools: PendingTools) -> bo
     if not pending:
         return False
     assistant = path[last_assistant(path)]
-    received = set(trace.in_flight().received)
-    foreign = [c for c in pending if c.id not in received]
+    foreign = _not_received(trace, pending)
     if foreign and pending_tools == "refuse":
-        names = ", ".join(c.name for c in foreign)
-        raise AgentfsError(
-            f"trace {trace.id!r}: message #{assistant.sequence} asks for tool call(s) {names} "
-            "that agentfs did not just receive from the model (the head was moved by an "
-            "edit or a git checkout); they were not run",
-            hint=f"`agentfs run {trace.id} --pending-tools run` runs them, "
-            f"`--pending-tools skip` answers them as not run, or "
-            f"`agentfs rewind {trace.id} {assistant.parent_sequence}` goes back before them",
-        )
+        raise _foreign_calls_error(trace, assistant, foreign)
     done = run_tools(session, assistant, after=path[-1],
                      not_run=bool(foreign) and pending_tools == "skip", resumed=True)
     return True if done else None
+
+
+def foreign_calls_problem(trace: Trace) -> AgentfsError | None:
+    """The refusal the next run gives if the head's tool calls wait for results that
+    agentfs did not just receive from the model (`finish_interrupted_step` with
+    `--pending-tools refuse`, the default), or None: `agentfs doctor`'s check."""
+    path = trace.main_path()
+    pending = unanswered_calls(path)
+    foreign = _not_received(trace, pending) if pending else []
+    return _foreign_calls_error(trace, path[last_assistant(path)], foreign) if foreign else None
+
+
+def _not_received(trace: Trace, pending: list[ToolCall]) -> list[ToolCall]:
+    received = set(trace.in_flight().received)
+    return [c for c in pending if c.id not in received]
+
+
+def _foreign_calls_error(trace: Trace, assistant: Message, foreign: list[ToolCall]
+                         ) -> AgentfsError:
+    names = ", ".join(c.name for c in foreign)
+    return AgentfsError(
+        f"trace {trace.id!r}: message #{assistant.sequence} asks for tool call(s) {names} "
+        "that agentfs did not just receive from the model (the head was moved by an "
+        "edit or a git checkout); they were not run",
+        hint=f"`agentfs run {trace.id} --pending-tools run` runs them, "
+        f"`--pending-tools skip` answers them as not run, or "
+        f"`agentfs rewind {trace.id} {assistant.parent_sequence}` goes back before them",
+    )
 
 
 def record_skill_injections(trace: Trace, assistant: Message, results: list[Message]) -> None:

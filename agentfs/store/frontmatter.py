@@ -42,6 +42,7 @@ __all__ = [
     "Problem",
     "check_depth",
     "load_yaml",
+    "misplaced_fields",
     "render",
     "replace_body",
     "split",
@@ -107,6 +108,27 @@ def split(text: str) -> tuple[dict[str, Any] | None, str]:
     header_start, header_end, body_start = fence
     fields = _load(text[header_start:header_end])
     return fields, text[body_start:].removesuffix("\n")
+
+
+def misplaced_fields(text: str, names: frozenset[str]) -> bool:
+    """Whether `text`, which `split` finds no frontmatter in, holds a header that
+    lost its place: a mapping with one of the field `names`, then a `---` line, but
+    no `---` line first (deleted), or lines before it (a blank line added). An edit
+    that does this to a message file makes its fields its text."""
+    stripped = text.lstrip("\ufeff \t\r\n")
+    try:
+        fence = _fence(stripped)
+        if fence is not None:  # a header after blank lines
+            header = stripped[fence[0]:fence[1]]
+        else:
+            end = _closing_fence(stripped, 0)
+            if end is None:
+                return False
+            header = stripped[:end[0]]
+        fields = _load(header)
+    except FrontmatterError:
+        return False
+    return not names.isdisjoint(fields)
 
 
 def replace_body(text: str, body: str) -> str:

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import bisect
 import os
+import shlex
 import stat
 import time
 from collections.abc import Container
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentfs.errors import AgentfsError
@@ -23,6 +25,7 @@ from agentfs.store.atomic import atomic_write, purge_stale_temps
 from agentfs.store.branches import queue_step_files
 from agentfs.store.cleanfolders import load_stamps, save_stamps, stamps_digest
 from agentfs.store.commits import Step
+from agentfs.store.frontmatter import misplaced_fields, split
 from agentfs.store.gcpause import gc_paused
 from agentfs.store.git.index import StatCache
 from agentfs.store.git.objects import file_blob_id
@@ -40,7 +43,7 @@ from agentfs.store.workspace import GOALS_FILE, INBOX_DIR
 if TYPE_CHECKING:
     from agentfs.store.trace import Trace
 
-__all__ = ["recover"]
+__all__ = ["edit_problem", "recover"]
 
 
 def recover(trace: Trace) -> list[str]:
@@ -65,18 +68,8 @@ def recover(trace: Trace) -> list[str]:
     with gc_paused():
         on_disk, clean, checked = _worktree_files(trace, head_commit)
         committed = _committed_files(trace, head_commit, skip=clean)
-    inbox = f"{prefix}/{INBOX_DIR}/"
-    changed = sorted(
-        path
-        for path in set(committed) | set(on_disk)
-        # files waiting in the inbox are not edits: ingest takes them
-        if not (path.startswith(inbox) and path in on_disk and not path.endswith("/" + KEEP))
-        and (path not in on_disk or path not in committed or on_disk[path] != committed[path][1])
-    )
-    sources = {
-        s.sequence: s.origin for s in staged_in(trace.workspace.ingest_dir / trace.id) if s.origin
-    }  # claimed inbox files: their removal belongs to their `user` step, not an edit
-    changed = [p for p in changed if p not in sources.values()]
+    sources = _claimed_sources(trace)
+    changed = _changed_paths(trace, on_disk, committed, sources)
     _remember_clean(trace, checked, changed)
     if not changed:
         return kinds
@@ -107,11 +100,8 @@ def recover(trace: Trace) -> list[str]:
     if changed:
         trace.reload()
         _check_edit(trace, changed, head_commit)
-        messages = trace.rel(trace.messages_dir) + "/"
-        if any(p.startswith(messages) for p in changed):  # a turn may be added or gone
-            trace.meta.iterations = trace.count(is_model_turn)
-            if trace.save_meta():
-                changed = sorted({*changed, trace.rel(trace.meta_path)})
+        changed = _recount_turns(trace, changed, head_commit)
+    if changed:
         shown = [p[len(prefix) + 1 :] for p in changed]
         step = Step(
             trace.id,
@@ -123,6 +113,75 @@ def recover(trace: Trace) -> list[str]:
         trace.summary_file.forget()  # an edited title or head: the list builds it again
         kinds.append("edit")
     return kinds
+
+def _recount_turns(trace: Trace, changed: list[str], head_commit: bytes | None) -> list[str]:
+    """`changed` with `trace.json` as the edit leaves it: its count of the model's turns
+    counted from the files again if a message file changed (a turn may be added or
+    gone) or `trace.json` did (the count may be edited); left out if it is then as
+    committed."""
+    meta = trace.rel(trace.meta_path)
+    messages = trace.rel(trace.messages_dir) + "/"
+    if not any(p.startswith(messages) or p == meta for p in changed):
+        return changed
+    trace.meta.iterations = trace.count(is_model_turn)
+    if trace.save_meta():
+        changed = sorted({*changed, meta})
+    if meta in changed and trace.repo.read_file(head_commit, meta) == _read(trace.meta_path):
+        changed.remove(meta)
+    return changed
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def edit_problem(trace: Trace) -> str | None:
+    """What the next `recover` would refuse of the uncommitted changes under the
+    trace (`_check_edit`), found without committing or writing anything: the files
+    it would adopt are left out, as it adopts them first. `agentfs doctor`'s dry run."""
+    head_commit = trace.repo.head()
+    with gc_paused():
+        on_disk, clean, _ = _worktree_files(trace, head_commit, refresh=False)
+        changed = _changed_paths(trace, on_disk, _committed_files(trace, head_commit, skip=clean),
+                                 _claimed_sources(trace))
+        if not changed:
+            return None
+        committed = _committed_files(trace, head_commit)  # every one: what _adopt needs
+    adopted = {trace.rel(trace.message_path(m)) for m in _adopt(trace, committed, head_commit)}
+    changed = [p for p in changed if p not in adopted]
+    try:
+        _check_edit(trace, changed, head_commit, dry=True)
+    except AgentfsError as exc:
+        return str(exc)
+    finally:
+        trace.reload()
+    return None
+
+
+def _claimed_sources(trace: Trace) -> dict[int, str]:
+    """Inbox files claimed for the trace, by the sequence they are taking: their
+    removal belongs to their `user` step, not to an edit."""
+    return {s.sequence: s.origin
+            for s in staged_in(trace.workspace.ingest_dir / trace.id) if s.origin}
+
+
+def _changed_paths(trace: Trace, on_disk: dict[str, bytes],
+                   committed: dict[str, tuple[int, bytes]], sources: dict[int, str]) -> list[str]:
+    """The paths under the trace whose files differ from their commit, in order: not
+    the files waiting in the inbox (ingest takes them) nor claimed ones (`sources`)."""
+    inbox = f"{trace.rel(trace.dir)}/{INBOX_DIR}/"
+    claimed = set(sources.values())
+    return sorted(
+        path
+        for path in set(committed) | set(on_disk)
+        if not (path.startswith(inbox) and path in on_disk and not path.endswith("/" + KEEP))
+        and (path not in on_disk or path not in committed or on_disk[path] != committed[path][1])
+        and path not in claimed
+    )
+
 
 def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
     """Undo a side-branch queue transition a crash cut short before its commit: a
@@ -167,13 +226,15 @@ def _undo_cut_short_transition(trace: Trace, head_commit: bytes | None) -> None:
             full.unlink()
 
 
-def _check_edit(trace: Trace, changed: list[str], head_commit: bytes | None) -> None:
+def _check_edit(trace: Trace, changed: list[str], head_commit: bytes | None, *,
+                dry: bool = False) -> None:
     """Refuse, before anything is committed, edits that leave no usable main path
     (a deleted message on it, a head pointing nowhere, a broken trace.json), a goal
     tree or `approval.json` a run could not read (each read by its own reader), or
     edits that change what a message is: its role, its tool calls, or the call a
     tool result answers (`_changed_shape`). The person's text is theirs to edit;
-    the pairing of calls and results is what the model was sent and must stay."""
+    the pairing of calls and results is what the model was sent and must stay.
+    `dry`: said as what the next run will refuse (`edit_problem`)."""
     try:
         messages = trace.messages(refresh=True)
         trace.main_path(messages)
@@ -186,11 +247,31 @@ def _check_edit(trace: Trace, changed: list[str], head_commit: bytes | None) -> 
         problem = exc.message
     if problem is None:
         return
-    files = ", ".join(changed[:3]) + (" ..." if len(changed) > 3 else "")
+    where = trace.rel(trace.dir)
     raise AgentfsError(
-        f"{problem}; your changes under {trace.rel(trace.dir)} were not committed",
-        hint=f"undo them with `git checkout -- {files}` (or fix the file), then run again",
+        f"{problem}; " + (f"the next run refuses your changes under {where}" if dry
+                          else f"your changes under {where} were not committed"),
+        hint=_undo_hint(trace, changed, head_commit),
     )
+
+
+#: The most files an undo hint names one by one; beyond, it names their folder.
+UNDO_NAMED = 8
+
+
+def _undo_hint(trace: Trace, changed: list[str], head_commit: bytes | None) -> str:
+    """Commands that undo `changed` (paths from the workspace root), as a person can run
+    them there: committed files checked out again, new ones removed."""
+    if len(changed) > UNDO_NAMED:
+        where = shlex.quote(trace.rel(trace.dir))
+        return (f"fix the files, or undo every change under {where}: `git checkout -- "
+                f"{where}` and, for new files, `git clean -n -- {where}` lists them; "
+                "then run again")
+    committed = [p for p in changed if trace.repo.tree_lookup(head_commit, p) is not None]
+    new = [p for p in changed if p not in committed]
+    undo = [f"`git checkout -- {' '.join(map(shlex.quote, committed))}`"] if committed else []
+    undo += [f"`rm -- {' '.join(map(shlex.quote, new))}`"] if new else []
+    return f"fix the file, or undo the change: {' and '.join(undo)}; then run again"
 
 
 def _touches(changed: list[str], path: str) -> bool:
@@ -215,6 +296,9 @@ def _changed_shape(trace: Trace, changed: list[str], messages: dict[int, Message
         except AgentfsError:
             continue  # the committed file was unreadable: any fix is welcome
         now = messages[parsed[0]]
+        if _lost_header(trace.workspace.root / path, before_bytes):
+            return (f"{path}: the file no longer starts with its frontmatter's `---` line "
+                    "(deleted, or lines put before it), so its fields would become its text")
         if now.role != before.role:
             return f"{path}: the edit changes the role from {before.role} to {now.role}"
         if _calls(now) != _calls(before):
@@ -225,6 +309,21 @@ def _changed_shape(trace: Trace, changed: list[str], messages: dict[int, Message
             return (f"{path}: the edit changes which tool call the result answers "
                     f"({before.tool_call_id!r} to {now.tool_call_id!r})")
     return None
+
+
+#: Fields every message's frontmatter holds: a header holding one is a message's.
+_OWN_FIELDS = frozenset({"id", "sequence", "parent_sequence"})
+
+
+def _lost_header(path: Path, before_bytes: bytes) -> bool:
+    """Whether the message file at `path` lost the place of the frontmatter it had when
+    committed (`before_bytes`): its fields read now as its text (`misplaced_fields`)."""
+    try:
+        now = path.read_bytes().decode("utf-8")
+        had = split(before_bytes.decode("utf-8"))[0] is not None
+        return had and split(now)[0] is None and misplaced_fields(now, _OWN_FIELDS)
+    except (OSError, UnicodeDecodeError, AgentfsError):
+        return False  # unreadable either way: the parse of the file says why
 
 
 def _calls(message: Message) -> list[tuple[str, str, dict]]:
@@ -293,7 +392,7 @@ FEW_FILES, FEW_BYTES = 16, 1 << 20
 
 
 def _worktree_files(
-    trace: Trace, head_commit: bytes | None
+    trace: Trace, head_commit: bytes | None, *, refresh: bool = True
 ) -> tuple[dict[str, bytes], set[str], list[_Checked]]:
     """Files under the trace directory (editor temp files left out): path → blob id;
     the folders of `messages/` left out because they are as clean as last time; the
@@ -367,10 +466,18 @@ def _worktree_files(
         if not known:
             known.append(trace.repo.stat_cache())
         _blob_ids(found, directory, rel_dir, known=known[0], files=files, reread=reread)
-    trace.repo.refresh_stat(reread)  # so the next run stats them instead of reading
+    _after_scan(trace, reread if refresh else {}, listing, messages_key)
+    return files, clean, checked
+
+
+def _after_scan(trace: Trace, reread: dict[str, tuple[os.stat_result, bytes]],
+                listing: Listing | None, messages_key: object) -> None:
+    """What a scan of the trace's files leaves for the next: the index's stat data of
+    the files it read although the index knew them (`reread`), so the next run stats
+    them instead; the listing of `messages/`, if it is still the folder's."""
+    trace.repo.refresh_stat(reread)
     if listing is not None and trace.message_dir.key() == messages_key:
         trace.message_dir.hint(messages_key, listing)
-    return files, clean, checked
 
 
 #: A folder's files as scanned: (name, its `lstat`) of each file and symlink, the

@@ -9,6 +9,7 @@ sequences, paths and commits; it knows nothing about models or tools.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
@@ -162,11 +163,7 @@ class Trace:
         """Make the directory and `trace.json` of a new trace (not yet committed)."""
         trace = cls(workspace, repo, meta.id)
         trace.refuse_existing()
-        if repo.walk(repo.head(), trace.rel(trace.dir)):
-            raise AgentfsError(
-                f"{trace.dir} has committed files but no trace.json",
-                hint="restore trace.json with git, or choose another id",
-            )
+        trace.refuse_orphaned()
         trace.check_folders()
         if trace.messages_dir.is_dir():  # left by a creation that never got committed
             shutil.rmtree(trace.messages_dir)
@@ -184,6 +181,21 @@ class Trace:
             raise TraceExists(
                 f"trace {self.id!r} already exists ({self.dir})",
                 hint=f"choose another id, or continue it with `agentfs run {self.id}`",
+            )
+
+    def refuse_orphaned(self) -> None:
+        """Refuse a trace folder whose `trace.json` is gone while its other files are
+        committed (deleted by hand: no new trace may take their place).
+
+        Raises:
+            AgentfsError: naming the folder and the `git checkout` that restores it.
+        """
+        if not self.meta_path.exists() and self.repo.walk(self.repo.head(),
+                                                          self.rel(self.dir)):
+            meta = shlex.quote(self.rel(self.meta_path))
+            raise AgentfsError(
+                f"{self.rel(self.dir)} has committed files but no {TRACE_FILE}",
+                hint=f"restore it with `git checkout -- {meta}`, or choose another id",
             )
 
     @property

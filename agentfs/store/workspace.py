@@ -150,7 +150,13 @@ class Workspace:
                 raise TraceNotFound(f"{ref}: name a trace directory, not traces/ itself")
             ref = parts[0]
         trace_id = check_trace_id(ref)
-        if not (self.trace_dir(trace_id) / TRACE_FILE).is_file():
+        meta = self.trace_dir(trace_id) / TRACE_FILE
+        if not meta.is_file():
+            if self.trace_dir(trace_id).is_dir() and not os.path.lexists(meta):
+                raise TraceNotFound(
+                    f"trace {trace_id!r} has no {TRACE_FILE} ({self.relpath(meta)} is gone)",
+                    hint=f"restore it with `git checkout -- {self.relpath(meta)}` if it was "
+                    "committed; `agentfs status` lists traces")
             raise TraceNotFound(
                 f"no trace {trace_id!r} in {self.root}",
                 hint="`agentfs status` lists traces; `agentfs new` creates one",

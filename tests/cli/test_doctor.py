@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
 from dulwich.objects import Blob
 
 from agentfs.store.git.repo import GitRepo
@@ -253,3 +255,77 @@ def test_doctor_names_a_main_path_that_leads_to_a_missing_file(tmp_path: Path) -
     assert git(ws, *listed.split()[1:]).strip() == user.relative_to(ws).as_posix()
     refused = run_cli("show", "good", cwd=ws, check=False)
     assert refused.returncode == 1 and line in refused.stderr
+
+
+FOLDER = "traces/demo/messages/000000-000999"
+
+
+def _drop_first_line(path: Path) -> None:
+    path.write_text(path.read_text().split("\n", 1)[1])
+
+
+@pytest.mark.parametrize(("edit", "said"), [
+    # the first `---` deleted: the fields would become the text (calls or none)
+    (lambda ws: _drop_first_line(ws / FOLDER / "000003-assistant.md"),
+     "000003-assistant.md: the file no longer starts with its frontmatter's `---` line"),
+    (lambda ws: _drop_first_line(ws / FOLDER / "000012-assistant.md"),
+     "000012-assistant.md: the file no longer starts with its frontmatter's `---` line"),
+    (lambda ws: (ws / FOLDER / "000012-assistant.md").write_text(
+        "\n" + (ws / FOLDER / "000012-assistant.md").read_text()),
+     "000012-assistant.md: the file no longer starts with its frontmatter's `---` line"),
+    (lambda ws: (ws / FOLDER / "000007-tool.md").write_text(""),
+     "000007-tool.md: the edit changes which tool call the result answers"),
+    (lambda ws: (ws / "traces/demo/trace.json").write_text(
+        (ws / "traces/demo/trace.json").read_text().replace('"head": 12', '"head": 10')),
+     "message #10 asks for tool call(s) goal that agentfs did not just receive"),
+    (lambda ws: (ws / "traces/demo/trace.json").unlink(),
+     "no trace.json"),
+], ids=["lost-fence-calls", "lost-fence-answer", "line-before-fence", "emptied-result",
+        "head-on-calls", "trace-json-gone"])
+def test_doctor_reports_what_the_next_run_refuses(tmp_path: Path, edit, said) -> None:
+    """doctor's dry run of the checks a run makes before it goes on: the edit compared
+    with its commit, the calls at the head, a trace folder without trace.json."""
+    ws = tmp_path / "demo"
+    run_cli("demo", str(ws), cwd=tmp_path)
+    edit(ws)
+    found = run_cli("doctor", cwd=ws, check=False)
+    assert found.returncode == 1 and said in found.stdout, found.stdout
+    fix = "--pending-tools run" if "asks for tool call" in said else "`git checkout -- traces/"
+    assert fix in found.stdout  # a command to run, as given
+    refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
+    assert refused.returncode == 1 and said in refused.stderr, refused.stderr
+
+
+def test_the_undo_hint_of_a_refused_edit_runs_as_given(tmp_path: Path) -> None:
+    """A committed file is checked out again and a new one removed, by the commands the
+    refusal names (a role changed by renaming the file)."""
+    ws = tmp_path / "demo"
+    run_cli("demo", str(ws), cwd=tmp_path)
+    answer = ws / FOLDER / "000012-assistant.md"
+    renamed = answer.with_name("000012-user.md")
+    renamed.write_text(answer.read_text().replace("role: assistant", "role: user"))
+    answer.unlink()
+    refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
+    assert refused.returncode == 1, refused.stderr
+    commands = [c for c in refused.stderr.split("`")[1::2] if c.startswith(("git ", "rm "))]
+    assert commands == ["git checkout -- traces/demo/messages/000000-000999/000012-assistant.md",
+                        "rm -- traces/demo/messages/000000-000999/000012-user.md"]
+    for command in commands:
+        subprocess.run(command.split(), cwd=ws, check=True, capture_output=True)
+    assert_git_clean(ws)
+    run_cli("run", "demo", "-m", "go on", cwd=ws)
+
+
+def test_a_count_of_turns_edited_by_hand_is_committed_as_the_files_count(tmp_path: Path) -> None:
+    ws = tmp_path / "demo"
+    run_cli("demo", str(ws), cwd=tmp_path)
+    meta = ws / "traces/demo/trace.json"
+    committed = json.loads(meta.read_text())["iterations"]
+    meta.write_text(meta.read_text().replace(f'"iterations": {committed}', '"iterations": 2'))
+    head = git(ws, "rev-parse", "HEAD").strip()
+    assert run_cli("doctor", cwd=ws).returncode == 0
+    run_cli("run", "demo", "-m", "go on", cwd=ws)
+    kinds = git(ws, "log", "--format=%(trailers:key=Agentfs-Kind,valueonly)", f"{head}..")
+    assert "edit" not in kinds.split()  # the edit undone by the count: nothing to commit
+    assert json.loads(meta.read_text())["iterations"] == committed + 1
+    assert run_cli("doctor", cwd=ws).returncode == 0
