@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agentfs.cli.context import (
+    LiveOptions,
     choose_model,
     echo_json,
     for_stdout,
@@ -556,7 +557,8 @@ def skills(as_json: bool) -> None:
               "remote (a name or a URL): claim traces there, push their steps (docs/remote.md).")
 @click.option("--lease", type=click.FloatRange(min=1), default=30.0, show_default=True,
               help="With --remote: seconds a claim lives unless renewed.")
-@approve_option("watcher's runs")
+@approve_option("watcher's runs", asked="the call waits in traces/TRACE/approval.json for "
+                "`agentfs approve` or an answer written there")
 @click.option("--poll", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
               help="With --remote: seconds between looks at the remote while idle.")
 def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
@@ -586,20 +588,20 @@ def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     from agentfs.watch.watcher import Watcher
 
     project = Project.open(workspace)
-    thinking_fields = thinking_options(project, thinking, no_thinking)
+    thinking_options(project, thinking, no_thinking)  # a bad budget fails now, not per run
     choose_model(project, None, None, model)  # a missing key or script fails now, not per run
-    trusted = start_notices(project)
+    runner_options = LiveOptions(project, {"command_env": safe_environment(os.environ),
+                                           "approve": approve_policy(approve)},
+                                 thinking=(thinking, no_thinking))
 
     def model_for(trace_model: str | None, preset: str | None) -> Model:
         return choose_model(project, trace_model, preset, model)
 
-    runner_options = {"command_env": safe_environment(os.environ), **thinking_fields,
-                      **trusted, "approve": approve_policy(approve)}
     if remote is not None:
         from agentfs.cli.remote import run_worker
 
         run_worker(project.workspace.root, remote, model_for, _watch_logger(as_json),
-                   lease=lease, poll=poll, once=once, runner_options=runner_options)
+                   lease=lease, poll=poll, once=once, runner_options=runner_options())
         return
     watcher = Watcher(project, model_for, _watch_logger(as_json), settle=settle,
                       max_parallel=max_parallel, runner_options=runner_options)

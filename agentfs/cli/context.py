@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from agentfs.store.trace import Trace
 
 __all__ = [
+    "LiveOptions",
     "choose_model",
     "echo_json",
     "for_stdout",
@@ -127,6 +128,59 @@ def start_notices(project: Project) -> dict[str, Any]:
         if notice:  # it names commands a clone's agentfs.toml wrote
             click.echo(printable(notice), err=True)
     return {"trusted": trusted, "mcp_env": mcp_environment(verdict.config)}
+
+
+class LiveOptions:
+    """The `RunnerOptions` fields of each run of a long-lived command (`serve`, `watch`):
+    agentfs.toml and its trust are read again when their bytes changed since the last
+    run, so a change (approval turned on, a tool, an MCP server trusted) applies from
+    the next run, as for `agentfs run`. Called from the runs' threads."""
+
+    def __init__(self, project: Project, fixed: dict[str, Any], *,
+                 thinking: tuple[int | None, bool] = (None, False)) -> None:
+        import threading
+
+        self.project = project
+        self.fixed = fixed  # fields of the command's own flags
+        self.thinking = thinking  # --thinking BUDGET, --no-thinking
+        self.trust_file = trust_store().path
+        self.trust_seen = _read_or_none(self.trust_file)
+        self.fields = self._read()
+        self.lock = threading.Lock()
+
+    def __call__(self) -> dict[str, Any]:
+        """The fields for a run starting now.
+
+        Raises:
+            ConfigError: agentfs.toml changed and is invalid (or no longer goes with
+                --thinking): no run starts until it is fixed.
+        """
+        with self.lock:
+            trust = _read_or_none(self.trust_file)
+            if self.project.refresh_config() or trust != self.trust_seen:
+                click.echo("agentfs: agentfs.toml or its trust changed; runs from now on "
+                           "use them", err=True)
+                self.fields = self._read()
+                self.trust_seen = trust
+            return {**self.fixed, **self.fields}
+
+    def _read(self) -> dict[str, Any]:
+        from agentfs.errors import ConfigError
+
+        try:
+            thinking = thinking_options(self.project, *self.thinking)
+        except click.UsageError as exc:
+            raise ConfigError(f"{self.project.workspace.config_path}: {exc.message}",
+                              hint="change [thinking] or max_tokens, or restart without "
+                              "--thinking") from None
+        return {**start_notices(self.project), **thinking}
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def mcp_environment(config: WorkspaceConfig) -> dict[str, str]:

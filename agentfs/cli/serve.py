@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import click
 
-from agentfs.cli.context import choose_model, start_notices
+from agentfs.cli.context import LiveOptions, choose_model
 from agentfs.cli.options import approve_option
 from agentfs.errors import AgentfsError
 
@@ -79,7 +79,6 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     os.environ.pop("AGENTFS_SERVE_TOKEN", None)
     token = _token(host, token, no_token)
     project = Project.open(workspace)
-    trusted = start_notices(project)
 
     def choose(trace_model: str | None, preset: str | None, requested: str | None) -> Model:
         return choose_model(project, trace_model, preset, requested or model)
@@ -92,8 +91,9 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     access = None if token is None else Access.for_port(token, bound_port)
     app, server = create_app(project, choose, access=access, loopback=is_loopback(host),
                              max_body=max_body,
-                             runner_options={"command_env": safe_environment(os.environ),
-                                             **trusted, "approve": approve_policy(approve)})
+                             runner_options=LiveOptions(project, {
+                                 "command_env": safe_environment(os.environ),
+                                 "approve": approve_policy(approve)}))
     import asyncio  # here: every command imports this module, few need asyncio
 
     try:  # before the address is out: the first visitor waits less

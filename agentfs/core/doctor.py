@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from agentfs.config import WorkspaceConfig
     from agentfs.store.git.repo import GitRepo
 
-__all__ = ["Diagnosis", "check_config", "diagnose", "load_valid_config"]
+__all__ = ["Diagnosis", "check_config", "config_digest", "diagnose", "load_valid_config"]
 
 #: What `check_config` remembers: the SHA-1 of the last agentfs.toml found valid.
 VALID_CONFIG_STAMP = "config-valid"
@@ -57,7 +57,7 @@ def check_config(workspace: Workspace) -> None:
     """
     stamp = workspace.state_dir / VALID_CONFIG_STAMP
     try:
-        if stamp.read_text() == _digest(workspace):
+        if stamp.read_text() == config_digest(workspace):
             return
     except OSError:
         pass
@@ -72,9 +72,9 @@ def load_valid_config(workspace: Workspace) -> WorkspaceConfig:
     """
     from agentfs.config import load_config
 
-    before = _digest(workspace)
+    before = config_digest(workspace)
     config = load_config(workspace.config_path)
-    if before is not None and before == _digest(workspace):  # not changed meanwhile
+    if before is not None and before == config_digest(workspace):  # not changed meanwhile
         stamp = workspace.state_dir / VALID_CONFIG_STAMP
         try:
             if not stamp.is_file() or stamp.read_text() != before:
@@ -84,7 +84,8 @@ def load_valid_config(workspace: Workspace) -> WorkspaceConfig:
     return config
 
 
-def _digest(workspace: Workspace) -> str | None:
+def config_digest(workspace: Workspace) -> str | None:
+    """The SHA-1 of `agentfs.toml`'s bytes, or None if it cannot be read."""
     try:
         return hashlib.sha1(read_config_file(workspace.config_path),
                             usedforsecurity=False).hexdigest()

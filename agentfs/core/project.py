@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentfs.config import DEFAULT_CONFIG_TEXT, DEFAULT_MODEL, WorkspaceConfig
-from agentfs.core.doctor import load_valid_config
+from agentfs.core.doctor import config_digest, load_valid_config
 from agentfs.core.options import RunnerOptions
 from agentfs.core.system_prompt import build_system_prompt
 from agentfs.errors import (
@@ -62,13 +62,32 @@ class Project:
     workspace: Workspace
     repo: GitRepo
     config: WorkspaceConfig
+    #: The SHA-1 of the `agentfs.toml` bytes `config` was read from (`refresh_config`).
+    config_seen: str | None = None
 
     @classmethod
     def open(cls, start: Path | str | None = None) -> Project:
         """The workspace containing `start` (default: the current directory)."""
         workspace = find_workspace(start)
+        seen = config_digest(workspace)  # before the read: a change meanwhile is seen later
         config = load_valid_config(workspace)
-        return cls(workspace, GitRepo(workspace.root, durable=config.fsync == "all"), config)
+        return cls(workspace, GitRepo(workspace.root, durable=config.fsync == "all"), config,
+                   seen)
+
+    def refresh_config(self) -> bool:
+        """Read `agentfs.toml` again if its bytes changed since `config` was read (what a
+        long-lived command does before each run); True if they did.
+
+        Raises:
+            ConfigError: the changed file is invalid; `config` stays the one read before,
+                and the next call reads the file again.
+        """
+        seen = config_digest(self.workspace)
+        if seen == self.config_seen:
+            return False
+        self.config = load_valid_config(self.workspace)
+        self.config_seen = seen
+        return True
 
     def runner(self, model: Model, options: RunnerOptions | None = None, **keywords: Any) -> Runner:
         """A runner of this workspace's traces with `model`.

@@ -4,6 +4,8 @@ JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from importlib.resources import files
 from typing import Any
 
@@ -51,7 +53,8 @@ def status_of(exc: AgentfsError) -> int:
 
 
 def create_app(project: Project, choose_model: ChooseModel, *, access: Access | None,
-               loopback: bool, max_body: int, runner_options: dict[str, Any] | None = None,
+               loopback: bool, max_body: int,
+               runner_options: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
                ) -> tuple[Guard, Server]:
     """The application over `project`, behind its guard, and what its routes share
     (the runs, to stop them when the server stops).
@@ -62,8 +65,9 @@ def create_app(project: Project, choose_model: ChooseModel, *, access: Access | 
     Host names are served).
     """
     hub = EventHub()
-    runs = BackgroundRuns(project, hub, runner_options)
-    server = Server(project, choose_model, hub, runs, runner_options or {})
+    fixed = runner_options if callable(runner_options) else partial(dict, runner_options or {})
+    runs = BackgroundRuns(project, hub, fixed)
+    server = Server(project, choose_model, hub, runs, fixed)
     app = FastAPI(title="agentfs", version="1", docs_url=None, redoc_url=None,
                   description="The trace API of an agentfs workspace (docs/api.md).")
     app.state.agentfs = server

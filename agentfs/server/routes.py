@@ -73,7 +73,7 @@ class Server:
     choose_model: ChooseModel
     hub: EventHub
     runs: BackgroundRuns
-    runner_options: dict[str, Any]
+    runner_options: Callable[[], dict[str, Any]]  # the fields of a run starting now
     #: The trace list, its rows kept while their files do not change.
     listing: ListCache = field(init=False)
 
@@ -583,7 +583,7 @@ def _side_work(server: Server, trace_id: str, body: ModelBody | None, kind: str,
     the trace's queue; what it merged, as `agentfs/core/sidework.py:report_record`."""
     trace = server.trace(trace_id)
     runner = server.project.runner(server.model(trace, (body or ModelBody()).model),
-                            **server.runner_options)
+                            **server.runner_options())
     report = work(runner, trace.id)
     record = report_record(server.project, trace.id, report)
     if report.merged:

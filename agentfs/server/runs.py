@@ -43,10 +43,10 @@ class BackgroundRuns:
     """The server's runs, at most one per trace."""
 
     def __init__(self, project: Project, hub: EventHub,
-                 runner_options: dict[str, Any] | None = None) -> None:
+                 runner_options: Callable[[], dict[str, Any]] = dict) -> None:
         self.project = project
         self.hub = hub
-        self.runner_options = runner_options or {}
+        self.runner_options = runner_options  # the fields of a run starting now
         self._runs: dict[str, _Run] = {}
         self._lock = threading.Lock()
 
@@ -108,7 +108,7 @@ class BackgroundRuns:
             lambda kind, data: self.hub.publish(trace_id, kind, data))
         try:
             publish("run_started", {"trace": trace_id, "model": request.model.name})
-            options = {**self.runner_options, **(
+            options = {**self.runner_options(), **(
                 {"approve": request.approve} if request.approve is not None else {})}
             runner = self.project.runner(
                 request.model, stop=run.stop.is_set, on_event=publish,

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,8 @@ class Watcher:
     log: Log
     settle: float | None = None  # default: `settle` in agentfs.toml
     max_parallel: int = 2
-    runner_options: dict = field(default_factory=dict)
+    #: The `RunnerOptions` fields of a run starting now (`agentfs/cli/context.py:LiveOptions`).
+    runner_options: Callable[[], dict[str, Any]] = dict
     rescan: float = 30.0  # seconds between looks at every inbox (inotify can drop events)
 
     def __post_init__(self) -> None:
@@ -275,7 +276,7 @@ class Watcher:
         self.log("run_started", {"trace": trace_id})
         try:
             meta = self.project.trace(trace_id).meta
-            options: dict[str, Any] = {"on_event": self._run_event, **self.runner_options}
+            options: dict[str, Any] = {"on_event": self._run_event, **self.runner_options()}
             runner = self.project.runner(self.model_for(meta.model, meta.preset),
                                          stop=self.stopping.is_set, **options)
             result = runner.run(trace_id, inject_skills=meta.context.inject_skills,

@@ -102,7 +102,7 @@ def test_an_answer_written_into_the_file_resumes_the_trace_in_a_live_watcher(tmp
     events: list[tuple[str, dict]] = []
     watcher = Watcher(Project.open(root), lambda model, preset: ReplayModel(
         root / "script.json"), lambda e, d: events.append((e, d)), settle=0.2,
-        runner_options={"approve": "acting"})
+        runner_options=lambda: {"approve": "acting"})
     with run_in_background(watcher, root, observed=True):
         wait_for(lambda: any(e == "approval_waiting" for e, _ in events), 60,
                  "the call to wait")
@@ -119,3 +119,35 @@ def test_an_answer_written_into_the_file_resumes_the_trace_in_a_live_watcher(tmp
     assert not (root / "traces/t1/approval.json").exists()
     assert "t1: edit" in git(root, "log", "--format=%s")  # the hand-written answer, recorded
     assert_git_clean(root)
+
+
+def test_a_live_watcher_runs_with_agentfs_toml_as_it_is_when_a_run_starts(tmp_path):
+    """Approval turned on in agentfs.toml while `agentfs watch` runs applies to the
+    next run (it ran every call unasked); an invalid agentfs.toml stops runs until it
+    is fixed, rather than running with what it said before."""
+    from agentfs.cli.context import LiveOptions
+
+    root = workspace(tmp_path)
+    events: list[tuple[str, dict]] = []
+    project = Project.open(root)
+    watcher = Watcher(project, lambda model, preset: ReplayModel(root / "script.json"),
+                      lambda e, d: events.append((e, d)), settle=0.2,
+                      runner_options=LiveOptions(project, {}))
+    config = root / "agentfs.toml"
+    with run_in_background(watcher, root, observed=True):
+        (root / "inbox/first.md").write_text("note one\n")
+        wait_for(lambda: any(e == "run_finished" for e, _ in events), 60, "the first run")
+        assert (root / "notes.txt").read_text() == "one\n"  # approve = "none": unasked
+
+        config.write_text(config.read_text().replace('approve = "none"', 'approve = "acting"'))
+        (root / "inbox/second.md").write_text("note two\n")
+        wait_for(lambda: any(e == "approval_waiting" for e, _ in events), 60,
+                 "the second run to ask")
+        assert (root / "notes.txt").read_text() == "one\n"
+        assert pending(root, "second")["tool"] == "write_file"
+
+        config.write_text(config.read_text() + "\nno_such_key = 1\n")
+        (root / "inbox/third.md").write_text("note three\n")
+        wait_for(lambda: any(e == "error" and "no_such_key" in d["error"]
+                             for e, d in events), 60, "the third run to be refused")
+    assert not list((root / "traces/third/messages").rglob("*-assistant.md"))

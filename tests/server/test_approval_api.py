@@ -62,3 +62,22 @@ def test_a_run_waits_for_approval_and_the_api_answers_it(tmp_path):
     finally:
         assert stop_server(served) == 0
     assert_git_clean(root)
+
+
+def test_approval_turned_on_in_agentfs_toml_applies_to_a_running_server(tmp_path):
+    """A server started with approval off (agentfs.toml's "none") reads agentfs.toml
+    again when a run starts: once it says "acting", the next run asks first."""
+    root = replay_workspace(tmp_path / "ws", SCRIPT)
+    run_cli("new", "t", "-m", "write it", cwd=root)
+    served = start_server(root, log=tmp_path / "serve.log")
+    try:
+        with served.client() as client:
+            config = root / "agentfs.toml"
+            config.write_text(config.read_text() + '\n[tools]\napprove = "acting"\n')
+            client.post("/api/traces/t/run", json={})
+            state = wait_until_idle(client, "t")
+            assert state["approval"]["tool"] == "write_file"
+            assert not (root / "out.txt").exists()
+    finally:
+        assert stop_server(served) == 0
+    assert "agentfs.toml or its trust changed" in (tmp_path / "serve.log").read_text()
