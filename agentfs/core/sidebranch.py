@@ -35,6 +35,7 @@ from agentfs.errors import AgentfsError
 from agentfs.models.base import Model, ModelRequest
 from agentfs.store.branches import queue_step_files
 from agentfs.store.commits import StepKind, parse_trailers
+from agentfs.store.history import is_final_answer
 from agentfs.store.messages import Message, ToolCall, parse_message
 from agentfs.store.meta import QueueStep
 from agentfs.store.trace import Trace
@@ -242,6 +243,8 @@ def compression_branch(work: SideWork, step: QueueStep) -> None:
     summary = trace.new_message(
         "user", f"{SUMMARY_HEADER}\n\n{text}\n\n## Goals\n{goals}",
         synthetic="summary", goal_id=tree.focus, source_branch=step.branch,
+        # compressed after an answer (`agentfs compress`): still waiting for the user
+        answered=True if is_final_answer(path[-1]) else None,
     )
     summary.parent_sequence = first_user.sequence
     commit_outcome(work, step, [summary], {}, f"summary #{summary.sequence}")

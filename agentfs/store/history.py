@@ -16,7 +16,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Protocol
 
 from agentfs.errors import AgentfsError
-from agentfs.store.messages import Message, ToolCall
+from agentfs.store.messages import Message, Synthetic, ToolCall
 
 __all__ = [
     "BrokenPath",
@@ -104,8 +104,11 @@ def walk_back(
 
 
 def is_final_answer(message: Message) -> bool:
-    """An assistant message without tool calls: the run it ends is over."""
-    return message.role == "assistant" and not message.tool_calls
+    """An assistant message without tool calls, or the summary of a conversation that
+    ended in one (`Message.answered`): the run it ends is over."""
+    if message.role == "assistant":
+        return not message.tool_calls
+    return message.synthetic == Synthetic.SUMMARY and message.answered is True
 
 
 def is_model_turn(message: Message) -> bool:

@@ -75,6 +75,7 @@ FIRST_USER_SEQUENCE = 2
 _OWNED_FIELDS = (
     "tool_calls", "tool_call_id", "is_error", "synthetic", "branch_type", "branch_id",
     "stop_reason", "usage", "timing", "thinking", "files_changed", "blocks", "source_branch",
+    "answered",
     "provider_data",
 )
 

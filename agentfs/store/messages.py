@@ -137,6 +137,10 @@ class Message(BaseModel):
     source_branch: str | None = Field(
         default=None, description="For a compression summary: the side branch that wrote it"
     )
+    answered: bool | None = Field(
+        default=None, description="For a compression summary: what it replaces ended in the "
+        "model's final answer, so the trace waits for the user after it as it did before",
+    )
     blocks: list[dict[str, Any]] | None = Field(
         default=None, description="The order of an assistant turn's content blocks as "
         "received, when not thinking, text, tool calls (see docs/models.md)",

@@ -280,3 +280,24 @@ def test_a_rewind_under_an_unfinished_queue_abandons_it_unmerged(workspace, writ
     shown = json.loads(run_cli("show", "t", "--json", cwd=workspace).stdout)["messages"]
     assert [m["sequence"] for m in shown][:3] == [1, 2, 3] and shown[4]["text"] == "again"
     assert_git_clean(workspace)
+
+
+def test_a_trace_compressed_after_its_answer_still_waits_for_the_user(tmp_path):
+    """`agentfs compress` on a finished trace: the summary says the conversation it
+    replaces ended in an answer (`answered`), so nothing runs (and nothing is paid)
+    until the user writes again; a compression in the middle of a step does not."""
+    ws = tmp_path / "demo"
+    run_cli("demo", str(ws), cwd=tmp_path)
+    run_cli("compress", "demo", cwd=ws)
+    head = git(ws, "rev-parse", "HEAD")
+    listed = json.loads(run_cli("status", "--json", cwd=ws).stdout)["traces"][0]
+    assert listed["status"] == "waiting", listed
+    nothing = run_cli("run", "demo", cwd=ws)
+    assert "waiting for a user message" in nothing.stderr + nothing.stdout
+    run_cli("watch", "--once", cwd=ws)
+    assert git(ws, "rev-parse", "HEAD") == head  # no model call, no commit
+    run_cli("run", "demo", "-m", "and now?", cwd=ws)
+    path = json.loads(run_cli("show", "demo", "--json", cwd=ws).stdout)["messages"]
+    assert [m["role"] for m in path[-3:]] == ["user", "user", "assistant"]
+    assert path[-3]["synthetic"] == "summary"
+    assert_git_clean(ws)
