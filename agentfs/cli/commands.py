@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -32,6 +33,7 @@ from agentfs.cli.terminal import Terminal
 if TYPE_CHECKING:
     from agentfs.core.listcache import Listing
     from agentfs.core.project import Project
+    from agentfs.errors import AgentfsError
     from agentfs.models.base import Model
     from agentfs.store.workspace import Workspace
 
@@ -157,6 +159,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     from agentfs.cli.options import approve_policy
     from agentfs.cli.render import run_text
     from agentfs.core.runner import StopReason
+    from agentfs.errors import AgentfsError
     from agentfs.tools.subprocesses import safe_environment
 
     chosen = choose_model(project, meta_model, preset or preset_name, model)
@@ -165,20 +168,43 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     runner = project.runner(chosen, on_text=terminal.text, on_event=terminal.event,
                             command_env=safe_environment(os.environ), **thinking_fields,
                             **trusted, approve=approve_policy(approve), ask=asker)
-    result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
-                        inject_skills=declared, skill_recency_threshold=skill_recency,
-                        pending_tools=pending_tools,  # type: ignore[arg-type]
-                        model_name=model_to_record(project, model))
+    try:
+        result = runner.run(trace_id, messages, max_iterations=max_iterations, preset=preset,
+                            inject_skills=declared, skill_recency_threshold=skill_recency,
+                            pending_tools=pending_tools,  # type: ignore[arg-type]
+                            model_name=model_to_record(project, model))
+    except AgentfsError as exc:
+        terminal.end_line()
+        _record_failure(project, trace_id, exc)
+        raise
     terminal.end_line()
-    if result.stop in (StopReason.NOTHING_TO_DO, StopReason.APPROVAL):
+    if result.queued:
+        click.echo(f"  your message waits in traces/{trace_id}/inbox/ until the call is "
+                   "answered", err=True)
+    if result.stop is StopReason.NOTHING_TO_DO or (
+            result.stop is StopReason.APPROVAL and not result.iterations):
         _say_waiting(project, trace_id)
         return
+    if result.stop is StopReason.APPROVAL:
+        _say_waiting(project, trace_id)
     if result.stop is StopReason.MAX_ITERATIONS:
         click.echo(
             f"stopped after {result.iterations} model calls (--max-iterations); "
             f"`agentfs run {trace_id}` continues", err=True,
         )
     click.echo(f"{trace_id}: {chosen.name}, {run_text(result, project.prices)}", err=True)
+
+
+def _record_failure(project: Project, trace_id: str, exc: AgentfsError) -> None:
+    """`last_error` of a trace whose model failed (after its retries), for `agentfs
+    status` and the API, as `serve` records it. A refusal (a broken hand edit, a lock)
+    is the person's to read here, and commits nothing."""
+    from agentfs.errors import AgentfsError, ModelError
+
+    if not isinstance(exc, ModelError) or trace_id not in project.workspace.trace_ids():
+        return
+    with contextlib.suppress(AgentfsError, OSError):  # the error itself follows
+        project.trace(trace_id).record_failed_run(str(exc))
 
 
 def _text_or_stdin(text: str) -> str:

@@ -112,6 +112,9 @@ class RunResult:
     #: main path, side branches (reflection, knowledge evaluation, compression) and
     #: delegated children (offline models report no tokens).
     spent: dict[str, Spent] = field(default_factory=dict)
+    #: User messages given to the run kept in the inbox, behind a call that waits for
+    #: approval (`StopReason.APPROVAL` at the start): taken once it is answered.
+    queued: int = 0
 
     def count(self, response: ModelResponse, model: str) -> None:
         """Add one model call."""
@@ -286,6 +289,7 @@ class Runner:
                 session = self._session(trace, inject_skills, skill_recency_threshold, clock)
                 if not self._bring_up_to_date(session, result, pending_tools):
                     _keep_for_later(trace, texts)  # behind the call that waits
+                    result.queued = len(texts)
                     result.stop = StopReason.APPROVAL
                     return result
                 for number, text in enumerate(given):

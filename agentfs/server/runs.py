@@ -4,6 +4,7 @@ step it is in (the runner's `stop` check, as the watcher's Ctrl-C does)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -127,6 +128,8 @@ class BackgroundRuns:
             run.locked = isinstance(exc, TraceLocked)
             run.outcome = {"status": "failed", "trace": trace_id, "error": exc.message,
                            "hint": exc.hint}
+            if not run.locked:
+                _record_failure(self.project, trace_id, str(exc))
             publish("run_failed", run.outcome)
         except Exception as exc:  # noqa: BLE001 - a bug or an I/O error: reported, the server goes on
             run.outcome = {"status": "failed", "trace": trace_id,
@@ -142,3 +145,11 @@ def _finished(result: RunResult, prices: PriceTable) -> dict[str, Any]:
             "output_tokens": result.output_tokens, "cached_tokens": result.cached_tokens,
             "model_ms": result.model_ms, "wall_ms": result.wall_ms,
             "cost": prices.cost(result.spent).record()}
+
+
+def _record_failure(project: Project, trace_id: str, error: str) -> None:
+    """`last_error` of a trace whose run failed, as the watcher records it
+    (`agentfs/store/trace.py:Trace.record_failed_run`); best effort: the answer
+    already says what failed."""
+    with contextlib.suppress(AgentfsError, OSError):
+        project.trace(trace_id).record_failed_run(error)

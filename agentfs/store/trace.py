@@ -584,6 +584,20 @@ class Trace:
             at=datetime.now(UTC).isoformat(timespec="seconds"), error=error)
         return self.commit_step("error", [], summary=error)
 
+    def record_failed_run(self, error: str) -> None:
+        """Record that a run of this trace failed (`record_error`, under the trace's
+        lock), what `agentfs status` and the API show as `failed`; not while
+        `trace.json` holds the person's uncommitted edit (the failure may be that
+        edit: committing it with the error would commit what was just refused).
+
+        Raises:
+            TraceLocked: another run holds the trace (it will say how it went).
+            AgentfsError, OSError: the record could not be written.
+        """
+        with self.lock():
+            if not self.meta_uncommitted():
+                self.record_error(error)
+
     def commit_to_branch(self, branch: str, messages: Sequence[Message], kind: str = "branch",
                          *, files: dict[str, bytes] | None = None,
                          summary: str | None = None) -> bytes:

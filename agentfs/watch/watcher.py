@@ -310,12 +310,8 @@ class Watcher:
         """A failed run leaves an `error` commit in its trace; the watcher carries on.
         Not when trace.json holds the person's uncommitted edit (the failure may be that
         edit): committing it with the error would commit what was just refused."""
-        trace = self.project.trace(trace_id)
         try:
-            with trace.lock():
-                if trace.meta_uncommitted():
-                    return
-                trace.record_error(error)
+            self.project.trace(trace_id).record_failed_run(error)
         except (AgentfsError, OSError) as exc:
             self.log("error", {"trace": trace_id, "error": f"could not record: {exc}"})
 

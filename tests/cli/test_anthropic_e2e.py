@@ -196,9 +196,15 @@ def test_retries_that_run_out_stop_the_run_with_nothing_saved(project, server, c
     assert "still failing after 4 attempts: the stream ended before message_stop" in done.stderr
     assert "Traceback" not in done.stderr
     assert done.stderr.count("[retrying") == 3
-    assert git(root, "rev-parse", "HEAD") == head
+    # no turn saved; the failure recorded (one `error` commit of trace.json), as
+    # `agentfs status` and the API show it, whoever ran the trace
+    [subject] = git(root, "log", "--format=%s", f"{head.strip()}..").splitlines()
+    assert subject.startswith("t: error #2 Anthropic API still failing after 4 attempts")
+    assert git(root, "diff", "--name-only", head.strip(), "HEAD").split() == ["traces/t/trace.json"]
     assert [p.name for p in message_paths(project.trace("t").messages_dir)] == files
     assert not (root / "out").exists()
+    listed = json.loads(run_cli("status", "--json", cwd=root).stdout)["traces"][0]
+    assert listed["status"] == "failed" and "still failing" in listed["last_error"]
     assert_git_clean(root)
 
 

@@ -151,3 +151,13 @@ def test_a_live_watcher_runs_with_agentfs_toml_as_it_is_when_a_run_starts(tmp_pa
         wait_for(lambda: any(e == "error" and "no_such_key" in d["error"]
                              for e, d in events), 60, "the third run to be refused")
     assert not list((root / "traces/third/messages").rglob("*-assistant.md"))
+
+
+def test_a_run_stopped_at_a_call_says_what_it_spent_and_where_a_message_waits(tmp_path):
+    root = workspace(tmp_path)
+    stopped = run_cli("run", "t1", "-m", "note one", "--approve", cwd=root)
+    assert "waits for your approval" in stopped.stderr
+    assert "t1: replay:script.json, 1 model call(s)" in stopped.stderr  # the usage line
+    queued = run_cli("run", "t1", "-m", "and this", cwd=root)
+    assert "your message waits in traces/t1/inbox/ until the call is answered" in queued.stderr
+    assert "waits for your approval" in queued.stderr and "model call(s)" not in queued.stderr

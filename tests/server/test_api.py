@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -285,6 +286,35 @@ def test_stop_ends_the_run_after_its_step_and_a_post_waits_for_it(tmp_path, work
                 assert client.get("/api/traces/t").json()["pending_inbox"] == []
         finally:
             gate.set()
+            assert stop_server(served) == 0, (tmp_path / "serve.log").read_text()
+    assert_git_clean(workspace_root)
+
+
+def test_a_run_whose_model_fails_is_shown_failed_with_its_error(tmp_path, workspace_root):
+    """The model answers 400: the run's answer says so, and so do the trace's
+    `last_error` and the trace list afterwards (a refusal of the request records
+    nothing: the run did not start)."""
+    from agentfs.testing import FakeAnthropicServer
+
+    with FakeAnthropicServer() as fake:
+        fake.fail_next(400, count=5)
+        env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.base_url}
+        served = start_server(workspace_root, "--model", "anthropic:claude-test",
+                              log=tmp_path / "serve.log", env=env)
+        try:
+            with served.client() as client:
+                made = client.post("/api/traces", json={"id": "t", "text": "hi"})
+                assert made.status_code == 201, made.text
+                started = client.post("/api/traces/t/run", json={})
+                assert started.status_code in (200, 202), started.text  # over, or running
+                deadline = time.monotonic() + 60
+                while (state := client.get("/api/traces/t").json())["server_run"]:
+                    assert time.monotonic() < deadline, state
+                    time.sleep(0.02)
+                assert "400" in state["last_error"]["error"], state
+                [row] = client.get("/api/traces").json()["traces"]
+                assert row["status"] == "failed" and row["last_error"], row
+        finally:
             assert stop_server(served) == 0, (tmp_path / "serve.log").read_text()
     assert_git_clean(workspace_root)
 
