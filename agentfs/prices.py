@@ -68,11 +68,14 @@ class Cost:
                     tuple(sorted({*self.unpriced, *other.unpriced})))
 
     def text(self) -> str:
-        """`$0.0123`, `~$0.0123` for an estimate, `no price for replay:x` when nothing
-        was priced."""
+        """`$0.0123`, `~$0.0123` for an estimate, `no price for local:x` when nothing
+        was priced, `~$0.0123 + no price for local:x` when some calls were not (the sum
+        leaves them out: it must not read as the whole spend)."""
+        unpriced = "no price for " + ", ".join(self.unpriced)
         if self.unpriced and not self.amount:
-            return "no price for " + ", ".join(self.unpriced)
-        return f"{'~' if self.estimated else ''}${self.amount:.4f}"
+            return unpriced
+        priced = f"{'~' if self.estimated else ''}${self.amount:.4f}"
+        return f"{priced} + {unpriced}" if self.unpriced else priced
 
     def record(self) -> dict[str, object]:
         return {"usd": round(self.amount, 6), "estimated": self.estimated,

@@ -132,6 +132,9 @@ def test_an_unpriced_model_that_used_tokens_says_so_instead_of_costing_nothing()
     cost = PriceTable().cost({"local:llama": Spent(calls=1, input_tokens=10)})
     assert cost.text() == "no price for local:llama"
     assert PriceTable().cost({"replay:x": Spent(calls=3)}).text() == "$0.0000"
+    mixed = PriceTable().cost({SONNET: Spent(calls=1, input_tokens=1_000_000),
+                               "local:llama": Spent(calls=1, input_tokens=10)})
+    assert mixed.text() == "~$3.0000 + no price for local:llama"  # not the whole spend
 
 
 def test_calls_that_reported_no_tokens_show_their_time_not_a_row_of_zeros():
