@@ -189,7 +189,8 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         _say_waiting(project, trace_id)
     if result.stop is StopReason.MAX_ITERATIONS:
         click.echo(
-            f"stopped after {result.iterations} model calls (--max-iterations); "
+            f"stopped after {result.iterations} model call"
+            f"{'s' if result.iterations != 1 else ''} (--max-iterations); "
             f"`agentfs run {trace_id}` continues", err=True,
         )
     click.echo(f"{trace_id}: {chosen.name}, {run_text(result, project.prices)}", err=True)
@@ -511,7 +512,7 @@ def _status_line(row: dict[str, Any]) -> str:
     used = ""
     usage = row["usage"]
     if usage is not None and usage["calls"]:
-        used = f"  {usage['calls']} calls"
+        used = f"  {usage['calls']} call{'s' if usage['calls'] != 1 else ''}"
         tokens = usage["input_tokens"] + usage["output_tokens"]
         if usage["input_tokens"] or usage["output_tokens"]:  # `Totals.counted`
             used += f", {tokens:,} tokens, {usage['cost']['text']}"

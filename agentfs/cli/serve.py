@@ -37,7 +37,7 @@ DEFAULT_MAX_BODY = 1024 * 1024
               help="Require no token, on a loopback address only: any local process "
               "can then drive the API.")
 @click.option("--model", help="Model for runs and compressions started here "
-              "(default: each trace's, else agentfs.toml's).")
+              "(default: each trace's, else its preset's, else agentfs.toml's).")
 @click.option("--max-body", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY,
               show_default=True, help="Largest request body accepted, in bytes.")
 @approve_option("server's runs", asked="the call waits in traces/TRACE/approval.json for "

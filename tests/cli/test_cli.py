@@ -438,3 +438,9 @@ def test_daily_cli_reads_stdin_prints_json_and_waits_without_credentials(tmp_pat
         "goals": [], "focus": None}
     refused = run_cli("run", "t", "--preset", "nope", "-m", "x", cwd=root, check=False)
     assert refused.returncode == 2 and "(no preset)" in refused.stderr
+
+
+def test_one_call_is_counted_in_the_singular(ws):
+    stopped = run_cli("run", "t", "-m", "Summarize notes.md", "--max-iterations", "1", cwd=ws)
+    assert "stopped after 1 model call (--max-iterations)" in stopped.stderr
+    assert "  1 call " in run_cli("status", cwd=ws).stdout + " "
