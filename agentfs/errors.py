@@ -52,6 +52,11 @@ class NoSuchMessage(AgentfsError):
 class TraceLocked(AgentfsError):
     """Another process is running the trace."""
 
+    def __init__(self, message: str, *, hint: str | None = None,
+                 trace_id: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.trace_id = trace_id  # the trace held, for a hint that fits the caller
+
 
 class TraceExists(AgentfsError):
     """A trace with that id exists already (creating it again would overwrite it)."""

@@ -36,7 +36,7 @@ class TraceLock(Lock):
             raise TraceLocked(
                 f"trace {self.trace_id!r} is in use{who}",
                 hint="a run holds it until it ends: wait, or stop it (Ctrl-C); a post, "
-                "rewind or edit only for a moment: try again",
+                "rewind or edit only for a moment: try again", trace_id=self.trace_id,
             ) from None
         record = {"pid": os.getpid(), "host": os.uname().nodename, "since": time.time()}
         assert self._lock.fd is not None

@@ -270,6 +270,9 @@ def test_stop_ends_the_run_after_its_step_and_a_post_waits_for_it(tmp_path, work
                     assert started.status_code == 202 and started.json()["status"] == "running"
                     fake.wait_for_requests(2, timeout=60)  # inside the held model call
                     assert client.post("/api/traces/t/run", json={}).status_code == 409
+                    held = client.post("/api/traces/t/rewind", json={"sequence": 2})
+                    assert held.status_code == 409  # the hint fits the API, not a terminal
+                    assert "POST /api/traces/t/stop" in held.json()["hint"], held.text
                     posted = client.post("/api/traces/t/messages", json={"text": "meanwhile"})
                     assert posted.status_code == 202 and posted.json()["status"] == "queued"
                     assert client.post("/api/traces/t/stop").status_code == 202
