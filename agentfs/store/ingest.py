@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -399,8 +400,11 @@ def _note(report: IngestReport, name: str, outcome: Message | Rejected) -> None:
 
 
 def _candidate_ids(stem: str) -> Iterator[str]:
-    """A trace id from a file name, then the same with -2, -3, ..."""
-    base = re.sub(r"[^A-Za-z0-9_-]+", "-", stem).strip("-_")[:56] or "trace"
+    """A trace id from a file name, then the same with -2, -3, ...: accents dropped
+    (`résumé.md` is trace `resume`), every other run of characters an id cannot hold
+    made one `-`."""
+    plain = "".join(c for c in unicodedata.normalize("NFKD", stem) if not unicodedata.combining(c))
+    base = re.sub(r"[^A-Za-z0-9_-]+", "-", plain).strip("-_")[:56] or "trace"
     if not TRACE_ID.fullmatch(base):
         base = f"t-{base}"[:56]
     yield base

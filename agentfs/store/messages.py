@@ -405,14 +405,17 @@ def _parse_json(path: Path, text: str) -> dict[str, Any]:
         check_depth(value)
     except json.JSONDecodeError as exc:
         raise MessageFileError(
-            path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
+            hint="fix the JSON there; a message written as Markdown goes in a .md file"
         ) from None
     except FrontmatterError as exc:
         raise MessageFileError(path, f"JSON {exc.message}", hint=exc.hint) from None
     except RecursionError:
         raise MessageFileError(path, "JSON is nested too deeply", hint="flatten the data") from None
     if not isinstance(value, dict):
-        raise MessageFileError(path, "a JSON message file must hold an object")
+        raise MessageFileError(path, "a JSON message file must hold an object",
+                               hint='write {"content": "..."} with its fields (see '
+                               "docs/trace-format.md); Markdown goes in a .md file")
     return value
 
 

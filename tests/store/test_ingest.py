@@ -256,6 +256,15 @@ def test_names_with_double_dashes_start_the_trace_they_name(project):
     assert_git_clean(project.workspace.root)
 
 
+@pytest.mark.parametrize(("name", "trace"), [
+    ("résumé.md", "resume"), ("Über Straße.md", "Uber-Stra-e"), ("日本.md", "trace"),
+    ("notes (v2).md", "notes-v2")])
+def test_a_dropped_file_s_name_becomes_a_trace_id_without_its_accents(project, name, trace):
+    inbox = project.workspace.inbox_dir
+    (inbox / name).write_text("first\n")
+    assert claim_new(project.workspace, inbox / name)[0] == trace
+
+
 @pytest.mark.parametrize("point", ["claimed", "created"])
 def test_a_crash_while_starting_a_trace_is_finished_exactly_once(project, point, monkeypatch):
     root = project.workspace.root

@@ -417,6 +417,7 @@ def test_invalid_field_types(tmp_path: Path, data: bytes, field: str) -> None:
 def test_bad_json_message(tmp_path: Path, data: bytes, problem: str) -> None:
     error = error_for("000003-tool.json", data, tmp_path)
     assert problem in error.message
+    assert error.hint  # what to do: fix it, or write Markdown in a .md file
 
 
 @pytest.mark.parametrize(
