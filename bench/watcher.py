@@ -222,7 +222,7 @@ def _live(root: Path, script: Path, **options: float) -> Iterator[tuple[Watcher,
     by the watchdog observer, as `agentfs watch` runs it; stopped on exit."""
     events = Events()
     watcher = Watcher(Project.open(root), lambda model, preset: ReplayModel(script), events,
-                      runner_options={"on_event": events}, **options)
+                      runner_options=lambda: {"on_event": events}, **options)
     with run_in_background(watcher, root):
         yield watcher, events
     if errors := [d for _, e, d in events.items if e in ("error", "busy")]:

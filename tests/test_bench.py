@@ -80,3 +80,14 @@ def test_bigfiles_commits_a_big_file_then_steps(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "of the same bytes again" in printed and "still loose" in printed
     assert "x git gc" in printed
+
+
+def test_the_watcher_benchmark_takes_a_drop_and_runs_it(tmp_path):
+    """One drop through `bench/watcher.py`'s live watcher (its API drifted once unseen:
+    a `runner_options` the watcher no longer took)."""
+    from bench import watcher
+
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"text": "answer"}] * 3}))
+    [(started, committed)] = watcher._drops(tmp_path / "ws", script, 1, new=False, delay=0)
+    assert 0 < started and 0 < committed
