@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from agentfs.cli.context import (
+    LiveOptions,
     choose_model,
     model_to_record,
     open_project,
     printable,
     registered_command,
-    start_notices,
     thinking_options,
     trace_id_for,
     trace_settings,
@@ -92,17 +92,16 @@ def chat(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     from agentfs.cli.terminal import TerminalAsker
 
     project = open_project(trace_ref)
-    thinking_fields = thinking_options(project, thinking, no_thinking)
+    thinking_options(project, thinking, no_thinking)  # a bad budget fails now
     trace_id = trace_id_for(project, trace_ref, creating=True)
     existing = project.trace(trace_id) if trace_id in project.workspace.trace_ids() else None
     trace_model, trace_preset, declared = trace_settings(existing, preset, inject_skills)
     chosen = choose_model(project, trace_model, preset or trace_preset, model)
-    trusted = start_notices(project)
     reader = _LineReader(project.workspace.state_dir / HISTORY_FILE)
     asker = TerminalAsker(lambda prompt: reader.read(prompt, remember=False))
-    session = _Chat(project, trace_id, chosen, quiet,
-                    runner_fields={**thinking_fields, **trusted, "ask": asker,
-                                   "approve": approve_policy(approve)}, run_options={
+    live = LiveOptions(project, {"ask": asker, "approve": approve_policy(approve)},
+                       thinking=(thinking, no_thinking))
+    session = _Chat(project, trace_id, chosen, quiet, runner_fields=live, run_options={
                         "max_iterations": max_iterations, "inject_skills": declared,
                         "skill_recency_threshold": skill_recency, "pending_tools": pending_tools,
                         "preset": preset, "model_name": model_to_record(project, model),
@@ -265,25 +264,36 @@ class _Chat:
     """One session: the trace, the runner that answers it, and the slash commands."""
 
     def __init__(self, project: Project, trace_id: str, model: Model, quiet: bool, *,
-                 runner_fields: dict[str, Any], run_options: dict[str, Any]) -> None:
+                 runner_fields: LiveOptions, run_options: dict[str, Any]) -> None:
         self.project = project
         self.trace_id = trace_id
         self.model = model
         self.quiet = quiet
-        self.runner_fields = runner_fields  # RunnerOptions fields: thinking, trust
+        self.runner_fields = runner_fields  # RunnerOptions fields: thinking, trust, asking
         self.run_options = run_options
         self.interrupt = _Interrupt()
         self.terminal: Any = None
+        self.generation = -1  # of the fields the runner was made with
         self.runner = self._runner()
 
     def _runner(self) -> Runner:
         from agentfs.tools.subprocesses import safe_environment
 
         self.terminal = Terminal(self.quiet)
+        fields = self.runner_fields()
+        self.generation = self.runner_fields.generation
         return self.project.runner(
             _Abandonable(self.model, self.interrupt), on_text=self.terminal.text,
             on_event=self.terminal.event, stop=self.interrupt.stop_requested,
-            command_env=safe_environment(os.environ), **self.runner_fields)
+            command_env=safe_environment(os.environ), **fields)
+
+    def _current(self) -> Runner:
+        """The runner for the next turn: made again if agentfs.toml or its trust changed
+        since (`LiveOptions`), so an edit of the file applies from the next line."""
+        self.runner_fields()  # agentfs.toml and its trust read again if they changed
+        if self.runner_fields.generation != self.generation:
+            self.runner = self._runner()
+        return self.runner
 
     def _reopen(self) -> None:
         """After a Ctrl-C that may have cut a step short: a fresh workspace and runner,
@@ -291,7 +301,7 @@ class _Chat:
         from agentfs.core.project import Project
 
         self.terminal.end_line()
-        self.project = Project.open(self.project.workspace.root)
+        self.project = self.runner_fields.project = Project.open(self.project.workspace.root)
         self.runner = self._runner()
 
     @property
@@ -421,7 +431,7 @@ class _Chat:
 
         with self.interrupt.armed():
             try:
-                result = self.runner.run(self.trace_id, messages, **self.run_options)
+                result = self._current().run(self.trace_id, messages, **self.run_options)
             except KeyboardInterrupt:
                 self._reopen()
                 what = ("stopped: an answer still arriving was dropped"
@@ -437,7 +447,8 @@ class _Chat:
         elif result.stop is StopReason.STOPPED:
             click.echo("  [stopped after that step; /resume continues]", err=True)
         elif result.stop is StopReason.MAX_ITERATIONS:
-            click.echo(f"  [stopped after {result.iterations} model calls "
+            calls = "call" if result.iterations == 1 else "calls"
+            click.echo(f"  [stopped after {result.iterations} model {calls} "
                        "(--max-iterations); /resume continues]", err=True)
         return True
 
@@ -467,7 +478,7 @@ class _Chat:
             return True
         with self.interrupt.armed():
             try:
-                report = self.runner.compress(self.trace_id)
+                report = self._current().compress(self.trace_id)
             except KeyboardInterrupt:
                 self._reopen()
                 click.echo("  [stopped: /compress or `agentfs compress` finishes what was "

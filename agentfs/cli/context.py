@@ -146,6 +146,7 @@ class LiveOptions:
         self.trust_file = trust_store().path
         self.trust_seen = _read_or_none(self.trust_file)
         self.fields = self._read()
+        self.generation = 0  # how many times they were read again
         self.lock = threading.Lock()
 
     def __call__(self) -> dict[str, Any]:
@@ -162,6 +163,7 @@ class LiveOptions:
                            "use them", err=True)
                 self.fields = self._read()
                 self.trust_seen = trust
+                self.generation += 1
             return {**self.fixed, **self.fields}
 
     def _read(self) -> dict[str, Any]:

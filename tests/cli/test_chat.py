@@ -504,3 +504,35 @@ def test_a_chat_killed_at_the_approval_question_never_runs_the_call_twice(tmp_pa
     results = [m for m in shown if m["role"] == "tool"]
     assert len(results) == 4 and not any(m.get("is_error") for m in results)
     assert_git_clean(root)
+
+
+def test_approval_turned_on_in_agentfs_toml_applies_from_the_next_line(tmp_path, terminals):
+    """A session reads agentfs.toml again before a turn when it changed, as `serve`
+    and `watch` do before a run: the second write is asked about."""
+    script = tmp_path / "two.json"
+    script.write_text(json.dumps({"turns": [
+        {"text": "Writing a.", "tool_calls": [
+            {"name": "write_file", "input": {"path": "a.txt", "content": "a\n"}}]},
+        {"text": "Wrote a."},
+        {"text": "Writing b.", "tool_calls": [
+            {"name": "write_file", "input": {"path": "b.txt", "content": "b\n"}}]},
+        {"text": "Left b alone."}]}))
+    root = tmp_path / "ws"
+    init_workspace(root)
+    chat = terminals(["t1", "--model", f"replay:{script}"], root)
+    chat.expect("t1> ")
+    chat.line("write a")
+    chat.expect("Wrote a.")
+    chat.expect("t1> ")
+    assert (root / "a.txt").exists()  # asked nothing: approve is "none"
+    config = root / "agentfs.toml"
+    config.write_text(config.read_text() + '\n[tools]\napprove = "acting"\n')
+    chat.line("write b")
+    chat.expect("agentfs.toml or its trust changed")
+    chat.expect("run write_file? [y]es, [n]o, [a]lways write_file: ")
+    chat.line("n")
+    chat.expect("Left b alone.")
+    chat.expect("t1> ")
+    chat.line("/quit")
+    assert chat.ends() == 0
+    assert not (root / "b.txt").exists()
