@@ -24,6 +24,7 @@ __all__ = [
     "PathMemo",
     "Tally",
     "answered_ids",
+    "follows_previous",
     "is_final_answer",
     "is_model_turn",
     "last_assistant",
@@ -39,9 +40,17 @@ class BrokenPath(AgentfsError):
     """The main path cannot be followed: a missing parent, or a cycle."""
 
 
+def follows_previous(message: Message) -> bool:
+    """Whether the message's parent is the file before it: it has no `parent_sequence`
+    and is not a system message, which starts a trace (a file someone puts before it,
+    `000000-user.md`, does not push the system prompt off the path)."""
+    return message.parent_sequence is None and message.role != "system"
+
+
 def parent_of(message: Message, ordered: Sequence[int]) -> int | None:
-    """The message's parent; without `parent_sequence`, the file before it."""
-    if message.parent_sequence is not None:
+    """The message's parent; without `parent_sequence`, the file before it
+    (`follows_previous`)."""
+    if not follows_previous(message):
         return message.parent_sequence
     earlier = [s for s in ordered if s < message.sequence]
     return earlier[-1] if earlier else None

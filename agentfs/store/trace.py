@@ -29,6 +29,7 @@ from agentfs.store.git.repo import Change, GitRepo
 from agentfs.store.history import (
     PathMemo,
     Tally,
+    follows_previous,
     is_final_answer,
     is_model_turn,
     last_assistant,
@@ -416,7 +417,7 @@ class Trace:
     def parent(self, message: Message) -> int | None:
         """The message's parent; without `parent_sequence`, the file before it
         (`agentfs/store/history.py:parent_of`, found by name)."""
-        if message.parent_sequence is not None:
+        if not follows_previous(message):
             return message.parent_sequence
         return self.message_dir.previous(message.sequence)
 

@@ -116,3 +116,16 @@ def test_a_broken_path_is_reported_as_from_scratch():
     with pytest.raises(BrokenPath, match="needs message #7"):
         memo.path(messages, 3)
     assert [m.sequence for m in memo.path(messages, 2)] == [1, 2]
+
+
+def test_a_system_message_starts_the_path_whatever_file_comes_before_it():
+    """Without `parent_sequence` a message follows the file before it, but a system
+    message starts the trace: a `000000-user.md` someone adds does not become its
+    parent (and push the system prompt off the path)."""
+    from agentfs.store.history import follows_previous, parent_of
+
+    system, first, sneaky = msg(1, None, "system"), msg(2, None), msg(0, None)
+    messages = {0: sneaky, 1: system, 2: first}
+    assert not follows_previous(system) and follows_previous(first)
+    assert parent_of(system, list(messages)) is None
+    assert [m.sequence for m in path_to(messages, 2)] == [1, 2]
