@@ -200,9 +200,10 @@ def _record_failure(project: Project, trace_id: str, exc: AgentfsError) -> None:
     """`last_error` of a trace whose model failed (after its retries), for `agentfs
     status` and the API, as `serve` records it. A refusal (a broken hand edit, a lock)
     is the person's to read here, and commits nothing."""
-    from agentfs.errors import AgentfsError, ModelError
+    from agentfs.core.status import records_failure
+    from agentfs.errors import AgentfsError
 
-    if not isinstance(exc, ModelError) or trace_id not in project.workspace.trace_ids():
+    if not records_failure(exc, unattended=False) or trace_id not in project.workspace.trace_ids():
         return
     with contextlib.suppress(AgentfsError, OSError):  # the error itself follows
         project.trace(trace_id).record_failed_run(str(exc))

@@ -147,6 +147,7 @@ class LiveOptions:
         self.trust_seen = _read_or_none(self.trust_file)
         self.fields = self._read()
         self.generation = 0  # how many times they were read again
+        self.stale = False  # a change was seen but could not be read: every run refused
         self.lock = threading.Lock()
 
     def __call__(self) -> dict[str, Any]:
@@ -158,12 +159,13 @@ class LiveOptions:
         """
         with self.lock:
             trust = _read_or_none(self.trust_file)
-            if self.project.refresh_config() or trust != self.trust_seen:
+            if self.project.refresh_config() or trust != self.trust_seen or self.stale:
+                self.stale = True  # until read whole: a refusal must not leave the old
+                self.fields = self._read()
+                self.trust_seen, self.stale = trust, False
+                self.generation += 1
                 click.echo("agentfs: agentfs.toml or its trust changed; runs from now on "
                            "use them", err=True)
-                self.fields = self._read()
-                self.trust_seen = trust
-                self.generation += 1
             return {**self.fixed, **self.fields}
 
     def _read(self) -> dict[str, Any]:

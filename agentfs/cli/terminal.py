@@ -62,6 +62,7 @@ class Terminal:
         if self.retried.startswith(self.shown):
             new = self.retried[len(self.shown):]
         else:
+            self.held = ""  # the old attempt's: its line break is not coming
             self.end_line()
             click.echo("  [the new attempt answers differently; its text follows]", err=True)
             self.shown, new = "", self.retried

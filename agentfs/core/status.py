@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.core.usage import Totals
-from agentfs.errors import AgentfsError
+from agentfs.errors import AgentfsError, ModelError, TraceLocked
 from agentfs.prices import PriceTable
 from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.store.filenames import names_from
@@ -34,8 +34,16 @@ from agentfs.store.summary import SummaryFile, listed_summary
 from agentfs.store.tracelock import is_locked
 from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACE_FILE, TRACES_DIR, Workspace
 
-__all__ = ["RowMaker", "TraceState", "TraceStatus", "WorkspaceStatus", "row_maker", "trace_state",
-           "workspace_status"]
+__all__ = [
+    "RowMaker",
+    "TraceState",
+    "TraceStatus",
+    "WorkspaceStatus",
+    "records_failure",
+    "row_maker",
+    "trace_state",
+    "workspace_status",
+]
 
 
 class TraceState(StrEnum):
@@ -248,3 +256,14 @@ def _waiting_tool(path: Path, git_path: str) -> str | None:
     except AgentfsError:
         return "? (approval.json cannot be read: agentfs run shows why)"
     return pending.tool if pending is not None and pending.answer is None else None
+
+
+def records_failure(exc: AgentfsError, *, unattended: bool) -> bool:
+    """Whether a run's failure `exc` is recorded in its trace, for the list's `failed`
+    (`agentfs/store/trace.py:Trace.record_failed_run`): a model that failed after its
+    retries, always; any other error (a refused hand edit, a missing script) only for
+    a run no one watches (`agentfs watch`), where the record is how the person learns
+    of it; never a lock another run holds."""
+    if isinstance(exc, TraceLocked):
+        return False
+    return unattended or isinstance(exc, ModelError)

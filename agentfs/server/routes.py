@@ -92,7 +92,10 @@ class Server:
         return self.project.trace(trace_id)
 
     def model(self, trace: Trace | None, requested: str | None) -> Model:
-        """The model as `agentfs run` chooses it; a bad `model` in the body is a 422."""
+        """The model as `agentfs run` chooses it; a bad `model` in the body is a 422.
+        agentfs.toml is read again first if it changed (`runner_options`): the model
+        may be the one it names."""
+        self.runner_options()
         meta = trace.meta if trace is not None else None
         if requested:  # a replay script is a file of the workspace, found from its root
             try:

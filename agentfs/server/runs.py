@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from agentfs.core.project import Project
 from agentfs.core.runner import RunResult
+from agentfs.core.status import records_failure
 from agentfs.errors import AgentfsError, TraceLocked
 from agentfs.models.base import Model
 from agentfs.prices import PriceTable
@@ -128,7 +129,7 @@ class BackgroundRuns:
             run.locked = isinstance(exc, TraceLocked)
             run.outcome = {"status": "failed", "trace": trace_id, "error": exc.message,
                            "hint": exc.hint}
-            if not run.locked:
+            if records_failure(exc, unattended=False):  # a refusal's answer says it all
                 _record_failure(self.project, trace_id, str(exc))
             publish("run_failed", run.outcome)
         except Exception as exc:  # noqa: BLE001 - a bug or an I/O error: reported, the server goes on

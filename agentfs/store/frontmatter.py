@@ -110,25 +110,25 @@ def split(text: str) -> tuple[dict[str, Any] | None, str]:
     return fields, text[body_start:].removesuffix("\n")
 
 
+#: How many `---` lines from the top `misplaced_fields` looks between.
+MISPLACED_FENCES = 3
+
+
 def misplaced_fields(text: str, names: frozenset[str]) -> bool:
     """Whether `text`, which `split` finds no frontmatter in, holds a header that
-    lost its place: a mapping with one of the field `names`, then a `---` line, but
-    no `---` line first (deleted), or lines before it (a blank line added). An edit
-    that does this to a message file makes its fields its text."""
-    stripped = text.lstrip("\ufeff \t\r\n")
-    try:
-        fence = _fence(stripped)
-        if fence is not None:  # a header after blank lines
-            header = stripped[fence[0]:fence[1]]
-        else:
-            end = _closing_fence(stripped, 0)
-            if end is None:
-                return False
-            header = stripped[:end[0]]
-        fields = _load(header)
-    except FrontmatterError:
-        return False
-    return not names.isdisjoint(fields)
+    lost its place: a mapping with one of the field `names` before a `---` line or
+    between two (its first `---` line deleted, or lines put before it). An edit that
+    does this to a message file makes its fields its text."""
+    lines = text.split("\n")
+    fences = [i for i, line in enumerate(lines) if line.rstrip("\r") == "---"][:MISPLACED_FENCES]
+    for start, end in zip([-1, *fences], fences, strict=False):
+        try:
+            fields = _load("\n".join(lines[start + 1:end]))
+        except FrontmatterError:
+            continue
+        if not names.isdisjoint(fields):
+            return True
+    return False
 
 
 def replace_body(text: str, body: str) -> str:

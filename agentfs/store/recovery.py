@@ -30,7 +30,7 @@ from agentfs.store.gcpause import gc_paused
 from agentfs.store.git.index import StatCache
 from agentfs.store.git.objects import file_blob_id
 from agentfs.store.goalsfile import GoalsFile
-from agentfs.store.history import is_model_turn
+from agentfs.store.history import is_model_turn, unanswered_calls
 from agentfs.store.inbox import KEEP, is_ignored_name, post_key, staged_in
 from agentfs.store.message_dir import Listing, is_shard_name, parse_message_relpath
 from agentfs.store.messages import Message, parse_message
@@ -150,9 +150,10 @@ def edit_problem(trace: Trace) -> str | None:
         if not changed:
             return None
         committed = _committed_files(trace, head_commit)  # every one: what _adopt needs
-    adopted = {trace.rel(trace.message_path(m)) for m in _adopt(trace, committed, head_commit)}
-    changed = [p for p in changed if p not in adopted]
     try:
+        taken = _adopt(trace, committed, head_commit)
+        adopted = {trace.rel(trace.message_path(m)) for m in taken}
+        changed = [p for p in changed if p not in adopted]
         _check_edit(trace, changed, head_commit, dry=True)
     except AgentfsError as exc:
         return str(exc)
@@ -354,7 +355,35 @@ def _adopt(
         else:
             adopted.append(message)
         head = sequence
+    _check_results(trace, messages, _committed_head(trace, head_commit), adopted)
     return adopted
+
+
+def _check_results(trace: Trace, messages: dict[int, Message], head: int | None,
+                   adopted: list[Message]) -> None:
+    """Refuse a tool result among the files to adopt that answers no call waiting for
+    one where it comes (a request holding it would be refused by the model's API).
+
+    Raises:
+        AgentfsError: naming the file and the calls it could answer.
+    """
+    if head is None or not any(m.role == "tool" for m in adopted):
+        return
+    try:
+        path = trace.path_to(head, messages)
+    except AgentfsError:
+        return  # an edit broke the path there: the edit check names it
+    for message in adopted:
+        waiting = {c.id for c in unanswered_calls(path)}
+        if message.role == "tool" and message.tool_call_id not in waiting:
+            where = shlex.quote(trace.rel(trace.message_path(message)))
+            raise AgentfsError(
+                f"{trace.rel(trace.message_path(message))}: a tool result for call "
+                f"{message.tool_call_id!r}, which no tool call waiting there asks for",
+                hint=f"set its tool_call_id to one of {sorted(waiting)}, or remove it: "
+                f"`rm -- {where}`; then run again" if waiting
+                else f"remove it: `rm -- {where}`; then run again")
+        path.append(message)
 
 def _committed_head(trace: Trace, head_commit: bytes | None) -> int | None:
     """The head recorded in the committed `trace.json` (the disk may be ahead)."""

@@ -629,10 +629,11 @@ class Trace:
 
     def unfinished(self) -> bool:
         """True if a run has work here without any new file: the head is a user
-        message, a claimed file waits in staging, a tool step was in flight, a
-        side-branch queue is unfinished, or trace.json is ahead of its commit.
-        Not while a tool call waits for the person's approval. Cheap: trace.json and
-        file names only."""
+        message (not the summary of a conversation that ended in an answer,
+        `agentfs/store/history.py:is_final_answer`), a claimed file waits in staging,
+        a tool step was in flight, a side-branch queue is unfinished, or trace.json is
+        ahead of its commit. Not while a tool call waits for the person's approval.
+        Cheap: trace.json and file names, and the head's file if it is a user's."""
         if self.awaits_approval():
             return False
         # without the lock: a claim being made must not be taken for a leftover
@@ -647,7 +648,13 @@ class Trace:
         if self.meta.side_queue is not None:
             return True
         head = self.meta.head
-        return head is not None and self.message_dir.role_on_disk(head) == "user"
+        if head is None or self.message_dir.role_on_disk(head) != "user":
+            return False
+        try:
+            message = self.message_dir.one(head)
+        except AgentfsError:
+            return True  # the run reads it, and says what is wrong
+        return message is None or not is_final_answer(message)
 
     def waits_for_user(self) -> bool:
         """True when a run would only find the trace ending in an answer, with nothing

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.core.project import Project
+from agentfs.core.status import records_failure
 from agentfs.errors import AgentfsError, TraceLocked, TraceNotFound
 from agentfs.models.base import Model
 from agentfs.store.approval import APPROVAL_FILE, read_pending
@@ -64,6 +65,8 @@ class Watcher:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._held_logged: set[str] = set()  # traces another process holds, already logged
+        self._config_error: str | None = None  # agentfs.toml's, while it stops every run
+        self._held_by_config: set[str] = set()  # traces whose run it stopped: tried again
         self._failed: dict[str, tuple] = {}  # traces whose run failed: what they looked like
         self._changed: set[Path] = set()  # inboxes that events named since the last tick
         self._everywhere = True  # look at every inbox at the next tick (the first one does)
@@ -167,6 +170,11 @@ class Watcher:
         for answered in sorted(looked_at):
             if not self.stopping.is_set() and self._answered(answered):
                 self._schedule(answered)  # its waiting tool call was answered
+        with self._lock:
+            held, self._held_by_config = self._held_by_config, set()
+        for trace_id in sorted(held):  # agentfs.toml stopped them: it may be fixed now
+            if not self.stopping.is_set():
+                self._schedule(trace_id)
         for trace_id, path in found:
             if self.stopping.is_set() or not self.clock.ready(path, now):
                 continue
@@ -273,10 +281,20 @@ class Watcher:
 
     def _run(self, trace_id: str) -> None:
         started = time.monotonic()
+        try:
+            fields = self.runner_options()
+        except AgentfsError as exc:  # agentfs.toml: the workspace's, not this trace's
+            if str(exc) != self._config_error:  # once, not at every look until it is fixed
+                self.log("error", {"trace": trace_id, "error": str(exc)})
+            self._config_error = str(exc)
+            with self._lock:
+                self._held_by_config.add(trace_id)  # at the next tick: fixed by then?
+            return
+        self._config_error = None
         self.log("run_started", {"trace": trace_id})
         try:
             meta = self.project.trace(trace_id).meta
-            options: dict[str, Any] = {"on_event": self._run_event, **self.runner_options()}
+            options: dict[str, Any] = {"on_event": self._run_event, **fields}
             runner = self.project.runner(self.model_for(meta.model, meta.preset),
                                          stop=self.stopping.is_set, **options)
             result = runner.run(trace_id, inject_skills=meta.context.inject_skills,
@@ -286,7 +304,8 @@ class Watcher:
             return
         except AgentfsError as exc:
             self.log("error", {"trace": trace_id, "error": str(exc)})
-            self._record_error(trace_id, str(exc))
+            if records_failure(exc, unattended=True):
+                self._record_error(trace_id, str(exc))
             self._failed[trace_id] = self._fingerprint(trace_id)  # not retried until it changes
             return
         except OSError as exc:  # what another process did to the files: tried again later

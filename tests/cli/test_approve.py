@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from agentfs.core.project import Project
 from agentfs.models.replay import ReplayModel
 from agentfs.watch.background import run_in_background
@@ -150,7 +152,35 @@ def test_a_live_watcher_runs_with_agentfs_toml_as_it_is_when_a_run_starts(tmp_pa
         (root / "inbox/third.md").write_text("note three\n")
         wait_for(lambda: any(e == "error" and "no_such_key" in d["error"]
                              for e, d in events), 60, "the third run to be refused")
-    assert not list((root / "traces/third/messages").rglob("*-assistant.md"))
+        assert not list((root / "traces/third/messages").rglob("*-assistant.md"))
+        assert "error" not in git(root, "log", "--format=%s")  # the workspace's, not the trace's
+
+        config.write_text(config.read_text().replace("no_such_key = 1\n", ""))
+        watcher.wake()
+        wait_for(lambda: any(e == "approval_waiting" and d.get("trace") == "third"
+                             for e, d in events), 60, "the third run once it is fixed")
+
+
+def test_runs_stay_refused_until_a_refused_change_is_read_whole(tmp_path):
+    """A changed agentfs.toml that loads but does not go with the command's flags
+    (--thinking over the new max_tokens) refuses every run until fixed, never falling
+    back to the settings read before it."""
+    from agentfs.cli.context import LiveOptions
+    from agentfs.errors import ConfigError
+
+    root = workspace(tmp_path)
+    project = Project.open(root)
+    live = LiveOptions(project, {}, thinking=(2048, False))
+    assert live()["config"].tools.approve == "none"
+    config = root / "agentfs.toml"
+    before = config.read_text()
+    config.write_text("max_tokens = 2000\n" + before.replace('approve = "none"',
+                                                             'approve = "acting"'))
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="budget_tokens"):
+            live()
+    config.write_text(before.replace('approve = "none"', 'approve = "acting"'))
+    assert live()["config"].tools.approve == "acting"
 
 
 def test_a_run_stopped_at_a_call_says_what_it_spent_and_where_a_message_waits(tmp_path):

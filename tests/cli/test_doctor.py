@@ -273,6 +273,9 @@ def _drop_first_line(path: Path) -> None:
     (lambda ws: (ws / FOLDER / "000012-assistant.md").write_text(
         "\n" + (ws / FOLDER / "000012-assistant.md").read_text()),
      "000012-assistant.md: the file no longer starts with its frontmatter's `---` line"),
+    (lambda ws: (ws / FOLDER / "000012-assistant.md").write_text(
+        "Edited: by me\n" + (ws / FOLDER / "000012-assistant.md").read_text()),
+     "000012-assistant.md: the file no longer starts with its frontmatter's `---` line"),
     (lambda ws: (ws / FOLDER / "000007-tool.md").write_text(""),
      "000007-tool.md: the edit changes which tool call the result answers"),
     (lambda ws: (ws / "traces/demo/trace.json").write_text(
@@ -280,8 +283,12 @@ def _drop_first_line(path: Path) -> None:
      "message #10 asks for tool call(s) goal that agentfs did not just receive"),
     (lambda ws: (ws / "traces/demo/trace.json").unlink(),
      "no trace.json"),
-], ids=["lost-fence-calls", "lost-fence-answer", "line-before-fence", "emptied-result",
-        "head-on-calls", "trace-json-gone"])
+    (lambda ws: (ws / FOLDER / "000013-tool.md").write_text(
+        "---\nrole: tool\ntool_call_id: nowhere\n---\nresult\n"),
+     "000013-tool.md: a tool result for call 'nowhere', which no tool call waiting"),
+], ids=["lost-fence-calls", "lost-fence-answer", "line-before-fence", "text-before-fence",
+        "emptied-result",
+        "head-on-calls", "trace-json-gone", "result-of-no-call"])
 def test_doctor_reports_what_the_next_run_refuses(tmp_path: Path, edit, said) -> None:
     """doctor's dry run of the checks a run makes before it goes on: the edit compared
     with its commit, the calls at the head, a trace folder without trace.json."""
@@ -290,7 +297,8 @@ def test_doctor_reports_what_the_next_run_refuses(tmp_path: Path, edit, said) ->
     edit(ws)
     found = run_cli("doctor", cwd=ws, check=False)
     assert found.returncode == 1 and said in found.stdout, found.stdout
-    fix = "--pending-tools run" if "asks for tool call" in said else "`git checkout -- traces/"
+    fix = ("--pending-tools run" if "asks for tool call" in said
+           else "`rm -- traces/" if "a tool result for" in said else "`git checkout -- traces/")
     assert fix in found.stdout  # a command to run, as given
     refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
     assert refused.returncode == 1 and said in refused.stderr, refused.stderr

@@ -290,9 +290,14 @@ def test_a_trace_compressed_after_its_answer_still_waits_for_the_user(tmp_path):
     run_cli("demo", str(ws), cwd=tmp_path)
     run_cli("compress", "demo", cwd=ws)
     head = git(ws, "rev-parse", "HEAD")
+    from agentfs.core.project import Project
+
+    trace = Project.open(ws).trace("demo")
+    assert not trace.unfinished() and trace.waits_for_user()  # what workers ask
     listed = json.loads(run_cli("status", "--json", cwd=ws).stdout)["traces"][0]
     assert listed["status"] == "waiting", listed
-    nothing = run_cli("run", "demo", cwd=ws)
+    nothing = run_cli("run", "demo", "--model", "anthropic:claude-test", cwd=ws,
+                      env={"ANTHROPIC_API_KEY": ""})  # decided before a model is needed
     assert "waiting for a user message" in nothing.stderr + nothing.stdout
     run_cli("watch", "--once", cwd=ws)
     assert git(ws, "rev-parse", "HEAD") == head  # no model call, no commit

@@ -314,3 +314,15 @@ def test_odd_entries_and_encodings_do_not_break_the_list(tmp_path: Path):
     done = run_cli("status", "--json", cwd=ws, check=False)
     [row] = json.loads(done.stdout)["traces"]
     assert done.returncode == 1 and "a lone surrogate escape" in row["error"]
+
+
+def test_which_failures_a_trace_records_is_one_rule():
+    """A model's failure always; a refusal (a hand edit, a script) only for a run no one
+    watches; a lock never (another run holds the trace and says how it went)."""
+    from agentfs.core.status import records_failure
+    from agentfs.errors import AgentfsError, ModelError, TraceLocked
+
+    assert records_failure(ModelError("the API said 400"), unattended=False)
+    assert not records_failure(AgentfsError("the edit changes the role"), unattended=False)
+    assert records_failure(AgentfsError("the edit changes the role"), unattended=True)
+    assert not records_failure(TraceLocked("in use"), unattended=True)

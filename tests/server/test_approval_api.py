@@ -81,3 +81,24 @@ def test_approval_turned_on_in_agentfs_toml_applies_to_a_running_server(tmp_path
     finally:
         assert stop_server(served) == 0
     assert "agentfs.toml or its trust changed" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_model_named_in_agentfs_toml_after_the_start_is_the_next_runs(tmp_path):
+    """The server reads agentfs.toml again before it chooses a run's model, not after."""
+    import json
+
+    root = replay_workspace(tmp_path / "ws", SCRIPT)
+    (root / "other.json").write_text(json.dumps({"turns": [{"text": "From the other."}]}))
+    run_cli("new", "t", "-m", "write it", cwd=root)
+    served = start_server(root, log=tmp_path / "serve.log")
+    try:
+        with served.client() as client:
+            config = root / "agentfs.toml"
+            config.write_text(config.read_text().replace("replay:script.json",
+                                                         "replay:other.json"))
+            client.post("/api/traces/t/run", json={})
+            wait_until_idle(client, "t")
+            shown = client.get("/api/traces/t/messages").json()["messages"]
+            assert shown[-1]["text"] == "From the other."
+    finally:
+        assert stop_server(served) == 0
