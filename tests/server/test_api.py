@@ -236,6 +236,13 @@ def test_a_run_streams_its_events(served: Served):
     assert_git_clean(served.root)
 
 
+def served_on(fake, root, tmp_path):
+    """`agentfs serve` over `root`, its model the fake Anthropic server's."""
+    env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.base_url}
+    return start_server(root, "--model", "anthropic:claude-test", log=tmp_path / "serve.log",
+                        env=env)
+
+
 def test_stop_ends_the_run_after_its_step_and_a_post_waits_for_it(tmp_path, workspace_root):
     """The fake Anthropic server holds the run inside its second model call: a post
     then goes to the inbox for the run, which takes it after that step; stop lets
@@ -256,9 +263,7 @@ def test_stop_ends_the_run_after_its_step_and_a_post_waits_for_it(tmp_path, work
         fake.enqueue({"text": "Reading.", "tool_calls": [{"name": "read_file",
                                                           "input": {"path": "notes.md"}}]},
                      held, {"text": "never asked for"})
-        env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.base_url}
-        served = start_server(workspace_root, "--model", "anthropic:claude-test",
-                              log=tmp_path / "serve.log", env=env)
+        served = served_on(fake, workspace_root, tmp_path)
         try:
             with served.client() as client:
                 made = client.post("/api/traces", json={"id": "t", "text": "Read notes.md"})
@@ -301,9 +306,7 @@ def test_a_run_whose_model_fails_is_shown_failed_with_its_error(tmp_path, worksp
 
     with FakeAnthropicServer() as fake:
         fake.fail_next(400, count=5)
-        env = {"ANTHROPIC_API_KEY": "test-key", "ANTHROPIC_BASE_URL": fake.base_url}
-        served = start_server(workspace_root, "--model", "anthropic:claude-test",
-                              log=tmp_path / "serve.log", env=env)
+        served = served_on(fake, workspace_root, tmp_path)
         try:
             with served.client() as client:
                 made = client.post("/api/traces", json={"id": "t", "text": "hi"})
