@@ -90,4 +90,4 @@ def test_the_watcher_benchmark_takes_a_drop_and_runs_it(tmp_path):
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [{"text": "answer"}] * 3}))
     [(started, committed)] = watcher._drops(tmp_path / "ws", script, 1, new=False, delay=0)
-    assert 0 < started and 0 < committed
+    assert started > 0 and committed > 0
