@@ -172,9 +172,9 @@ class Watcher:
                 self._schedule(answered)  # its waiting tool call was answered
         with self._lock:
             held, self._held_by_config = self._held_by_config, set()
-        for trace_id in sorted(held):  # agentfs.toml stopped them: it may be fixed now
+        for stopped in sorted(held):  # agentfs.toml stopped them: it may be fixed now
             if not self.stopping.is_set():
-                self._schedule(trace_id)
+                self._schedule(stopped)
         for trace_id, path in found:
             if self.stopping.is_set() or not self.clock.ready(path, now):
                 continue
