@@ -16,6 +16,7 @@ rescans").
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -67,6 +68,7 @@ class Watcher:
         self._held_logged: set[str] = set()  # traces another process holds, already logged
         self._config_error: str | None = None  # agentfs.toml's, while it stops every run
         self._held_by_config: set[str] = set()  # traces whose run it stopped: tried again
+        self._held_stamp: tuple | None = None  # agentfs.toml's stamp when it stopped them
         self._failed: dict[str, tuple] = {}  # traces whose run failed: what they looked like
         self._changed: set[Path] = set()  # inboxes that events named since the last tick
         self._everywhere = True  # look at every inbox at the next tick (the first one does)
@@ -170,9 +172,7 @@ class Watcher:
         for answered in sorted(looked_at):
             if not self.stopping.is_set() and self._answered(answered):
                 self._schedule(answered)  # its waiting tool call was answered
-        with self._lock:
-            held, self._held_by_config = self._held_by_config, set()
-        for stopped in sorted(held):  # agentfs.toml stopped them: it may be fixed now
+        for stopped in self._take_held():  # agentfs.toml stopped them: changed since?
             if not self.stopping.is_set():
                 self._schedule(stopped)
         for trace_id, path in found:
@@ -185,6 +185,23 @@ class Watcher:
             started = self._start_trace(path)
             if started is not None:
                 self._schedule(started)
+
+    def _take_held(self) -> list[str]:
+        """The traces agentfs.toml held back, once it changed since (and their refused
+        run has ended): to be run again."""
+        with self._lock:
+            if not self._held_by_config or self._config_stamp() == self._held_stamp:
+                return []
+            held = sorted(t for t in self._held_by_config if t not in self._running)
+            self._held_by_config.difference_update(held)
+            return held
+
+    def _config_stamp(self) -> tuple | None:
+        try:
+            st = os.stat(self.project.workspace.config_path)
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
 
     def _answered(self, trace_id: str) -> bool:
         """True if the trace's `approval.json` holds an answer its run has not acted on
@@ -281,14 +298,16 @@ class Watcher:
 
     def _run(self, trace_id: str) -> None:
         started = time.monotonic()
+        stamp = self._config_stamp()  # before the read: a change after it is seen
         try:
             fields = self.runner_options()
         except AgentfsError as exc:  # agentfs.toml: the workspace's, not this trace's
+            with self._lock:  # run again at a tick once agentfs.toml changes
+                self._held_by_config.add(trace_id)
+                self._held_stamp = stamp
             if str(exc) != self._config_error:  # once, not at every look until it is fixed
                 self.log("error", {"trace": trace_id, "error": str(exc)})
             self._config_error = str(exc)
-            with self._lock:
-                self._held_by_config.add(trace_id)  # at the next tick: fixed by then?
             return
         self._config_error = None
         self.log("run_started", {"trace": trace_id})
@@ -379,7 +398,7 @@ class Watcher:
         settle, or their trace become free); sooner if a waiting file settles first."""
         now = time.monotonic()
         wait = self._next_rescan - now
-        if self._waiting_in:
+        if self._waiting_in or self._held_by_config:  # files, or agentfs.toml, to look at
             wait = min(wait, tick)
         if self.clock.next_due is not None:
             wait = min(wait, self.clock.next_due - now)

@@ -422,7 +422,7 @@ def test_daily_cli_reads_stdin_prints_json_and_waits_without_credentials(tmp_pat
     assert shown["messages"][1]["text"] == "from a piped file"
 
     done = run_cli("run", "t", cwd=root)
-    assert "replay:" in done.stderr and "1 model call(s)" in done.stderr
+    assert "replay:" in done.stderr and "1 model call," in done.stderr
     # nothing to do: said before any model or key is needed
     waiting = run_cli("run", "t", "--model", "anthropic:claude-test", cwd=root,
                       env={"ANTHROPIC_API_KEY": ""})

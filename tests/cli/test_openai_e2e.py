@@ -162,7 +162,10 @@ def test_retries_that_run_out_stop_the_run_with_nothing_saved(project, server, c
     assert "attempt 1 of 4 failed: the stream ended before its finish_reason inside tool " \
         "call write_file" in retries[0]
     assert "Traceback" not in done.stderr
-    assert git(root, "rev-parse", "HEAD") == head
+    # no turn saved; the failure recorded in trace.json alone (an `error` commit)
+    assert git(root, "diff", "--name-only", head.strip(), "HEAD").split() == [
+        "traces/t/trace.json"]
+    assert "still failing" in git(root, "log", "-1", "--format=%s")
     assert [p.name for p in message_paths(project.trace("t").messages_dir)] == files
     assert not (root / "out").exists()
     assert_git_clean(root)
