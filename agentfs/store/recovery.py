@@ -100,7 +100,7 @@ def recover(trace: Trace) -> list[str]:
     if changed:
         trace.reload()
         _check_edit(trace, changed, head_commit)
-        changed = _recount_turns(trace, changed, head_commit)
+        changed = _recount_turns(trace, changed)
     if changed:
         shown = [p[len(prefix) + 1 :] for p in changed]
         step = Step(
@@ -114,11 +114,12 @@ def recover(trace: Trace) -> list[str]:
         kinds.append("edit")
     return kinds
 
-def _recount_turns(trace: Trace, changed: list[str], head_commit: bytes | None) -> list[str]:
+def _recount_turns(trace: Trace, changed: list[str]) -> list[str]:
     """`changed` with `trace.json` as the edit leaves it: its count of the model's turns
     counted from the files again if a message file changed (a turn may be added or
     gone) or `trace.json` did (the count may be edited); left out if it is then as
-    committed."""
+    committed (`Trace.meta_uncommitted`, against HEAD: a `recover` commit may just
+    have moved it)."""
     meta = trace.rel(trace.meta_path)
     messages = trace.rel(trace.messages_dir) + "/"
     if not any(p.startswith(messages) or p == meta for p in changed):
@@ -126,16 +127,9 @@ def _recount_turns(trace: Trace, changed: list[str], head_commit: bytes | None) 
     trace.meta.iterations = trace.count(is_model_turn)
     if trace.save_meta():
         changed = sorted({*changed, meta})
-    if meta in changed and trace.repo.read_file(head_commit, meta) == _read(trace.meta_path):
+    if meta in changed and not trace.meta_uncommitted():
         changed.remove(meta)
     return changed
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
 
 
 def edit_problem(trace: Trace) -> str | None:
@@ -343,7 +337,7 @@ def _adopt(
         and (parsed := parse_message_relpath(path[len(messages_prefix) :])) is not None
     ]
     newest_committed = max(committed_sequences, default=0)
-    head = _committed_head(trace, head_commit)
+    head = start = _committed_head(trace, head_commit)
     adopted: list[Message] = []
     for sequence, message in messages.items():
         if sequence <= newest_committed:
@@ -355,7 +349,7 @@ def _adopt(
         else:
             adopted.append(message)
         head = sequence
-    _check_results(trace, messages, _committed_head(trace, head_commit), adopted)
+    _check_results(trace, messages, start, adopted)
     return adopted
 
 
@@ -376,9 +370,10 @@ def _check_results(trace: Trace, messages: dict[int, Message], head: int | None,
     for message in adopted:
         waiting = {c.id for c in unanswered_calls(path)}
         if message.role == "tool" and message.tool_call_id not in waiting:
-            where = shlex.quote(trace.rel(trace.message_path(message)))
+            file = trace.rel(trace.message_path(message))
+            where = shlex.quote(file)
             raise AgentfsError(
-                f"{trace.rel(trace.message_path(message))}: a tool result for call "
+                f"{file}: a tool result for call "
                 f"{message.tool_call_id!r}, which no tool call waiting there asks for",
                 hint=f"set its tool_call_id to one of {sorted(waiting)}, or remove it: "
                 f"`rm -- {where}`; then run again" if waiting
