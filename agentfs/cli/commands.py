@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -33,7 +32,6 @@ from agentfs.cli.terminal import Terminal
 if TYPE_CHECKING:
     from agentfs.core.listcache import Listing
     from agentfs.core.project import Project
-    from agentfs.errors import AgentfsError
     from agentfs.models.base import Model
     from agentfs.store.workspace import Workspace
 
@@ -159,6 +157,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     from agentfs.cli.options import approve_policy
     from agentfs.cli.render import run_text
     from agentfs.core.runner import StopReason
+    from agentfs.core.status import record_failure
     from agentfs.errors import AgentfsError
     from agentfs.tools.subprocesses import safe_environment
 
@@ -175,7 +174,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
                             model_name=model_to_record(project, model))
     except AgentfsError as exc:
         terminal.end_line()
-        _record_failure(project, trace_id, exc)
+        record_failure(project, trace_id, exc, unattended=False)  # the error itself follows
         raise
     terminal.end_line()
     if result.queued:
@@ -194,19 +193,6 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
             f"`agentfs run {trace_id}` continues", err=True,
         )
     click.echo(f"{trace_id}: {chosen.name}, {run_text(result, project.prices)}", err=True)
-
-
-def _record_failure(project: Project, trace_id: str, exc: AgentfsError) -> None:
-    """`last_error` of a trace whose model failed (after its retries), for `agentfs
-    status` and the API, as `serve` records it. A refusal (a broken hand edit, a lock)
-    is the person's to read here, and commits nothing."""
-    from agentfs.core.status import records_failure
-    from agentfs.errors import AgentfsError
-
-    if not records_failure(exc, unattended=False) or trace_id not in project.workspace.trace_ids():
-        return
-    with contextlib.suppress(AgentfsError, OSError):  # the error itself follows
-        project.trace(trace_id).record_failed_run(str(exc))
 
 
 def _text_or_stdin(text: str) -> str:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentfs.core.usage import Totals
 from agentfs.errors import AgentfsError, ModelError, TraceLocked
@@ -34,11 +34,15 @@ from agentfs.store.summary import SummaryFile, listed_summary
 from agentfs.store.tracelock import is_locked
 from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACE_FILE, TRACES_DIR, Workspace
 
+if TYPE_CHECKING:
+    from agentfs.core.project import Project
+
 __all__ = [
     "RowMaker",
     "TraceState",
     "TraceStatus",
     "WorkspaceStatus",
+    "record_failure",
     "records_failure",
     "row_maker",
     "trace_state",
@@ -256,6 +260,21 @@ def _waiting_tool(path: Path, git_path: str) -> str | None:
     except AgentfsError:
         return "? (approval.json cannot be read: agentfs run shows why)"
     return pending.tool if pending is not None and pending.answer is None else None
+
+
+def record_failure(project: Project, trace_id: str, exc: AgentfsError, *,
+                   unattended: bool) -> str | None:
+    """Record a run's failure `exc` in its trace if `records_failure` says so
+    (`agentfs/store/trace.py:Trace.record_failed_run`); best effort, since the failure
+    itself is what the caller reports: returns why the record could not be written,
+    or None."""
+    if not records_failure(exc, unattended=unattended):
+        return None
+    try:
+        project.trace(trace_id).record_failed_run(str(exc))
+    except (AgentfsError, OSError) as problem:
+        return str(problem)
+    return None
 
 
 def records_failure(exc: AgentfsError, *, unattended: bool) -> bool:

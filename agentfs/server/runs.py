@@ -4,7 +4,6 @@ step it is in (the runner's `stop` check, as the watcher's Ctrl-C does)."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,7 +11,7 @@ from typing import Any, Literal
 
 from agentfs.core.project import Project
 from agentfs.core.runner import RunResult
-from agentfs.core.status import records_failure
+from agentfs.core.status import record_failure
 from agentfs.errors import AgentfsError, TraceLocked
 from agentfs.models.base import Model
 from agentfs.prices import PriceTable
@@ -129,8 +128,7 @@ class BackgroundRuns:
             run.locked = isinstance(exc, TraceLocked)
             run.outcome = {"status": "failed", "trace": trace_id, "error": exc.message,
                            "hint": exc.hint}
-            if records_failure(exc, unattended=False):  # a refusal's answer says it all
-                _record_failure(self.project, trace_id, str(exc))
+            record_failure(self.project, trace_id, exc, unattended=False)  # the answer says it
             publish("run_failed", run.outcome)
         except Exception as exc:  # noqa: BLE001 - a bug or an I/O error: reported, the server goes on
             run.outcome = {"status": "failed", "trace": trace_id,
@@ -147,10 +145,3 @@ def _finished(result: RunResult, prices: PriceTable) -> dict[str, Any]:
             "model_ms": result.model_ms, "wall_ms": result.wall_ms,
             "cost": prices.cost(result.spent).record()}
 
-
-def _record_failure(project: Project, trace_id: str, error: str) -> None:
-    """`last_error` of a trace whose run failed, as the watcher records it
-    (`agentfs/store/trace.py:Trace.record_failed_run`); best effort: the answer
-    already says what failed."""
-    with contextlib.suppress(AgentfsError, OSError):
-        project.trace(trace_id).record_failed_run(error)

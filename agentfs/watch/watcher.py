@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.core.project import Project
-from agentfs.core.status import records_failure
+from agentfs.core.status import record_failure
 from agentfs.errors import AgentfsError, TraceLocked, TraceNotFound
 from agentfs.models.base import Model
 from agentfs.store.approval import APPROVAL_FILE, read_pending
@@ -323,8 +323,9 @@ class Watcher:
             return
         except AgentfsError as exc:
             self.log("error", {"trace": trace_id, "error": str(exc)})
-            if records_failure(exc, unattended=True):
-                self._record_error(trace_id, str(exc))
+            problem = record_failure(self.project, trace_id, exc, unattended=True)
+            if problem is not None:  # the failure is logged above; its record is not
+                self.log("error", {"trace": trace_id, "error": f"could not record: {problem}"})
             self._failed[trace_id] = self._fingerprint(trace_id)  # not retried until it changes
             return
         except OSError as exc:  # what another process did to the files: tried again later
@@ -343,15 +344,6 @@ class Watcher:
         if kind in ("ingested", "rejected", "recovered", "approval_waiting", "approval",
                     "knowledge_skipped"):
             self.log(kind, data)
-
-    def _record_error(self, trace_id: str, error: str) -> None:
-        """A failed run leaves an `error` commit in its trace; the watcher carries on.
-        Not when trace.json holds the person's uncommitted edit (the failure may be that
-        edit): committing it with the error would commit what was just refused."""
-        try:
-            self.project.trace(trace_id).record_failed_run(error)
-        except (AgentfsError, OSError) as exc:
-            self.log("error", {"trace": trace_id, "error": f"could not record: {exc}"})
 
     def _fingerprint(self, trace_id: str) -> tuple:
         """What a person changes to fix a failed trace: trace.json, approval.json,
