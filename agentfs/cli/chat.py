@@ -25,6 +25,7 @@ import click
 from agentfs.cli.context import (
     LiveOptions,
     choose_model,
+    counted,
     model_to_record,
     open_project,
     printable,
@@ -447,8 +448,7 @@ class _Chat:
         elif result.stop is StopReason.STOPPED:
             click.echo("  [stopped after that step; /resume continues]", err=True)
         elif result.stop is StopReason.MAX_ITERATIONS:
-            calls = "call" if result.iterations == 1 else "calls"
-            click.echo(f"  [stopped after {result.iterations} model {calls} "
+            click.echo(f"  [stopped after {counted(result.iterations, 'model call')} "
                        "(--max-iterations); /resume continues]", err=True)
         return True
 

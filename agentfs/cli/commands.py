@@ -15,6 +15,7 @@ import click
 from agentfs.cli.context import (
     LiveOptions,
     choose_model,
+    counted,
     echo_json,
     for_stdout,
     model_to_record,
@@ -188,8 +189,7 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         _say_waiting(project, trace_id)
     if result.stop is StopReason.MAX_ITERATIONS:
         click.echo(
-            f"stopped after {result.iterations} model call"
-            f"{'s' if result.iterations != 1 else ''} (--max-iterations); "
+            f"stopped after {counted(result.iterations, 'model call')} (--max-iterations); "
             f"`agentfs run {trace_id}` continues", err=True,
         )
     click.echo(f"{trace_id}: {chosen.name}, {run_text(result, project.prices)}", err=True)
@@ -499,7 +499,7 @@ def _status_line(row: dict[str, Any]) -> str:
     used = ""
     usage = row["usage"]
     if usage is not None and usage["calls"]:
-        used = f"  {usage['calls']} call{'s' if usage['calls'] != 1 else ''}"
+        used = f"  {counted(usage['calls'], 'call')}"
         tokens = usage["input_tokens"] + usage["output_tokens"]
         if usage["input_tokens"] or usage["output_tokens"]:  # `Totals.counted`
             used += f", {tokens:,} tokens, {usage['cost']['text']}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from agentfs.cli.context import counted
 from agentfs.core.usage import Totals
 from agentfs.prices import PriceTable
 from agentfs.store.messages import Message
@@ -70,8 +71,7 @@ def run_text(result: RunResult, prices: PriceTable) -> str:
     """What a run did and used: `3 model calls, 1,234 input tokens (1,000 from the
     cache), 56 output tokens, model 4.2 s, wall 5.0 s, ~$0.0123`."""
     cost = prices.cost(result.spent)
-    calls = "call" if result.iterations == 1 else "calls"
-    return (f"{result.iterations} model {calls}, {result.input_tokens:,} input tokens "
+    return (f"{counted(result.iterations, 'model call')}, {result.input_tokens:,} input tokens "
             f"({result.cached_tokens:,} from the cache), {result.output_tokens:,} output "
             f"tokens, model {result.model_ms / 1000:.1f} s, wall {result.wall_ms / 1000:.1f} s, "
             f"{cost.text()}")
