@@ -33,6 +33,7 @@ from agentfs.store.approval import APPROVAL_FILE, read_pending
 from agentfs.store.inbox import SettleClock, exclude_temp_names, inbox_problem, waiting
 from agentfs.store.ingest import Rejected, claimed_traces, pending_new
 from agentfs.store.message_dir import folders
+from agentfs.store.stamps import Stamp, stamp_of
 from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACE_ID, TRACES_DIR
 
 Log = Callable[[str, dict], None]
@@ -68,7 +69,7 @@ class Watcher:
         self._held_logged: set[str] = set()  # traces another process holds, already logged
         self._config_error: str | None = None  # agentfs.toml's, while it stops every run
         self._held_by_config: set[str] = set()  # traces whose run it stopped: tried again
-        self._held_stamp: tuple | None = None  # agentfs.toml's stamp when it stopped them
+        self._held_stamp: Stamp | None = None  # agentfs.toml's stamp when it stopped them
         self._failed: dict[str, tuple] = {}  # traces whose run failed: what they looked like
         self._changed: set[Path] = set()  # inboxes that events named since the last tick
         self._everywhere = True  # look at every inbox at the next tick (the first one does)
@@ -196,12 +197,11 @@ class Watcher:
             self._held_by_config.difference_update(held)
             return held
 
-    def _config_stamp(self) -> tuple | None:
+    def _config_stamp(self) -> Stamp | None:
         try:
-            st = os.stat(self.project.workspace.config_path)
+            return stamp_of(os.stat(self.project.workspace.config_path))
         except OSError:
             return None
-        return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
 
     def _answered(self, trace_id: str) -> bool:
         """True if the trace's `approval.json` holds an answer its run has not acted on
