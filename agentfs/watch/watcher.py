@@ -74,6 +74,7 @@ class Watcher:
         self._changed: set[Path] = set()  # inboxes that events named since the last tick
         self._everywhere = True  # look at every inbox at the next tick (the first one does)
         self._waiting_in: set[Path] = set()  # inboxes holding waiting files at the last look
+        self._looked: dict[Path, float] = {}  # running traces' inboxes: when last looked at
         self._reported: set[Path] = set()  # inboxes whose problem was logged
         self._next_rescan = 0.0
         #: `time.monotonic()` when the last look at every inbox began (None before the
@@ -162,11 +163,14 @@ class Watcher:
         self.clock.next_due = None
         if everywhere and self.last_rescan is not None:
             self.finish_cut_short()  # another process may have been cut short since
-        found = self.drops(None if everywhere else changed | self._waiting_in)
+        running = set(self._running)
+        look_at = changed | self._waiting_in
+        postponed = set() if everywhere else self._postponed(look_at, running, now)
+        found = self.drops(None if everywhere else look_at - postponed)
         if everywhere:
             self._next_rescan = now + self.rescan
             self.last_rescan = now
-        self._waiting_in = {path.parent for _, path in found}
+        self._waiting_in = {path.parent for _, path in found} | postponed
         ws = self.project.workspace
         looked_at = (set(ws.trace_ids()) if everywhere
                      else {i.parent.name for i in changed if i != ws.inbox_dir})
@@ -186,6 +190,27 @@ class Watcher:
             started = self._start_trace(path)
             if started is not None:
                 self._schedule(started)
+
+    def _postponed(self, inboxes: set[Path], running: set[str], now: float) -> set[Path]:
+        """The inboxes of running traces looked at less than half a settle window ago:
+        looked at again later, not at this tick.
+
+        A run takes what is dropped into its trace's inbox at its next iteration, and
+        each file it takes is an event; looking at the whole inbox at every such event
+        made a burst of N files cost N looks at up to N files. Half a window loses no
+        time: the settle clock counts a file's quiet time from its mtime, up to half the
+        window (`SettleClock`)."""
+        ws = self.project.workspace
+        self._looked = {i: t for i, t in self._looked.items() if i.parent.name in running}
+        postponed = set()
+        for inbox in inboxes:
+            if inbox == ws.inbox_dir or inbox.parent.name not in running:
+                continue
+            if now - self._looked.get(inbox, -float("inf")) < (self.settle or 0) / 2:
+                postponed.add(inbox)
+            else:
+                self._looked[inbox] = now
+        return postponed
 
     def _take_held(self) -> list[str]:
         """The traces agentfs.toml held back, once it changed since (and their refused
