@@ -23,6 +23,7 @@ from agentfs.core.fit import refused_reason
 from agentfs.core.session import Session
 from agentfs.errors import AgentfsError
 from agentfs.store.approval import Answer, PendingApproval
+from agentfs.store.history import unanswered_calls
 from agentfs.store.messages import ToolCall
 from agentfs.store.trace import Trace
 
@@ -67,8 +68,8 @@ def decide(session: Session, call: ToolCall, sequence: int, *, asked: bool = Fal
     """
     trace = session.trace
     pending = trace.pending_approval() if trace.approval_path.exists() else None
-    if pending is not None and pending.call_id != call.id:
-        pending = None  # left from a call no longer at the head: replaced below
+    if pending is not None and not _shows(pending, call):
+        pending = None  # left from a call no longer at the head, or edited: replaced below
     if pending is None and not asked and not needs_approval(session, call):
         return Answer.YES
     answer = pending.answer if pending is not None else None
@@ -90,13 +91,20 @@ def decide(session: Session, call: ToolCall, sequence: int, *, asked: bool = Fal
     return answer
 
 
+def _shows(pending: PendingApproval, call: ToolCall) -> bool:
+    """Does `approval.json` show this very call: its id, tool and input? An answer is
+    only ever taken for the call the person was shown."""
+    return (pending.call_id, pending.tool, pending.input) == (call.id, call.name, call.input)
+
+
 def answer_waiting(trace: Trace, answer: Answer) -> PendingApproval:
     """Record the person's answer in `approval.json` and commit it (kind `approval`), so
     `git log` shows who allowed what; the next run acts on it (`agentfs approve`, the
     API, the page).
 
     Raises:
-      AgentfsError: no call of the trace waits for an answer.
+      AgentfsError: no call of the trace waits for an answer, or `approval.json` does
+        not show the call that waits (edited, or left from an earlier head).
       TraceLocked: a run holds the trace.
     """
     with trace.lock():
@@ -108,6 +116,15 @@ def answer_waiting(trace: Trace, answer: Answer) -> PendingApproval:
                    if pending is not None else ""),
                 hint=f"`agentfs status` shows the traces that wait; `agentfs run {trace.id}` "
                 "continues this one",
+            )
+        if not any(_shows(pending, c) for c in unanswered_calls(trace.main_path())):
+            name = trace.rel(trace.approval_path)
+            raise AgentfsError(
+                f"{name} shows a call to {pending.tool} that no message at the head of "
+                f"trace {trace.id!r} waits on as shown (the file, or the message, was "
+                "changed since it was written); nothing was answered",
+                hint=f"restore it with `git checkout -- {name}`, or run "
+                f"`agentfs run {trace.id}`: a call that waits is shown again as it stands",
             )
         pending.answer = answer
         trace.write_approval(pending)

@@ -569,7 +569,7 @@ class Runner:
         trace = session.trace
         calls = synthetic_calls(f"toolu_agentfs_{trace.next_sequence()}", skills, context=False)
         assistant = session.new_message("assistant", "", tool_calls=calls, synthetic="skill")
-        trace.mark_received([c.id for c in calls])
+        trace.mark_received(calls)
         trace.commit_step("assistant", [assistant], summary="inject skills " + ", ".join(skills))
         run_tools(session, assistant)
         session.started_with_skills = True
@@ -622,7 +622,7 @@ class Runner:
         )
         message = fit_turn(message)  # oversized tool input is replaced and answered as an error
         if message.tool_calls:
-            trace.mark_received([c.id for c in message.tool_calls])
+            trace.mark_received(message.tool_calls)
         trace.commit_step("assistant", [message])
         self._emit("assistant", trace=trace.id, sequence=message.sequence,
                    tool_calls=[c.name for c in calls])

@@ -203,8 +203,8 @@ def foreign_calls_problem(trace: Trace) -> AgentfsError | None:
 
 
 def _not_received(trace: Trace, pending: list[ToolCall]) -> list[ToolCall]:
-    received = set(trace.in_flight().received)
-    return [c for c in pending if c.id not in received]
+    in_flight = trace.in_flight()
+    return [c for c in pending if not in_flight.received_as(c)]
 
 
 def _foreign_calls_error(trace: Trace, assistant: Message, foreign: list[ToolCall]
@@ -212,8 +212,9 @@ def _foreign_calls_error(trace: Trace, assistant: Message, foreign: list[ToolCal
     names = ", ".join(c.name for c in foreign)
     return AgentfsError(
         f"trace {trace.id!r}: message #{assistant.sequence} asks for tool call(s) {names} "
-        "that agentfs did not just receive from the model (the head was moved by an "
-        "edit or a git checkout); they were not run",
+        "that agentfs did not just receive from the model as they stand (the head was "
+        "moved, or a call's tool or input changed, by an edit, a git checkout or a "
+        "pull); they were not run",
         hint=f"`agentfs run {trace.id} --pending-tools run` runs them, "
         f"`--pending-tools skip` answers them as not run, or "
         f"`agentfs rewind {trace.id} {assistant.parent_sequence}` goes back before them",

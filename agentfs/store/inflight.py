@@ -6,7 +6,8 @@ result written to its file before the next call starts. After a crash, the
 results on disk and this record say everything: calls with a result are done,
 the first received call without one may have started (it is answered
 "interrupted"), the ones after it never started (they run now), and calls
-agentfs never received (the head was moved by hand) are not run. The files a
+agentfs never received (the head was moved by hand, or a call's tool or input
+edited since: each call is recorded with its digest) are not run. The files a
 running call is about to change are added as it announces them. A call that
 waits for the person's approval is marked `waiting` before anyone is asked: it
 has not started, and is asked about again (`agentfs/core/approval.py`).
@@ -19,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field, ValidationError
 
 from agentfs.store.atomic import atomic_write
+from agentfs.store.messages import ToolCall
 
 __all__ = ["InFlight", "InFlightRecord"]
 
@@ -36,6 +38,16 @@ class InFlight(BaseModel):
     files: dict[str, list[str]] = Field(default_factory=dict)
     #: The call that waits for the person's approval: it has not started.
     waiting: str | None = None
+    #: Each received call's `ToolCall.digest`: a call whose tool or input was edited
+    #: since is not the call received. A record without them (written by an agentfs
+    #: before 2026-12-07) is taken by ids alone.
+    digests: dict[str, str] = Field(default_factory=dict)
+
+    def received_as(self, call: ToolCall) -> bool:
+        """Was `call` received from the model, with this tool and this input?"""
+        if call.id not in self.received:
+            return False
+        return not self.digests or self.digests.get(call.id) == call.digest()
 
     def may_have_started(self, unanswered: list[str]) -> set[str]:
         """Of a step's calls without a result (in call order), those that may have run:
@@ -65,8 +77,9 @@ class InFlightRecord:
         except (FileNotFoundError, ValidationError):
             return InFlight()
 
-    def mark_received(self, call_ids: list[str]) -> None:
-        self._save(InFlight(received=list(call_ids)))
+    def mark_received(self, calls: list[ToolCall]) -> None:
+        self._save(InFlight(received=[c.id for c in calls],
+                            digests={c.id: c.digest() for c in calls}))
 
     def mark_all_started(self, call_ids: list[str]) -> None:
         """Calls another process received and may have run, every one of them."""

@@ -75,6 +75,13 @@ class ToolCall(BaseModel):
         default=None, description="Set when agentfs appended the call, not the model"
     )
 
+    def digest(self) -> str:
+        """What the call does, as a short hash of its tool and input: the same for the
+        call as received and as read back from its file, different once either is
+        edited (`agentfs/store/inflight.py`)."""
+        text = json.dumps([self.name, self.input], sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
 
 class Usage(BaseModel):
     """Token usage the provider reported for one model call."""

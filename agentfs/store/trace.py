@@ -41,7 +41,7 @@ from agentfs.store.history import (
 from agentfs.store.inbox import staged_in, waiting
 from agentfs.store.inflight import InFlight, InFlightRecord
 from agentfs.store.message_dir import MessageDir, WindowReader
-from agentfs.store.messages import Message, render_message
+from agentfs.store.messages import Message, ToolCall, render_message
 from agentfs.store.meta import (
     FORMAT_VERSION,
     LastError,
@@ -248,12 +248,13 @@ class Trace:
         """Tool calls received, begun, and files they announced, not yet committed."""
         return self._in_flight.load()
 
-    def mark_received(self, call_ids: list[str]) -> None:
+    def mark_received(self, calls: list[ToolCall]) -> None:
         """Record durably, before the turn is committed, the tool calls agentfs is about
-        to run, in order: only such calls are run on resume (an edit or a checkout
-        cannot make agentfs run calls it did not receive), and the first of them
-        without a result is answered "interrupted" (`agentfs/store/inflight.py`)."""
-        self._in_flight.mark_received(call_ids)
+        to run, in order, with what each does: only such calls are run on resume (an
+        edit, a checkout or a pull cannot make agentfs run calls it did not receive,
+        nor change what a received call does), and the first of them without a result
+        is answered "interrupted" (`agentfs/store/inflight.py`)."""
+        self._in_flight.mark_received(calls)
 
     def mark_taken_over(self, call_ids: list[str]) -> None:
         """Record that the tool calls at the head were received by a process that is

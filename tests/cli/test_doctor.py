@@ -280,7 +280,7 @@ def _drop_first_line(path: Path) -> None:
      "000007-tool.md: the edit changes which tool call the result answers"),
     (lambda ws: (ws / "traces/demo/trace.json").write_text(
         (ws / "traces/demo/trace.json").read_text().replace('"head": 12', '"head": 10')),
-     "message #10 asks for tool call(s) goal that agentfs did not just receive"),
+     "message #10 asks for tool call(s) goal that agentfs did not just receive from the model as they stand"),
     (lambda ws: (ws / "traces/demo/trace.json").unlink(),
      "no trace.json"),
     (lambda ws: (ws / FOLDER / "000013-tool.md").write_text(

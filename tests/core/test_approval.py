@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agentfs.core.approval import REFUSED
+from agentfs.core.approval import REFUSED, answer_waiting
 from agentfs.core.project import Project
 from agentfs.core.runner import INTERRUPTED, Runner, StopReason
+from agentfs.errors import AgentfsError
 from agentfs.models.replay import ReplayModel
 from agentfs.store.approval import Answer
 from agentfs.store.messages import ToolCall
@@ -225,3 +226,77 @@ def test_a_call_asked_about_when_the_run_died_is_asked_again_without_approval(
     assert not (root / "a.txt").exists()
     assert json.loads((root / "traces/t1/approval.json").read_text())["input"]["path"] == "a.txt"
     assert_git_clean(root)
+
+
+def _edit_call(root: Path, old: str, new: str) -> None:
+    """Change a waiting call's input in its committed message file, and commit it (as
+    a pull or a person with `git commit` would)."""
+    [file] = [p for p in (root / "traces/t1/messages").rglob("*-assistant.md")
+              if old in p.read_text()]
+    file.write_text(file.read_text().replace(old, new))
+    git(root, "commit", "-qam", "changed the waiting call")
+
+
+def test_a_waiting_call_changed_by_a_commit_is_refused_not_run_once_approved(
+        project, write_script):
+    """What the person approves is what the model asked for: a call whose input was
+    changed after agentfs received it is not the call received, whatever approves it."""
+    project.new_trace("t1", user("Write two files."))
+    runner(project, write_script(TWO_WRITES)).run("t1")
+    root = project.workspace.root
+    _edit_call(root, "path: a.txt", "path: evil.txt")
+    _answer(root, "yes")  # the approval shows a.txt, as the model asked
+    head = git(root, "rev-parse", "HEAD")
+
+    with pytest.raises(AgentfsError, match="as they stand") as info:
+        runner(project, write_script(TWO_WRITES)).run("t1")
+
+    assert "--pending-tools" in str(info.value)
+    assert not (root / "evil.txt").exists() and not (root / "a.txt").exists()
+    assert git(root, "log", "--format=%s", f"{head.strip()}..").startswith("t1: edit")
+    assert_git_clean(root)  # the answer, a hand edit, is committed as one
+
+
+def test_an_approval_file_edited_to_show_another_call_answers_nothing(
+        project, write_script):
+    """approval.json is what the person reads: an answer given to a file that shows
+    another input than the waiting call's is refused, and the run asks again about
+    the call as it stands."""
+    project.new_trace("t1", user("Write two files."))
+    script = write_script(TWO_WRITES)
+    runner(project, script).run("t1")
+    root = project.workspace.root
+    path = root / "traces/t1/approval.json"
+    shown = json.loads(path.read_text())
+    shown["input"]["path"] = "harmless.txt"
+    path.write_text(json.dumps(shown))
+
+    with pytest.raises(AgentfsError, match="shows a call to write_file that no message"):
+        answer_waiting(project.trace("t1"), Answer.YES)
+    _answer(root, "yes")  # answered in the edited file by hand
+    result = runner(project, script).run("t1")
+
+    assert result.stop is StopReason.APPROVAL  # asked again, not run
+    assert not (root / "a.txt").exists() and not (root / "harmless.txt").exists()
+    again = json.loads(path.read_text())
+    assert (again["input"]["path"], again["answer"]) == ("a.txt", None)
+    assert_git_clean(root)
+
+
+def test_a_call_changed_by_a_commit_after_a_crash_is_not_run_on_resume(project, write_script):
+    project.new_trace("t1", user("Write two files."))
+    script = write_script(TWO_WRITES)
+
+    def killed(trace_id: str, call: ToolCall) -> Answer:
+        raise _Killed
+
+    with pytest.raises(_Killed):  # the turn received and committed, no call run yet
+        runner(project, script, ask=killed).run("t1")
+    root = project.workspace.root
+    _edit_call(root, "path: b.txt", "path: evil.txt")
+
+    with pytest.raises(AgentfsError, match="as they stand"):
+        Runner(project.workspace, project.repo, ReplayModel(script),
+               config=project.config).run("t1")
+
+    assert not (root / "evil.txt").exists() and not (root / "b.txt").exists()

@@ -182,7 +182,7 @@ def test_tool_call_started_before_a_crash_is_answered_interrupted_not_rerun(proj
         "assistant", "", tool_calls=trace.messages()[3].tool_calls, model="replay"
     )
     with trace.lock():
-        trace.mark_received([c.id for c in assistant.tool_calls])  # as the runner does
+        trace.mark_received(assistant.tool_calls)  # as the runner does
         trace.commit_step("assistant", [assistant])
     (project.workspace.root / "a.txt").unlink()
     (project.workspace.root / "b.txt").unlink()
@@ -220,7 +220,7 @@ def test_after_a_crash_only_the_call_that_may_have_been_running_is_interrupted(
     assistant = trace.new_message(
         "assistant", "", tool_calls=trace.messages()[3].tool_calls, model="replay")
     with trace.lock():
-        trace.mark_received([c.id for c in assistant.tool_calls])
+        trace.mark_received(assistant.tool_calls)
         trace.commit_step("assistant", [assistant])
         first = trace.new_message("tool", "created a.txt (1 bytes)",
                                   tool_call_id=assistant.tool_calls[0].id)
