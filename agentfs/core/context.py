@@ -21,13 +21,14 @@ from typing import Any
 
 from agentfs.core.goals import GoalTree
 from agentfs.tools.base import TOOL_RESULT_MAX_BYTES, Tool, ToolContext, cut_text, schema
-from agentfs.tools.subprocesses import run_command
+from agentfs.tools.subprocesses import UNSANDBOXED, Limits, run_command
 
 CONTEXT_TOOL = "get_current_context"
 #: The whole injected context, in UTF-8 bytes: it comes back every few iterations.
 CONTEXT_MAX_BYTES = TOOL_RESULT_MAX_BYTES // 4
 #: One hook's share of it.
 HOOK_MAX_BYTES = CONTEXT_MAX_BYTES // 8
+HOOK_HINT = f"a context hook's output is limited to {HOOK_MAX_BYTES:,} bytes"
 
 #: A Python hook: given the trace id, returns text to add (or "" for nothing).
 ContextHook = Callable[[str], str]
@@ -44,9 +45,14 @@ class CommandHook:
     env: Mapping[str, str] | None = None
 
     def __call__(self, trace_id: str) -> str:
-        env = {**(self.env or {"PATH": os.defpath}), "AGENTFS_TRACE": trace_id}
-        done = run_command(self.command, cwd=self.cwd or Path.cwd(), timeout=self.timeout, env=env)
+        env = {**(self.env or {"PATH": os.defpath}), **UNSANDBOXED, "AGENTFS_TRACE": trace_id}
+        # read no further than its section holds: a hook reading a file the model made a
+        # link to /dev/zero, or to a huge file, would otherwise fill the memory
+        done = run_command(self.command, cwd=self.cwd or Path.cwd(), timeout=self.timeout,
+                           env=env, limits=Limits(output=HOOK_MAX_BYTES))
         text = done.output.decode("utf-8", "replace").strip()
+        if done.dropped:
+            text = cut_text(text, HOOK_MAX_BYTES, hint=HOOK_HINT, dropped=done.dropped)
         if done.returncode is None:
             raise RuntimeError(f"timed out after {self.timeout:g}s")
         if done.returncode != 0:
@@ -96,8 +102,7 @@ def build_context(sources: ContextSources) -> str:
         except Exception as exc:  # noqa: BLE001 — a hook must never break the run
             text = f"(hook failed: {type(exc).__name__}: {exc})"
         if text:
-            hint = f"a context hook's output is limited to {HOOK_MAX_BYTES:,} bytes"
-            parts.append(f"## {name}\n{cut_text(str(text), HOOK_MAX_BYTES, hint=hint)}")
+            parts.append(f"## {name}\n{cut_text(str(text), HOOK_MAX_BYTES, hint=HOOK_HINT)}")
     hint = f"the context is limited to {CONTEXT_MAX_BYTES:,} bytes"
     return cut_text("\n\n".join(parts), CONTEXT_MAX_BYTES, hint=hint)
 

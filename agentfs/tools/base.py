@@ -51,7 +51,7 @@ def cut_marker(more_bytes: int, hint: str = "") -> str:
     return f"[... cut by agentfs: {more_bytes:,} more bytes" + (f"; {hint}]" if hint else "]")
 
 
-def cut_text(text: str, limit_bytes: int, *, hint: str = "") -> str:
+def cut_text(text: str, limit_bytes: int, *, hint: str = "", dropped: int = 0) -> str:
     """`text` cut to at most `limit_bytes` of UTF-8, marker included.
 
     Text that fits is returned as it is. Otherwise the result is the longest
@@ -63,6 +63,8 @@ def cut_text(text: str, limit_bytes: int, *, hint: str = "") -> str:
         text: The text to bound.
         limit_bytes: The size of the result in UTF-8 bytes, at most.
         hint: How the reader can get what was cut.
+        dropped: Bytes that followed `text` and were left out already (output read
+            and dropped past a limit): counted in the marker, which is then always there.
 
     Returns:
         `text`, or its head and the marker.
@@ -70,18 +72,19 @@ def cut_text(text: str, limit_bytes: int, *, hint: str = "") -> str:
     Raises:
         ValueError: `limit_bytes` cannot even hold the marker.
     """
-    if len(text) * 4 <= limit_bytes:  # no character is longer than 4 bytes
+    if not dropped and len(text) * 4 <= limit_bytes:  # no character is longer than 4 bytes
         return text
     data = text.encode("utf-8", "surrogatepass")  # never fails; the count stays right
-    if len(data) <= limit_bytes:
+    if not dropped and len(data) <= limit_bytes:
         return text
-    room = limit_bytes - len(("\n" + cut_marker(len(data), hint)).encode())
+    room = limit_bytes - len(("\n" + cut_marker(len(data) + dropped, hint)).encode())
     if room < 0:
         raise ValueError(f"{limit_bytes} bytes cannot hold the cut marker")
-    while room > 0 and data[room] & 0xC0 == 0x80:  # a continuation byte: inside a character
+    room = min(room, len(data))
+    while 0 < room < len(data) and data[room] & 0xC0 == 0x80:  # inside a character
         room -= 1
     head = data[:room].decode("utf-8", "surrogatepass")
-    return f"{head}\n{cut_marker(len(data) - room, hint)}"
+    return f"{head}\n{cut_marker(len(data) - room + dropped, hint)}"
 
 
 class ToolFailure(Exception):

@@ -28,6 +28,7 @@ from typing import Any, TextIO, TypeVar
 
 from agentfs.config import McpServerConfig
 from agentfs.tools.base import ToolFailure
+from agentfs.tools.subprocesses import UNSANDBOXED
 
 __all__ = ["McpFailure", "McpHub", "ServerConnection", "ServerParams", "hub", "server_params",
            "shutdown_mcp"]
@@ -383,7 +384,8 @@ def server_params(name: str, config: McpServerConfig, environ: Mapping[str, str]
         name=name,
         shown=config.target,
         command=tuple(config.command or ()),
-        env=tuple({**(base_env or {}), **{v: environ[v] for v in config.env}}.items())
+        env=tuple({**(base_env or {}), **UNSANDBOXED,
+                   **{v: environ[v] for v in config.env}}.items())
         if config.command else (),
         cwd=str(root) if config.command else None,
         url=config.url,

@@ -27,6 +27,11 @@ from agentfs.tools.pids_cgroup import PidsCgroup
 ALLOWED = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TMPDIR", "TZ", "LANG", "PWD"}
 ALLOWED_PREFIXES = ("LC_",)
 MINIMAL = {"PATH": os.defpath}
+#: Added for the commands of agentfs.toml that run outside the sandbox (context hooks,
+#: stdio MCP servers) in the workspace, where the model writes files: Python then puts
+#: no folder on `sys.path` by itself, so `python3 -m tool` cannot import a `tool/` the
+#: model wrote into the workspace instead of the installed one (Python 3.11 and later).
+UNSANDBOXED = {"PYTHONSAFEPATH": "1"}
 
 
 def safe_environment(env: Mapping[str, str]) -> dict[str, str]:

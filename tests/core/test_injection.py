@@ -376,3 +376,26 @@ def test_collaborators_are_shown_with_their_state_now(project):
     assert states["c2"].startswith("stopped before it answered")  # its run is gone
     with project.trace("c2").lock():
         assert {s["trace"]: s["status"] for s in collaborator_states(parent)}["c2"] == "running"
+
+
+def test_a_hook_reads_no_more_output_than_its_section_holds(tmp_path):
+    """A trusted hook that reads a file the model replaced with a link to a huge file
+    (or /dev/zero) is read no further than its section: memory stays bounded."""
+    from agentfs.core.context import HOOK_MAX_BYTES, CommandHook
+
+    hook = CommandHook("Notes", "head -c 30000000 /dev/zero | tr '\\0' a", cwd=tmp_path)
+    text = hook("t")
+    assert len(text.encode()) <= HOOK_MAX_BYTES
+    assert text.startswith("aaa") and "[... cut by agentfs: 29,9" in text
+
+
+def test_a_hook_running_python_m_never_imports_a_module_written_into_the_workspace(tmp_path):
+    """Hooks run in the workspace, where the model writes: `python3 -m platform` runs the
+    installed module, not a `platform.py` put beside it."""
+    import sys
+
+    from agentfs.core.context import CommandHook
+
+    (tmp_path / "platform.py").write_text("print('from the workspace')\n")
+    text = CommandHook("Platform", f"{sys.executable} -m platform", cwd=tmp_path)("t")
+    assert text and "from the workspace" not in text

@@ -382,3 +382,23 @@ def test_a_tool_record_edited_out_of_shape_is_listed_again_instead_of_failing_th
     assert tool_results(root)[-1] == ("two", False)
     meta = json.loads(git(root, "show", "HEAD:traces/t/trace.json"))
     assert all("input_schema" in r for r in meta["context"]["mcp_tools"]["t"])
+
+
+def test_a_server_run_with_python_m_never_imports_a_package_written_into_the_workspace(
+        tmp_path):
+    """A stdio server runs in the workspace, where the model writes files: `python -m
+    agentfs.testing.mcp_server` (the README's example) starts the installed module,
+    not an `agentfs/` package put into the workspace."""
+    root = mcp_workspace(tmp_path / "ws", [calls(("t__add", {"a": 2, "b": 3})),
+                                           {"text": "done"}], stdio_table())
+    planted = root / "agentfs" / "testing"
+    planted.mkdir(parents=True)
+    for folder in (root / "agentfs", planted):
+        (folder / "__init__.py").write_text("")
+    (planted / "mcp_server.py").write_text(
+        "import pathlib\npathlib.Path('hijacked').write_text('yes')\n")
+
+    run_cli("run", "t", "-m", "add 2 and 3", cwd=root)
+
+    assert not (root / "hijacked").exists()
+    assert tool_results(root)[0] == ("5", False)
