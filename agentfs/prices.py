@@ -89,14 +89,24 @@ class PriceTable:
     given: Mapping[str, Price] = field(default_factory=dict)
 
     def find(self, model: str) -> tuple[Price, bool] | None:
-        """The price of `model` and whether it is an estimate. A provider prefix
-        (`anthropic:`) is ignored, and an entry matches the names it starts (so
-        `claude-sonnet-4-5` prices `claude-sonnet-4-5-20250929`); the longest wins."""
-        name = model.split(":", 1)[1] if ":" in model else model
+        """The price of `model` and whether it is an estimate. An entry matches the
+        names it starts (so `claude-sonnet-4-5` prices `claude-sonnet-4-5-20250929`),
+        of any provider, or only of the one it names (`openai:gpt-4.1`); the longest
+        name wins, and of two as long, the one that names the provider."""
+        provider, name = _provider_and_name(model)
+
+        def fit(key: str) -> tuple[int, bool] | None:
+            wanted, start = _provider_and_name(key)
+            if wanted is not None and provider is not None and wanted != provider:
+                return None
+            if name != start and not name.startswith(start + "-"):
+                return None
+            return len(start), wanted is not None
+
         for table, estimated in ((self.given, False), (DEFAULT_PRICES, True)):
-            matches = [key for key in table if name == key or name.startswith(key + "-")]
+            matches = {key: rank for key in table if (rank := fit(key)) is not None}
             if matches:
-                return table[max(matches, key=len)], estimated
+                return table[max(matches, key=matches.__getitem__)], estimated
         return None
 
     def fingerprint(self) -> str:
@@ -134,3 +144,10 @@ class PriceTable:
 
 #: The built-in estimates only.
 NO_PRICES = PriceTable()
+
+
+def _provider_and_name(model: str) -> tuple[str | None, str]:
+    """`anthropic:claude-sonnet-4-5` as ("anthropic", "claude-sonnet-4-5"); a name
+    without a provider as (None, name)."""
+    provider, sep, name = model.partition(":")
+    return (provider, name) if sep else (None, model)

@@ -128,6 +128,20 @@ def test_prices_match_dated_ids_without_the_provider_and_the_workspaces_own_win(
     assert (cost.amount, cost.estimated, cost.text()) == (4.0, False, "$4.0000")
 
 
+def test_a_price_keyed_with_its_provider_prices_that_provider_s_model_only():
+    own = PriceTable(WorkspaceConfig.model_validate({"prices": {
+        "openai:gpt-4.1": {"input": 2, "output": 8},
+        "anthropic:claude-sonnet-4-5": {"input": 100, "output": 100},
+        "gpt-4.1-mini": {"input": 0.4, "output": 1.6}}}).prices)
+    assert own.find("openai:gpt-4.1") == (own.given["openai:gpt-4.1"], False)
+    assert own.find("openai:gpt-4.1-2025-04-14")[0].input == 2
+    assert own.find("other:gpt-4.1") is None  # another provider's model of that name
+    assert own.find("openai:gpt-4.1-mini")[0].input == 0.4  # the longer name wins
+    assert own.find("anthropic:" + SONNET) == (own.given["anthropic:claude-sonnet-4-5"], False)
+    cost = own.cost({"openai:gpt-4.1": Spent(calls=1, input_tokens=1_000_000)})
+    assert (cost.amount, cost.text()) == (2.0, "$2.0000")
+
+
 def test_an_unpriced_model_that_used_tokens_says_so_instead_of_costing_nothing():
     cost = PriceTable().cost({"local:llama": Spent(calls=1, input_tokens=10)})
     assert cost.text() == "no price for local:llama"
