@@ -603,7 +603,7 @@ def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
 
     project = Project.open(workspace)
     thinking_options(project, thinking, no_thinking)  # a bad budget fails now, not per run
-    choose_model(project, None, None, model)  # a missing key or script fails now, not per run
+    _check_default_model(project, model)
     runner_options = LiveOptions(project, {"command_env": safe_environment(os.environ),
                                            "approve": approve_policy(approve)},
                                  thinking=(thinking, no_thinking))
@@ -637,6 +637,22 @@ def watch(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         observer.stop()
         observer.join()
     watcher.log("stopped", {})
+
+
+def _check_default_model(project: Project, flag: str | None) -> None:
+    """The model runs fall back on, made once at start: with --model (every run's) a
+    missing key or script fails now, not at each run; agentfs.toml's default is only
+    warned about, since traces that name their own model run without it."""
+    from agentfs.errors import AgentfsError
+
+    if flag is not None:
+        choose_model(project, None, None, flag)
+        return
+    try:
+        choose_model(project, None, None, None)
+    except AgentfsError as exc:
+        click.echo(printable(f"agentfs: warning: {exc}; traces that name no model of "
+                             "their own fail until that is fixed"), err=True)
 
 
 def _watch_logger(as_json: bool) -> Callable[[str, dict], None]:

@@ -489,3 +489,28 @@ def test_without_inotify_watches_a_change_the_poller_sees_makes_the_loop_look_ev
         assert watcher.last_rescan != rescanned
     assert refused == [True]
     assert_git_clean(ws)
+
+
+def test_a_default_model_without_its_key_is_warned_about_and_traces_with_their_own_run(ws):
+    """`agentfs watch` starts though agentfs.toml's model lacks its API key: a dropped
+    file naming its own model runs; only traces without one would fail."""
+    config = ws / "agentfs.toml"
+    config.write_text(config.read_text().replace(
+        'model = "replay:script.json"', 'model = "anthropic:claude-sonnet-4-5"'))
+    git(ws, "commit", "-qam", "the default model needs a key")
+    (ws / "inbox" / "own.md").write_text("---\nmodel: replay:script.json\n---\nhello\n")
+
+    done = run_cli("watch", "--once", "--settle", "0.2", "--json", cwd=ws,
+                   env={"ANTHROPIC_API_KEY": ""})
+
+    assert "warning: model anthropic:claude-sonnet-4-5 needs ANTHROPIC_API_KEY" in done.stderr
+    assert "traces that name no model of their own fail" in done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    assert any(e["event"] == "run_finished" and e["trace"] == "own" for e in events)
+    assert texts(ws, "own")[-1] == "answer 0"
+
+
+def test_watch_with_a_model_that_cannot_run_fails_at_start(ws):
+    done = run_cli("watch", "--once", "--model", "anthropic:claude-sonnet-4-5", cwd=ws,
+                   env={"ANTHROPIC_API_KEY": ""}, check=False)
+    assert done.returncode == 1 and "needs ANTHROPIC_API_KEY" in done.stderr
