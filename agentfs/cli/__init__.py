@@ -17,14 +17,12 @@ from agentfs.errors import AgentfsError
 def main() -> None:
     """Entry point: expected failures print one line and exit 1; usage errors exit 2."""
     from agentfs.cli.commands import cli
-    from agentfs.cli.context import printable
+    from agentfs.cli.context import interrupted, printable
 
     try:
         code = cli.main(standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):  # click turns Ctrl-C into Abort
-        click.echo("\nagentfs: interrupted; everything committed so far is kept (`agentfs "
-                   "run TRACE` goes on from there)", err=True)
-        sys.exit(130)
+        interrupted()
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -18,6 +18,7 @@ from agentfs.cli.context import (
     counted,
     echo_json,
     for_stdout,
+    interrupted,
     model_to_record,
     open_project,
     printable,
@@ -177,6 +178,9 @@ def run(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         terminal.end_line()
         record_failure(project, trace_id, exc, unattended=False)  # the error itself follows
         raise
+    except KeyboardInterrupt:
+        terminal.end_line()
+        interrupted(trace_id)
     terminal.end_line()
     if result.queued:
         click.echo(f"  your message waits in traces/{trace_id}/inbox/ until the call is "

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -29,6 +29,7 @@ __all__ = [
     "counted",
     "echo_json",
     "for_stdout",
+    "interrupted",
     "mcp_environment",
     "model_to_record",
     "open_project",
@@ -69,6 +70,13 @@ def printable(text: str, *, one_line: bool = False) -> str:
 def counted(number: int, noun: str) -> str:
     """`1 call`, `3 calls`: a count and its noun, in the singular for one."""
     return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
+def interrupted(trace_id: str = "TRACE") -> NoReturn:
+    """Ctrl-C: say that what was committed is kept and how to go on; exit 130."""
+    click.echo(f"\nagentfs: interrupted; everything committed so far is kept (`agentfs run "
+               f"{trace_id}` goes on from there)", err=True)
+    sys.exit(130)
 
 
 def for_stdout(text: str) -> str:

@@ -345,3 +345,31 @@ def test_text_after_tool_use_goes_back_block_by_block(project, server):
     text = path.read_text()
     assert "blocks:" in text and text.rstrip().endswith("First the file.Then I will report.")
     assert_git_clean(project.workspace.root)
+
+
+def test_ctrl_c_during_a_model_call_says_which_trace_to_run_to_go_on(project, server):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    project.new_trace("t", user("write it"))
+    server.enqueue(write_once)
+    server.delay_next(60)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "agentfs", "run", "t", "--model", "anthropic:claude-test"],
+        cwd=project.workspace.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.base_url})
+    deadline = time.monotonic() + 60
+    while not server.requests:
+        assert time.monotonic() < deadline and run.poll() is None, "no request came"
+        time.sleep(0.05)
+
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=60)
+
+    assert run.returncode == 130
+    assert "interrupted; everything committed so far is kept (`agentfs run t` goes on" in err
+    assert "Traceback" not in err
+    assert_git_clean(project.workspace.root)
