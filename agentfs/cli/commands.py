@@ -294,7 +294,7 @@ def show(trace_ref: str, show_all: bool, as_json: bool, full: bool, as_sent: boo
 
 @cli.command()
 @click.argument("trace_ref", metavar="TRACE")
-@click.option("-n", "--max-count", type=int, help="Show at most this many commits.")
+@click.option("-n", "--max-count", type=click.IntRange(min=0), metavar="N", help="Show at most this many commits.")
 @click.option("-p", "--patch", is_flag=True,
               help="Also show the workspace files each step changed, as a diff.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

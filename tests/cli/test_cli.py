@@ -57,6 +57,9 @@ def test_new_run_show_log_status(ws):
     log = run_cli("log", "t", cwd=ws).stdout.splitlines()
     assert [line.split()[1] for line in log] == [
         "assistant", "tool", "assistant", "tool", "assistant", "user", "create"]
+    assert len(run_cli("log", "t", "-n", "2", cwd=ws).stdout.splitlines()) == 2
+    negative = run_cli("log", "t", "-n", "-1", cwd=ws, check=False)
+    assert negative.returncode == 2 and "-1 is not in the range x>=0" in negative.stderr
 
     status = json.loads(run_cli("status", "--json", cwd=ws).stdout)
     (row,) = status["traces"]
