@@ -40,8 +40,8 @@ def tools(everything: bool, as_json: bool) -> None:
         click.echo("no MCP servers: declare them in agentfs.toml as [mcp_servers.NAME]")
     for listing in listings if not as_json else []:
         click.echo(f"{listing.name}: {listing.runs}")
-        if listing.problem:
-            click.echo(f"  {printable(listing.problem, one_line=True)}")
+        for line in (listing.problem or "").splitlines():  # a traceback keeps its lines
+            click.echo(f"  {printable(line, one_line=True)}")
         for offered, record in listing.tools:  # what the server says: shown, not obeyed
             note = " (read-only)" if record["read_only"] else ""
             click.echo(printable(f"  {offered}{note}: {_first_line(record['description'])}",
