@@ -405,9 +405,9 @@ def test_a_server_run_with_python_m_never_imports_a_package_written_into_the_wor
 
 
 def test_agentfs_tools_shows_a_failed_server_s_stderr_line_by_line(tmp_path):
-    crash = [sys.executable, "-c",
-             "import sys; sys.stderr.write('Traceback (most recent call last):\\n"
-             "ValueError: \\x1b]0;title\\x07bad\\n'); sys.exit(3)"]
+    script = ("import sys; sys.stderr.write('Traceback (most recent call last):\\n"
+              "ValueError: \\x1b]0;title\\x07bad\\n'); sys.exit(3)")
+    crash = [sys.executable, "-c", script]
     root = mcp_workspace(tmp_path / "ws", [{"text": "done"}], stdio_table("broken", crash))
     done = run_cli("tools", "--mcp", cwd=root, check=False)
     out, lines = done.stdout, done.stdout.splitlines()
