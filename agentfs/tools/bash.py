@@ -10,6 +10,7 @@ the step's commit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -80,10 +81,13 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         if chosen.refuses:
             raise ToolFailure(chosen.refusal())
         root = context.root.resolve()
-        prefix = chosen.arguments(root, command_env, protected) if chosen.bwrap else []
         before = _snapshot(root)
-        done = run_command(command, cwd=root, timeout=timeout, env=command_env, sandbox=prefix,
-                           limits=bounded, user=chosen.user, sandbox_sets_user=chosen.idmapped)
+        with contextlib.ExitStack() as stack:
+            prefix, fds = (stack.enter_context(chosen.command(root, command_env, protected))
+                           if chosen.bwrap else ([], ()))
+            done = run_command(command, cwd=root, timeout=timeout, env=command_env,
+                               sandbox=prefix, pass_fds=fds, limits=bounded, user=chosen.user,
+                               sandbox_sets_user=chosen.idmapped)
         after = _snapshot(root)
         changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
         # a name the message format refuses (not UTF-8, a backslash, `.Git/`) is left
@@ -147,7 +151,9 @@ def _where(sandbox: Sandbox, protected: tuple[str, ...]) -> str:
     """What the tool's description says about the sandbox."""
     if sandbox.bwrap is not None:
         kept = ", ".join([".git", *protected])
-        network = "It has no network." if sandbox.network == "none" else "It reaches the network."
+        network = ("It reaches the network." if sandbox.network == "host" else
+                   "It has no network: Unix sockets other than socketpair() are refused."
+                   if sandbox.socket_filter else "It has no network.")
         return (f"It runs in a sandbox: only the workspace can be changed, except {kept}; "
                 f"{SANDBOX_TMP} and the home directory start empty and are discarded after "
                 f"each command. {network}")

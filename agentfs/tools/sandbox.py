@@ -7,8 +7,10 @@ directory. In the sandbox it sees only its own processes (a new PID namespace
 with its own `/proc`), an empty home directory and an empty private `/tmp`;
 the rest of the file system is read-only, except the workspace, where `.git`
 and the control folders stay read-only. It has no network (a network namespace
-of its own, with only a loopback nobody listens on), so it cannot reach agentfs's
-own API nor other services of the machine, unless `[tools] bash_network = "host"`.
+of its own, with only a loopback nobody listens on, and a seccomp filter that
+refuses Unix sockets, which are found by their path: `agentfs/tools/socket_filter.py`),
+so it cannot reach agentfs's own API nor other services of the machine, unless
+`[tools] bash_network = "host"`.
 
 Where bubblewrap does not work, bash calls are refused with how to install it
 (`Sandbox.refuses`), unless the person chose `bash_sandbox = "none"`.
@@ -30,16 +32,17 @@ import contextlib
 import functools
 import glob
 import os
+import platform
 import pwd
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from agentfs.tools import idmap_launcher
+from agentfs.tools import idmap_launcher, socket_filter
 from agentfs.tools.pids_cgroup import pids_parent
 from agentfs.tools.subprocesses import RunAs
 
@@ -49,7 +52,8 @@ __all__ = ["IDMAPPED_USER", "INSTALL_HINT", "ROOT_SECRET_FILES", "ROOT_SECRET_FO
 
 #: `tools.bash_sandbox` in agentfs.toml.
 SandboxMode = Literal["auto", "bwrap", "none"]
-#: `tools.bash_network` in agentfs.toml: none, or the host's network (loopback included).
+#: `tools.bash_network` in agentfs.toml: none, or the host's network (loopback and Unix
+#: sockets included).
 NetworkMode = Literal["none", "host"]
 
 INSTALL_HINT = "install bubblewrap (Debian and Ubuntu: `apt-get install bubblewrap`)"
@@ -119,6 +123,14 @@ class Sandbox:
         """Sandboxed commands run as root (without capabilities)."""
         return self.bwrap is not None and (os.getuid() if self.user is None else self.user.uid) == 0
 
+    @property
+    def socket_filter(self) -> bytes | None:
+        """The seccomp program bwrap loads to keep commands off the host's Unix sockets:
+        without network, where agentfs knows this machine's system calls."""
+        if self.bwrap is None or self.network != "none":
+            return None
+        return socket_filter.unix_socket_filter(platform.machine())
+
     def refusal(self) -> str:
         """Why a bash call is refused, and what the person running agentfs can do."""
         return (f"bash runs only in a sandbox (tools.bash_sandbox = \"{self.mode}\"), and "
@@ -149,13 +161,28 @@ class Sandbox:
         if self.network == "host":
             lines.append(
                 "bash commands reach the host's network (tools.bash_network = \"host\"), "
-                "loopback included: services on this machine, such as `agentfs serve`, "
-                "answer them")
+                "loopback and Unix sockets included: services on this machine, such as "
+                "`agentfs serve`, answer them")
+        elif self.socket_filter is None:
+            lines.append(
+                "bash commands have no network, but can connect to this machine's Unix "
+                "sockets (Docker's, D-Bus, databases'): agentfs has no socket filter for "
+                f"{platform.machine() or 'this machine'} (only for "
+                f"{', '.join(socket_filter.MACHINES)})")
         return lines
 
+    @contextlib.contextmanager
+    def command(self, root: Path, env: Mapping[str, str],
+                read_only: Iterable[str] = ()) -> Iterator[tuple[list[str], tuple[int, ...]]]:
+        """`arguments`, and the descriptors the process started with them must inherit
+        (the socket filter bwrap reads), open until the block ends."""
+        with _readable(self.socket_filter) as fd:
+            yield self.arguments(root, env, read_only, filter_fd=fd), () if fd is None else (fd,)
+
     def arguments(self, root: Path, env: Mapping[str, str],
-                  read_only: Iterable[str] = ()) -> list[str]:
-        """The `bwrap ...` command line that runs what follows it in the sandbox.
+                  read_only: Iterable[str] = (), filter_fd: int | None = None) -> list[str]:
+        """The `bwrap ...` command line that runs what follows it in the sandbox
+        (`command` gives it with the descriptor of its socket filter).
 
         The command gets the environment bwrap is started with: values given
         with `--setenv` would show in `ps` to every user of the machine. When
@@ -168,10 +195,16 @@ class Sandbox:
             its `TMPDIR`, if set, becomes the private `/tmp`.
           read_only: Workspace paths kept read-only besides `.git`; those that do
             not exist, or lead out of the workspace, are left as they are.
+          filter_fd: Where bwrap reads `socket_filter` from; required when there is one.
         """
         if self.bwrap is None:
             raise ValueError("no bubblewrap to run commands in")
+        if (filter_fd is None) != (self.socket_filter is None):
+            raise ValueError("the socket filter's descriptor goes with a sandbox without "
+                             "network, and only there: use Sandbox.command")
         args = [self.bwrap, *_isolation(self.network)]
+        if filter_fd is not None:
+            args += ["--seccomp", str(filter_fd)]
         hidden_files, hidden_dirs = _root_secrets() if self.as_root else ([], [])
         for hidden in hidden_files:
             args += ["--ro-bind", "/dev/null", hidden]
@@ -234,6 +267,16 @@ def _isolation(network: NetworkMode) -> tuple[str, ...]:
     return _ISOLATION + (_NO_NETWORK if network == "none" else ())
 
 
+@contextlib.contextmanager
+def _readable(program: bytes | None) -> Iterator[int | None]:
+    """A descriptor bwrap reads the socket filter `program` from, or None without one."""
+    if program is None:
+        yield None
+        return
+    with socket_filter.readable(program) as fd:
+        yield fd
+
+
 @functools.cache
 def _probe(network: NetworkMode, user: RunAs | None,
            root: Path | None) -> tuple[str | None, str | None]:
@@ -245,11 +288,14 @@ def _probe(network: NetworkMode, user: RunAs | None,
     where = "here" if user is None else f"as uid {user.uid}, the owner of {root}"
     workspace = [] if root is None else ["--bind", str(root), str(root), "--chdir", str(root)]
     try:
-        done = subprocess.run(
-            [bwrap, *_isolation(network), *workspace, "true"], stdin=subprocess.DEVNULL,
-            capture_output=True, timeout=_PROBE_TIMEOUT, env={}, check=False,
-            **RunAs.popen_arguments(user),
-        )
+        with _readable(Sandbox("bwrap", bwrap, network=network).socket_filter) as fd:
+            loads = [] if fd is None else ["--seccomp", str(fd)]
+            done = subprocess.run(
+                [bwrap, *_isolation(network), *loads, *workspace, "true"],
+                stdin=subprocess.DEVNULL, pass_fds=() if fd is None else (fd,),
+                capture_output=True, timeout=_PROBE_TIMEOUT, env={}, check=False,
+                **RunAs.popen_arguments(user),
+            )
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"`{bwrap}` does not work {where}: {exc}"
     if done.returncode != 0:
@@ -274,10 +320,11 @@ def _probe_idmapped(network: NetworkMode, root: Path) -> tuple[str | None, str |
             return None, f"the launcher runs {path}, which is inside the workspace"
     candidate = Sandbox("bwrap", bwrap, None, network, IDMAPPED_USER, idmapped=True)
     try:
-        done = subprocess.run(
-            [*candidate.arguments(root, {}), "test", "-w", "."], stdin=subprocess.DEVNULL,
-            capture_output=True, timeout=_PROBE_TIMEOUT, env={}, check=False,
-        )
+        with candidate.command(root, {}) as (arguments, fds):
+            done = subprocess.run(
+                [*arguments, "test", "-w", "."], stdin=subprocess.DEVNULL, pass_fds=fds,
+                capture_output=True, timeout=_PROBE_TIMEOUT, env={}, check=False,
+            )
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"the idmap launcher does not start: {exc}"
     if done.returncode != 0:

@@ -110,7 +110,7 @@ class Completed:
 def run_command(  # noqa: PLR0913 -- keyword-only options, each with its default
     command: str, *, cwd: Path, timeout: float, env: Mapping[str, str] | None = None,
     sandbox: Sequence[str] = (), limits: Limits = NO_LIMITS, user: RunAs | None = None,
-    sandbox_sets_user: bool = False,
+    sandbox_sets_user: bool = False, pass_fds: Sequence[int] = (),
 ) -> Completed:
     """`bash -c command` in its own process group; stdout and stderr together.
 
@@ -124,6 +124,7 @@ def run_command(  # noqa: PLR0913 -- keyword-only options, each with its default
     The command runs as `user` (default: agentfs's own): agentfs starts it as that
     user, or, with `sandbox_sets_user`, starts the sandbox as itself and the
     sandbox becomes `user` (the idmap launcher, `agentfs/tools/idmap_launcher.py`).
+    `pass_fds` are descriptors the sandbox reads (its socket filter).
     """
     uid = os.getuid() if user is None else user.uid
     options = limits.ulimit(uid)
@@ -143,6 +144,7 @@ def run_command(  # noqa: PLR0913 -- keyword-only options, each with its default
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else MINIMAL,
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
             **RunAs.popen_arguments(None if sandbox_sets_user else user),
         )
         return _finish(proc, timeout, limits.output)

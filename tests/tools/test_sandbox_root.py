@@ -273,8 +273,9 @@ def test_a_launcher_killed_while_it_sets_the_sandbox_up_leaves_nothing_mounted_o
     killed_midway = 0
     for _ in range(400):  # the window is a few milliseconds: try until it was hit 3 times
         mark = f"1000.{uuid.uuid4().int % 10**9}"
-        launcher = subprocess.Popen([*sandbox.arguments(workspace.resolve(), {}), "sleep", mark],
-                                    env={}, start_new_session=True, stderr=subprocess.DEVNULL)
+        with sandbox.command(workspace.resolve(), {}) as (arguments, fds):
+            launcher = subprocess.Popen([*arguments, "sleep", mark], env={}, pass_fds=fds,
+                                        start_new_session=True, stderr=subprocess.DEVNULL)
         state = making_its_user_namespace(launcher, mark)
         while state is False:
             state = making_its_user_namespace(launcher, mark)
