@@ -171,7 +171,8 @@ class McpTools:
         return connection.call_tool(tool, arguments)
 
     def _tool(self, server: str, record: ToolRecord) -> McpTool:
-        return tool_of(server, record, partial(self._call, server))
+        return tool_of(server, record, partial(self._call, server),
+                       local=self.servers[server].command is not None)
 
     def _list(self, name: str) -> list[ToolRecord] | None:
         """The server's tools now, or None if it could not be asked (reported)."""

@@ -5,10 +5,12 @@
     python -m agentfs.testing.mcp_server --port 8765      # streamable HTTP on 127.0.0.1
 
 Its tools cover what a client must handle: `echo` (read-only), `add`, `image`
-(a PNG), `authorization` (the request's Authorization header), `fail` (an error result), `crash` (the process exits), `hang` (never
-answers) and `grow` (adds a tool, `extra`, and tells the client the list
-changed, unless called with `announce` false). It has one resource (`notes://readme`), one resource template
-(`notes://{name}`) and one prompt (`review`). `McpHttpServer` runs it over
+(a PNG), `note` (writes `note-from-mcp.txt` in the folder it runs in),
+`authorization` (the request's Authorization header), `fail` (an error
+result), `crash` (the process exits), `hang` (never answers) and `grow` (adds
+a tool, `extra`, and tells the client the list changed, unless called with
+`announce` false). It has one resource (`notes://readme`), one resource
+template (`notes://{name}`) and one prompt (`review`). `McpHttpServer` runs it over
 HTTP on a free port for the length of a `with` block.
 """
 
@@ -29,7 +31,7 @@ from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
-__all__ = ["BANNER", "PNG_BYTES", "McpHttpServer", "build_server", "main"]
+__all__ = ["BANNER", "NOTE_FILE", "PNG_BYTES", "McpHttpServer", "build_server", "main"]
 
 #: The image the `image` tool returns: a 1×1 PNG.
 PNG_BYTES = base64.b64decode(
@@ -37,6 +39,8 @@ PNG_BYTES = base64.b64decode(
 )
 #: What `--banner` writes to stdout before serving.
 BANNER = b"Welcome to the test server! \xff (this line is not JSON-RPC)\n"
+#: The file the `note` tool writes, in the folder the server runs in.
+NOTE_FILE = "note-from-mcp.txt"
 #: The text of the `notes://readme` resource.
 README_TEXT = "The test server's notes."
 
@@ -79,6 +83,13 @@ def _add_tools(server: MCPServer) -> None:
     def image() -> Image:
         """Return a 1x1 PNG image."""
         return Image(data=PNG_BYTES, format="png")
+
+    @server.tool()
+    def note(text: str) -> str:
+        """Write the text to note-from-mcp.txt in the server's folder."""
+        with open(NOTE_FILE, "w", encoding="utf-8") as file:
+            file.write(text)
+        return f"wrote {NOTE_FILE}"
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def authorization(ctx: Context) -> str:

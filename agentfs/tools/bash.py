@@ -3,49 +3,25 @@
 Commands run in the workspace root with a timeout and an output cap, with
 only the environment they are given (see `agentfs/tools/subprocesses.py`), in
 a sandbox where bubblewrap works (see `agentfs/tools/sandbox.py`). The files a
-command changed are found by comparing the work tree before and after (outside
-`.git` directories, `traces/` and what `.gitignore` ignores), so they go into
-the step's commit.
+command changed are found by comparing the work tree before and after
+(`agentfs/tools/worktree.py:WorkTreeChanges`), so they go into the step's commit.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import signal
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from agentfs.config import ToolsConfig
-from agentfs.store.git.ignore import not_ignored
-from agentfs.store.messages import workspace_path_problem
-from agentfs.store.unicode import shown
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
 from agentfs.tools.sandbox import SANDBOX_TMP, Sandbox, choose_sandbox
 from agentfs.tools.subprocesses import MINIMAL, NO_LIMITS, Limits, run_command
+from agentfs.tools.worktree import WorkTreeChanges
 
-TOP_LEVEL_SKIPPED = {"traces"}
 CUT_HINT = "send the output to a file and read it in parts with read_file offset/limit"
-
-
-def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """(mtime, size) of every file outside `.git` (at any depth) and `traces/`."""
-    files: dict[str, tuple[int, int]] = {}
-    for directory, dirnames, filenames in os.walk(root):
-        dirnames[:] = [
-            d for d in dirnames
-            if d != ".git" and not (Path(directory) == root and d in TOP_LEVEL_SKIPPED)
-        ]
-        for name in filenames:
-            full = os.path.join(directory, name)
-            try:
-                st = os.lstat(full)
-            except FileNotFoundError:
-                continue
-            files[os.path.relpath(full, root)] = (st.st_mtime_ns, st.st_size)
-    return files
 
 
 def bash_limits(tools: ToolsConfig) -> Limits:
@@ -81,24 +57,12 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         if chosen.refuses:
             raise ToolFailure(chosen.refusal())
         root = context.root.resolve()
-        before = _snapshot(root)
-        with contextlib.ExitStack() as stack:
+        with WorkTreeChanges(context) as changes, contextlib.ExitStack() as stack:
             prefix, fds = (stack.enter_context(chosen.command(root, command_env, protected))
                            if chosen.bwrap else ([], ()))
             done = run_command(command, cwd=root, timeout=timeout, env=command_env,
                                sandbox=prefix, pass_fds=fds, limits=bounded, user=chosen.user,
                                sandbox_sets_user=chosen.idmapped)
-        after = _snapshot(root)
-        changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
-        # a name the message format refuses (not UTF-8, a backslash, `.Git/`) is left
-        # uncommitted, and the result says so
-        unstored = []
-        for path in sorted(not_ignored(root, changed)):
-            problem = workspace_path_problem(path)
-            if problem is None:
-                context.changed.add(path)
-            else:
-                unstored.append(f"'{shown(path)}' ({problem})")
         if done.returncode is None:
             status, failed = f"killed after {timeout:g}s (timeout)", True
         else:
@@ -107,10 +71,8 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         if len(text) > output_limit or done.dropped:
             rest = len(text[output_limit:].encode("utf-8")) + done.dropped
             text = f"{text[:output_limit]}\n{cut_marker(rest, CUT_HINT)}"
-        if unstored:
-            more = f" and {len(unstored) - 3} more" if len(unstored) > 3 else ""
-            text = (f"{text.rstrip()}\n[not committed, names agentfs cannot store: "
-                    f"{', '.join(unstored[:3])}{more}]")
+        if changes.unstored:  # names a message file cannot hold (not UTF-8, `.Git/`)
+            text = f"{text.rstrip()}\n{changes.note()}"
         return ToolResult(f"{text.rstrip()}\n[{status}]".lstrip("\n"), is_error=failed)
 
     return Tool(

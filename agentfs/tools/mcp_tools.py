@@ -11,6 +11,11 @@ A result becomes an ordinary tool result: its text parts joined; an image (or
 audio, or a binary resource) written to `mcp-files/<server>/<hash>.<ext>` in
 the workspace (committed with the step) and named in the text; `isError` an
 error result.
+
+A stdio server runs in the workspace and may change its files: around a call
+of its tools that are not declared read-only, the work tree is compared
+(`agentfs/tools/worktree.py:WorkTreeChanges`, as for bash), so what the call
+changed is committed with the step. An HTTP server cannot change local files.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from agentfs.tools.base import (
     ToolResult,
 )
 from agentfs.tools.paths import confined_dir
+from agentfs.tools.worktree import WorkTreeChanges
 
 __all__ = ["FILES_DIR", "McpTool", "ToolRecord", "offered_name", "record_of", "result_of",
            "tool_of"]
@@ -92,12 +98,20 @@ def record_of(tool: Any) -> ToolRecord:
     )
 
 
-def tool_of(server: str, record: ToolRecord, call: CallTool) -> McpTool:
-    """The agentfs tool that calls `record`'s tool on `server` through `call`."""
+def tool_of(server: str, record: ToolRecord, call: CallTool, *, local: bool = False
+            ) -> McpTool:
+    """The agentfs tool that calls `record`'s tool on `server` through `call`. `local`:
+    the server runs in the workspace (stdio), and the work tree is compared around a
+    call of a tool it does not declare read-only (see the module docstring)."""
     remote = record["name"]
+    watched = local and not record["read_only"]
 
     def run(arguments: dict[str, Any], context: ToolContext) -> ToolResult:
-        return result_of(call(remote, arguments), context, server)
+        if not watched:
+            return result_of(call(remote, arguments), context, server)
+        with WorkTreeChanges(context) as changes:
+            answer = call(remote, arguments)
+        return _noted(result_of(answer, context, server), changes.note())
 
     return McpTool(
         name=offered_name(server, remote),
@@ -108,6 +122,13 @@ def tool_of(server: str, record: ToolRecord, call: CallTool) -> McpTool:
         remote_name=remote,
         read_only=record["read_only"],
     )
+
+
+def _noted(result: ToolResult, note: str) -> ToolResult:
+    """`result` with `note` as its last line (none when `note` is empty)."""
+    if not note:
+        return result
+    return ToolResult(f"{result.content}\n{note}".lstrip("\n"), is_error=result.is_error)
 
 
 def result_of(result: Any, context: ToolContext, server: str) -> ToolResult:

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 
-from agentfs.testing import FakeAnthropicServer, assert_valid_request
-from agentfs.testing.mcp_server import PNG_BYTES, README_TEXT, McpHttpServer
+from agentfs.testing import FakeAnthropicServer, assert_valid_request, mcp_server
+from agentfs.testing.mcp_server import NOTE_FILE, PNG_BYTES, README_TEXT, McpHttpServer
 from agentfs.tools.mcp_client import shutdown_mcp
 from tests.conftest import assert_git_clean, git, replay_workspace, run_cli, trust_workspace
 
-SERVER = [sys.executable, "-m", "agentfs.testing.mcp_server"]
+#: The test server of the code under test (by its file: `-m` in the workspace would import
+#: whichever agentfs the interpreter has installed); `-P` keeps its folder off `sys.path`.
+SERVER = [sys.executable, "-P", mcp_server.__file__]
 TOKEN = "Bearer test-token-7"
 
 
@@ -129,6 +131,21 @@ def test_an_image_result_is_written_into_the_workspace_and_committed_with_the_st
     assert (root / path).read_bytes() == PNG_BYTES
     tool_commit = git(root, "log", "--format=%H", "--grep", "tool #4").split()[0]
     assert path in git(root, "show", "--name-only", "--format=", tool_commit).split()
+    assert_git_clean(root)
+
+
+def test_a_file_a_stdio_server_writes_is_committed_with_the_tool_step_and_rewound(tmp_path):
+    root = mcp_workspace(tmp_path / "ws", [calls(("t__note", {"text": "hello"})),
+                                           {"text": "done"}], stdio_table())
+    run_cli("run", "t", "-m", "take a note", cwd=root)
+    [result] = [m for m in shown(root) if m["role"] == "tool"]
+    assert result["text"] == f"wrote {NOTE_FILE}" and result["files_changed"] == [NOTE_FILE]
+    tool_commit = git(root, "log", "--format=%H", "--grep", "tool #4").split()[0]
+    assert NOTE_FILE in git(root, "show", "--name-only", "--format=", tool_commit).split()
+    assert "+hello" in run_cli("log", "t", "-p", cwd=root).stdout
+    assert_git_clean(root)
+    run_cli("rewind", "t", "2", "--files", cwd=root)
+    assert not (root / NOTE_FILE).exists()
     assert_git_clean(root)
 
 
@@ -390,7 +407,8 @@ def test_a_server_run_with_python_m_never_imports_a_package_written_into_the_wor
     agentfs.testing.mcp_server` (the README's example) starts the installed module,
     not an `agentfs/` package put into the workspace."""
     root = mcp_workspace(tmp_path / "ws", [calls(("t__add", {"a": 2, "b": 3})),
-                                           {"text": "done"}], stdio_table())
+                                           {"text": "done"}],
+                         stdio_table(command=[sys.executable, "-m", "agentfs.testing.mcp_server"]))
     planted = root / "agentfs" / "testing"
     planted.mkdir(parents=True)
     for folder in (root / "agentfs", planted):

@@ -13,7 +13,7 @@ from agentfs.config import load_config
 from agentfs.core.trust import config_fingerprint, judge, workspace_commands
 from agentfs.errors import ConfigError
 from agentfs.tools.base import ToolContext
-from agentfs.tools.mcp_tools import TOOL_NAME, offered_name, result_of
+from agentfs.tools.mcp_tools import TOOL_NAME, ToolRecord, offered_name, result_of, tool_of
 
 
 def test_tool_names_are_the_server_and_the_tool_joined_by_two_underscores():
@@ -115,3 +115,35 @@ def test_without_the_mcp_package_a_run_that_would_use_a_server_stops_saying_how_
     assert done.returncode == 1
     assert "declares MCP servers (x), but the mcp package is not installed" in done.stderr
     assert "pip install 'agentfs-workspace[mcp]'" in done.stderr
+
+
+def _writer(root: Path, *names: str):
+    """A server's `call` that writes `names` in `root`, as a local server's tool would."""
+    def call(tool: str, arguments: dict) -> types.CallToolResult:
+        for name in names:
+            (root / name).write_bytes(b"x")
+        return types.CallToolResult(content=[types.TextContent(type="text", text="wrote")])
+
+    return call
+
+
+@pytest.mark.parametrize(("local", "read_only", "compared"), [
+    (True, False, True), (False, False, False), (True, True, False)])
+def test_the_work_tree_is_compared_around_acting_calls_of_stdio_servers_only(
+        tmp_path, local, read_only, compared):
+    record = ToolRecord(name="w", description="", input_schema={}, read_only=read_only)
+    tool = tool_of("s", record, _writer(tmp_path, "a.txt"), local=local)
+    context = ToolContext(tmp_path, "t")
+    assert tool.run({}, context).content == "wrote"
+    assert context.changed == ({"a.txt"} if compared else set())
+
+
+def test_a_name_a_stdio_server_writes_that_agentfs_cannot_store_is_named_in_the_result(
+        tmp_path):
+    record = ToolRecord(name="w", description="", input_schema={}, read_only=False)
+    tool = tool_of("s", record, _writer(tmp_path, "back\\slash.txt", "fine.txt"), local=True)
+    context = ToolContext(tmp_path, "t")
+    assert tool.run({}, context).content == (
+        "wrote\n[not committed, names agentfs cannot store: 'back\\\\slash.txt' (it holds a "
+        "NUL or a backslash)]")
+    assert context.changed == {"fine.txt"}

@@ -1,0 +1,91 @@
+"""The files a program changed in the workspace, found by comparing the work tree.
+
+A bash command or a tool of a stdio MCP server is a program running in the
+workspace: it may change any file and does not say which. `WorkTreeChanges`
+takes the size and modification time of every file before the call and after
+it (outside `.git` directories at any depth and the top-level `traces/`), and
+records what was added, changed or removed in the tool context, so it goes
+into the step's commit and the result's `files_changed`. Paths `.gitignore`
+ignores are left out; names a message file cannot hold are left uncommitted
+and named in the result (`WorkTreeChanges.note`).
+
+The cost is one walk of the work tree, an `lstat` per file, before and after
+each call: about what `git status` pays. Such a program cannot announce a
+change before it makes it (as `agentfs/tools/base.py:ToolContext.write` does):
+if the run is killed during the call, the call is answered "interrupted" on
+resume and its files stay uncommitted in the work tree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Self
+
+from agentfs.store.git.ignore import not_ignored
+from agentfs.store.messages import workspace_path_problem
+from agentfs.store.unicode import shown
+from agentfs.tools.base import ToolContext
+
+__all__ = ["TOP_LEVEL_SKIPPED", "WorkTreeChanges", "snapshot"]
+
+#: Top-level folders whose files are never compared: agentfs commits them itself.
+TOP_LEVEL_SKIPPED = {"traces"}
+#: Names of uncommitted files a note quotes before saying how many more there are.
+NOTE_NAMES = 3
+
+#: A file's (modification time in ns, size), by its path relative to the root.
+Snapshot = dict[str, tuple[int, int]]
+
+
+def snapshot(root: Path) -> Snapshot:
+    """(mtime, size) of every file outside `.git` (at any depth) and `traces/`."""
+    files: Snapshot = {}
+    for directory, dirnames, filenames in os.walk(root):
+        dirnames[:] = [
+            d for d in dirnames
+            if d != ".git" and not (Path(directory) == root and d in TOP_LEVEL_SKIPPED)
+        ]
+        for name in filenames:
+            full = os.path.join(directory, name)
+            try:
+                st = os.lstat(full)
+            except FileNotFoundError:
+                continue
+            files[os.path.relpath(full, root)] = (st.st_mtime_ns, st.st_size)
+    return files
+
+
+class WorkTreeChanges:
+    """Records in `context.changed` the files changed during a `with` block, even one
+    that raises (see the module docstring)."""
+
+    def __init__(self, context: ToolContext) -> None:
+        self.context = context
+        self.root = context.root.resolve()
+        #: Changed files left uncommitted, each as `'name' (why)`.
+        self.unstored: list[str] = []
+        self._before: Snapshot = {}
+
+    def __enter__(self) -> Self:
+        self._before = snapshot(self.root)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        before, after = self._before, snapshot(self.root)
+        changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+        for path in sorted(not_ignored(self.root, changed)):
+            problem = workspace_path_problem(path)
+            if problem is None:
+                self.context.changed.add(path)
+            else:
+                self.unstored.append(f"'{shown(path)}' ({problem})")
+
+    def note(self) -> str:
+        """The line a result gets when changed files were left uncommitted, or ''."""
+        if not self.unstored:
+            return ""
+        more = (f" and {len(self.unstored) - NOTE_NAMES} more"
+                if len(self.unstored) > NOTE_NAMES else "")
+        return (f"[not committed, names agentfs cannot store: "
+                f"{', '.join(self.unstored[:NOTE_NAMES])}{more}]")
