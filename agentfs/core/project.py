@@ -41,10 +41,7 @@ from agentfs.store.meta import TraceContext
 from agentfs.store.trace import Trace, TraceMeta
 from agentfs.store.workspace import (
     CONFIG_FILE,
-    INBOX_DIR,
-    KNOWLEDGE_DIR,
-    SKILLS_DIR,
-    TRACES_DIR,
+    FOLDERS,
     Workspace,
     find_workspace,
 )
@@ -298,7 +295,7 @@ def init_workspace(directory: Path, *, commit_existing: bool = False) -> tuple[W
         atomic_write(workspace.config_path, DEFAULT_CONFIG_TEXT.encode())
         created.append(CONFIG_FILE)
         to_commit.append(CONFIG_FILE)
-    for name in (SKILLS_DIR, TRACES_DIR, INBOX_DIR, KNOWLEDGE_DIR):
+    for name in FOLDERS:
         folder = workspace.root / name
         if not folder.exists():
             folder.mkdir()

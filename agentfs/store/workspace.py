@@ -16,6 +16,8 @@ INBOX_DIR = "inbox"
 SKILLS_DIR = "skills"
 KNOWLEDGE_DIR = "knowledge"
 MESSAGES_DIR = "messages"
+#: The folders every workspace has (`agentfs init` makes them).
+FOLDERS = (SKILLS_DIR, TRACES_DIR, INBOX_DIR, KNOWLEDGE_DIR)
 TRACE_FILE = "trace.json"
 GOALS_FILE = "goals.json"
 

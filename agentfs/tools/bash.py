@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from agentfs.config import ToolsConfig
+from agentfs.store.workspace import FOLDERS
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
 from agentfs.tools.sandbox import SANDBOX_TMP, Sandbox, choose_sandbox
 from agentfs.tools.subprocesses import MINIMAL, NO_LIMITS, Limits, run_command
@@ -57,6 +60,8 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         if chosen.refuses:
             raise ToolFailure(chosen.refusal())
         root = context.root.resolve()
+        if chosen.bwrap:
+            _make_missing_folders(root, protected)
         with WorkTreeChanges(context) as changes, contextlib.ExitStack() as stack:
             prefix, fds = (stack.enter_context(chosen.command(root, command_env, protected))
                            if chosen.bwrap else ([], ()))
@@ -95,6 +100,18 @@ def _limited(limits: Limits) -> str:
     if limits.file_size is not None:
         said.append(f"files of at most {limits.file_size // 2**20} MB")
     return "; " + ", ".join(said) if said else ""
+
+
+def _make_missing_folders(root: Path, read_only: Iterable[str]) -> None:
+    """Make the workspace's own folders (`inbox/`, `skills/`, ...) that are read-only
+    and missing (a clone without their `.gitkeep`), empty, as `agentfs init` does: the
+    sandbox can only keep read-only what exists, and a command could otherwise make
+    them, with what they hold taken as knowledge, skills or new traces."""
+    wanted = {path.strip("/").lower() for path in read_only}
+    for name in FOLDERS:
+        if name in wanted and not os.path.lexists(root / name):
+            with contextlib.suppress(FileExistsError):
+                (root / name).mkdir()
 
 
 def _status(returncode: int, limits: Limits) -> str:

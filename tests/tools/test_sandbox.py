@@ -248,3 +248,23 @@ def test_run_says_at_start_that_bash_is_not_sandboxed(workspace, write_script):
     lines = [line for line in done.stderr.splitlines() if "without a sandbox" in line]
     assert lines == choose_sandbox("none").notices()
     assert 'without a sandbox (tools.bash_sandbox = "none")' in lines[0]
+
+
+@needs_bwrap
+def test_control_folders_a_clone_lacks_are_made_read_only_before_a_command_runs(workspace):
+    """A clone whose author left out `knowledge/`, `skills/` and `inbox/` (no
+    `.gitkeep`): a command can make none of them, so it cannot plant knowledge, a
+    skill or a new trace."""
+    for name in ("knowledge", "skills", "inbox"):
+        git(workspace, "rm", "-rq", "--ignore-unmatch", name)
+        shutil.rmtree(workspace / name, ignore_errors=True)
+    git(workspace, "commit", "-qm", "no control folders")
+    _, result, context = call(workspace, "mkdir -p knowledge skills/evil inbox; "
+                              "echo x > knowledge/evil.md; echo x > skills/evil/SKILL.md; "
+                              "echo x > inbox/drop.md", choose_sandbox("auto", "none",
+                                                                       workspace.resolve()))
+    assert "Read-only file system" in result.content and result.is_error
+    for name in ("knowledge", "skills", "inbox"):
+        assert (workspace / name).is_dir() and not any((workspace / name).iterdir())
+    assert context.changed == set()
+    assert_git_clean(workspace)  # empty folders: nothing for git to show
