@@ -383,7 +383,7 @@ def _file_routes(api: APIRouter, server: Server) -> None:
     def get_diff(trace_id: str, sequence: int) -> dict[str, Any]:
         trace = server.trace(trace_id)
         message = _message_of(trace, sequence)
-        diff = message_diff(trace.repo, trace.id, message, trace.meta.forked_from)
+        diff = message_diff(trace.repo, trace.rel(trace.workspace.traces_dir), trace.id, message)
         return {"trace": trace.id, "sequence": sequence, **diff.record()}
 
     @api.post("/traces/{trace_id}/fork", status_code=201,

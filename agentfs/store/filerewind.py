@@ -3,10 +3,11 @@ earlier step (`agentfs rewind --files`).
 
 Which files: those the trace's `tool` steps (and earlier file rewinds, and tool
 steps recovery adopted) changed after the target step, read from the commits on
-`main`, not from message files a person may have edited. Each is compared with
-what the last of those steps committed for it: a file that holds something
-else was changed by someone since, and the whole rewind is refused, naming it,
-before anything is written. A file that already holds the target's content
+`main`, not from message files a person may have edited; a fork's steps go on
+with those its origin had taken when it was forked (`lineage_log`). Each is
+compared with what the last of those steps committed for it: a file that holds
+something else was changed by someone since, and the whole rewind is refused,
+naming it, before anything is written. A file that already holds the target's content
 counts as restored, so running the same rewind again after a crash finishes it.
 """
 
@@ -25,7 +26,7 @@ from agentfs.store.git.objects import file_blob_id
 from agentfs.store.git.repo import EXEC_MODE, FILE_MODE, GitRepo, check_path
 from agentfs.store.regularfile import check_real_folders
 from agentfs.store.stepdiff import changed_files
-from agentfs.store.steplog import trace_log
+from agentfs.store.steplog import lineage_log
 
 __all__ = ["FileRewind", "FilesChangedSince", "plan_file_rewind"]
 
@@ -77,21 +78,24 @@ class FileRewind:
                 _write(repo, full, want, tmp_dir)
 
 
-def plan_file_rewind(repo: GitRepo, trace_id: str, trace_dir: str, target: bytes) -> FileRewind:
-    """The files to put back as commit `target` (the step rewound to) holds them.
+def plan_file_rewind(repo: GitRepo, traces_dir: str, trace_id: str,
+                     target: bytes) -> FileRewind:
+    """The files to put back as commit `target` (the step rewound to, in the trace's
+    lineage) holds them; `traces_dir` is the folder of the traces.
 
     Raises:
+      AgentfsError: `target` is not a step of the trace's lineage.
       FilesChangedSince: a file holds neither what the trace's last step that
         touched it committed nor the target's content.
     """
     last_written: dict[str, State] = {}
-    for step in trace_log(repo, trace_id):
+    for owner, step in lineage_log(repo, traces_dir, trace_id):
         commit = step.commit.encode()
         if commit == target:
             break
         if step.kind not in CHANGES_FILES:
             continue
-        for change in changed_files(repo, commit, outside=trace_dir):
+        for change in changed_files(repo, commit, outside=f"{traces_dir}/{owner}"):
             last_written.setdefault(change.path, change.new)  # the newest step wins
     else:
         raise AgentfsError(f"trace {trace_id!r}: commit {target.decode()[:10]} is not one of "

@@ -20,8 +20,7 @@ from dulwich.patch import write_object_diff
 from agentfs.store.git.carry import changed_paths
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.messages import Message
-from agentfs.store.meta import ForkOrigin
-from agentfs.store.steplog import step_of_message
+from agentfs.store.steplog import lineage_step_of_message
 
 #: Files larger than this, before or after a step, are not diffed (`render_diff`).
 DIFF_MAX_BYTES = 1024 * 1024
@@ -118,16 +117,14 @@ def step_diff(repo: GitRepo, commit: str, *, outside: str | None,
     return StepDiff(commit, changes, render_diff(repo, changes))
 
 
-def message_diff(repo: GitRepo, trace_id: str, message: Message,
-                 forked_from: ForkOrigin | None = None) -> StepDiff:
+def message_diff(repo: GitRepo, traces_dir: str, trace_id: str, message: Message) -> StepDiff:
     """The files tool result `message` changed (its `files_changed`, which may name a
     file of the trace such as goals.json), as the step that committed it changed
-    them; empty for any other message. In a fork (`forked_from`), a message it
-    copied is looked up in the trace it was copied from."""
+    them; empty for any other message. In a fork, a message it copied is looked up
+    in the trace it was copied from, and so on (`lineage_step_of_message`)."""
     files = set(message.files_changed or [])
-    if forked_from is not None and message.sequence <= forked_from.sequence:
-        trace_id = forked_from.trace
-    step = step_of_message(repo, trace_id, message.sequence) if files else None
-    if step is None:
+    found = (lineage_step_of_message(repo, traces_dir, trace_id, message.sequence)
+             if files else None)
+    if found is None:
         return StepDiff(None, [], "")
-    return step_diff(repo, step.commit, outside=None, only=files)
+    return step_diff(repo, found[1].commit, outside=None, only=files)

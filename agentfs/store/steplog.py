@@ -1,17 +1,19 @@
 """A trace's steps read back from Git: the commits on `main` whose trailers name the
-trace, newest first, along first parents only (cheap: no tree diffs)."""
+trace, newest first, along first parents only (cheap: no tree diffs); for a fork,
+followed back into the trace it was copied from (`lineage_log`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from agentfs.store.commits import StepKind, parse_trailers, parse_usage, subject
 from agentfs.store.git.repo import GitRepo
+from agentfs.store.meta import parse_meta
 from agentfs.store.spent import Spent
 
-__all__ = ["ADDS_MESSAGES", "LoggedStep", "Version", "file_versions", "step_of_message",
-           "trace_log"]
+__all__ = ["ADDS_MESSAGES", "LoggedStep", "Version", "file_versions", "lineage_log",
+           "lineage_step_of_message", "step_of_message", "trace_log"]
 
 #: Kinds of step that may change a file already committed under a trace.
 CHANGES_FILES = frozenset({StepKind.EDIT, StepKind.RECOVER, StepKind.UPGRADE})
@@ -33,10 +35,12 @@ class LoggedStep:
     usage: tuple[str, Spent] | None = None
 
 
-def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None) -> Iterator[LoggedStep]:
-    """The trace's steps on `main`, newest first; at most `limit` of them."""
+def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None, *,
+              start: bytes | None = None) -> Iterator[LoggedStep]:
+    """The trace's steps on `main` (from commit `start` back, if given), newest first;
+    at most `limit` of them."""
     shown = 0
-    for sha, commit in repo.first_parent_log():
+    for sha, commit in repo.first_parent_log(start=start):
         if limit is not None and shown >= limit:
             return
         trailers = parse_trailers(commit.message)
@@ -52,20 +56,78 @@ def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None) -> Iterato
 
 
 def step_of_message(repo: GitRepo, trace_id: str, sequence: int) -> LoggedStep | None:
-    """The step that committed message `sequence` on `main`, or None.
+    """The step of the trace itself that committed message `sequence` on `main`, or None
+    (for a message a fork copied, its `create` step: see `lineage_step_of_message`).
 
     A new message always gets a sequence above every existing one, so the steps that
     add messages have growing sequences: the one that added `sequence` is the oldest
     of them whose own sequence is at least `sequence` (a tool step is named by its
     last result). Walks the trace's whole log.
     """
+    return _adding_step(trace_log(repo, trace_id), sequence)
+
+
+def lineage_log(repo: GitRepo, traces_dir: str, trace_id: str) -> Iterator[tuple[str, LoggedStep]]:
+    """The trace's steps, newest first, each with the id of the trace whose step it is:
+    its own steps on `main`; then, for a fork (`agentfs fork`), the steps the trace it
+    was copied from had taken when the fork was made; and so on for a fork of a fork.
+    A fork's `create` step is left out: it copied the messages, its origin's steps
+    made them and changed the workspace's files.
+
+    Where a fork came from is read from `trace.json` as its `create` commit holds it
+    (`traces_dir` is the folder of the traces), not from the file a person may edit.
+    """
+    owner: str | None = trace_id
+    start = None
+    while owner is not None:
+        origin = None
+        for step in trace_log(repo, owner, start=start):
+            if step.kind == StepKind.CREATE:
+                origin = _origin(repo, f"{traces_dir}/{owner}", step.commit.encode())
+                if origin is not None:
+                    break
+            yield owner, step
+        owner, start = origin if origin is not None else (None, None)
+
+
+def lineage_step_of_message(repo: GitRepo, traces_dir: str, trace_id: str,
+                            sequence: int) -> tuple[str, LoggedStep] | None:
+    """The step that made message `sequence` and the trace it belongs to, or None:
+    `step_of_message`, except that for a message a fork copied (its `create` step
+    added it) the step is looked up in the trace it was copied from, as that trace
+    was when the fork was made, and so on."""
+    owner, start = trace_id, None
+    while True:
+        found = _adding_step(trace_log(repo, owner, start=start), sequence)
+        origin = (_origin(repo, f"{traces_dir}/{owner}", found.commit.encode())
+                  if found is not None and found.kind == StepKind.CREATE else None)
+        if origin is None:
+            return (owner, found) if found is not None else None
+        owner, start = origin
+
+
+def _adding_step(steps: Iterable[LoggedStep], sequence: int) -> LoggedStep | None:
+    """Of `steps` (newest first), the one that added message `sequence`."""
     found = None
-    for step in trace_log(repo, trace_id):
+    for step in steps:
         if step.kind in ADDS_MESSAGES and step.sequence is not None:
             if step.sequence < sequence:
                 break
             found = step
     return found
+
+
+def _origin(repo: GitRepo, trace_dir: str, create: bytes) -> tuple[str, bytes] | None:
+    """For a fork (the trace in `trace_dir`, created by commit `create`), the trace it
+    was copied from and the commit before `create`, where that trace's steps as of
+    the fork begin; None for a trace of its own."""
+    data = repo.read_file(create, f"{trace_dir}/trace.json")
+    try:
+        origin = parse_meta(data).forked_from if data is not None else None
+    except ValueError:
+        return None  # not agentfs's: no origin to follow
+    parents = repo.commit(create).parents
+    return (origin.trace, parents[0]) if origin is not None and parents else None
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from agentfs.store.meta import (
 )
 from agentfs.store.recovery import recover
 from agentfs.store.regularfile import check_real_folders, check_trace_folders, read_trace_file
-from agentfs.store.steplog import step_of_message, trace_log
+from agentfs.store.steplog import lineage_step_of_message, trace_log
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.unicode import escaped
@@ -763,14 +763,15 @@ class Trace:
         return Rewind(commit, changed)
 
     def _plan_files(self, sequence: int) -> FileRewind:
-        step = step_of_message(self.repo, self.id, sequence)
-        if step is None:
+        traces = self.rel(self.workspace.traces_dir)
+        found = lineage_step_of_message(self.repo, traces, self.id, sequence)
+        if found is None:
             raise AgentfsError(
                 f"trace {self.id!r}: no commit on main added message #{sequence}, so the "
                 "workspace files at that step are not known; nothing was changed",
                 hint=f"rewind without --files: `agentfs rewind {self.id} {sequence}`",
             )
-        return plan_file_rewind(self.repo, self.id, self.rel(self.dir), step.commit.encode())
+        return plan_file_rewind(self.repo, traces, self.id, found[1].commit.encode())
 
     def _restore_side_files(self, sequence: int) -> list[str]:
         """Put the files beside the messages (e.g. goals.json) back as they were when

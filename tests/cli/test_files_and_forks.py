@@ -270,6 +270,68 @@ def test_fork_refuses_a_point_or_a_name_it_cannot_use_and_writes_nothing(ws, arg
     assert_git_clean(ws)
 
 
+def test_rewind_files_in_a_fork_puts_back_what_the_steps_it_copied_changed(ws):
+    """The fork's messages were made by t's steps: those commits say which files to
+    put back and what they held; t itself is not changed."""
+    run_cli("fork", "t", "retry", cwd=ws)
+    original = git(ws, "rev-parse", "HEAD:traces/t")
+    done = run_cli("rewind", "retry", "6", "--files", cwd=ws)
+    assert done.stdout.splitlines() == [
+        "retry: head moved from #12 to #6",
+        "retry: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+    assert (ws / "notes/a.md").read_text() == "one\n" and not (ws / "notes/new.md").exists()
+    assert (ws / "gone.md").read_text() == "the agent removes this\n"
+    assert "Files restored as they were at #6:\n  gone.md\n  notes/a.md\n  notes/new.md" in (
+        git(ws, "log", "-1", "--format=%B"))
+    assert git(ws, "rev-parse", "HEAD:traces/t") == original
+    assert json.loads((ws / "traces/t/trace.json").read_text())["head"] == 12
+    assert_git_clean(ws)
+    # a fork of the fork follows both: retry's own rewind, then t's steps before #6
+    run_cli("fork", "retry", "again", cwd=ws)
+    done = run_cli("rewind", "again", "2", "--files", cwd=ws)
+    assert "again: restored 2 file(s): b.md, notes/a.md" in done.stdout
+    assert not (ws / "notes/a.md").exists() and not (ws / "b.md").exists()
+    done = run_cli("rewind", "again", "6", "--files", cwd=ws)
+    assert "again: restored 2 file(s): b.md, notes/a.md" in done.stdout
+    assert (ws / "notes/a.md").read_text() == "one\n"
+    assert_git_clean(ws)
+    git(ws, "fsck", "--strict", "--no-dangling")
+
+
+def test_rewind_files_in_a_fork_works_after_its_origin_trace_is_deleted(ws):
+    run_cli("fork", "t", "retry", cwd=ws)
+    git(ws, "rm", "-rq", "traces/t")
+    git(ws, "commit", "-qm", "t is done with")
+    done = run_cli("rewind", "retry", "6", "--files", cwd=ws)
+    assert "retry: restored 3 file(s): gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert_git_clean(ws)
+
+
+def test_a_fork_made_at_an_earlier_message_gets_its_files_by_rewinding_there_with_files(ws):
+    """A fork, like a rewind without --files, leaves the files as they are (as t's #12
+    left them): t's steps up to the fork count as the fork's, so a file rewind to its
+    head puts back what t changed after #6, as `agentfs rewind t 6 --files` would."""
+    run_cli("fork", "t", "--at", "6", "retry", cwd=ws)
+    assert (ws / "notes/a.md").read_text() == "two\n"
+    done = run_cli("rewind", "retry", "6", "--files", cwd=ws)
+    assert done.stdout.splitlines() == [
+        "retry: already at #6", "retry: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+    assert (ws / "notes/a.md").read_text() == "one\n" and not (ws / "notes/new.md").exists()
+    assert_git_clean(ws)
+
+
+def test_rewind_files_in_a_fork_refuses_a_file_its_origin_changed_after_the_fork(ws):
+    run_cli("fork", "t", "retry", cwd=ws)
+    run_cli("rewind", "t", "6", "--files", cwd=ws)  # t puts notes/a.md back to "one"
+    head = git(ws, "rev-parse", "HEAD")
+    files = _workspace_files(ws)
+    done = run_cli("rewind", "retry", "2", "--files", cwd=ws, check=False)
+    assert done.returncode == 1
+    assert ("trace 'retry': not rewinding the files: notes/a.md changed since the agent "
+            "last wrote them") in done.stderr
+    assert git(ws, "rev-parse", "HEAD") == head and _workspace_files(ws) == files
+
+
 def test_rewind_files_leaves_the_files_another_traces_steps_wrote(ws):
     other = {"turns": [{"text": "Mine.", "tool_calls": [
         {"name": "write_file", "input": {"path": "u.md", "content": "u's file\n"}}]},

@@ -94,3 +94,22 @@ def test_fork_through_the_api_is_agentfs_fork(served: Served):
         assert client.post("/api/traces/t/fork", json={"id": "a/b"}).status_code == 422
     assert git(root, "log", "-1", "--format=%s").strip() == "t-fork-1: create #10 forked from t at #10"
     assert_git_clean(root)
+
+
+def test_a_fork_rewinds_its_files_and_shows_its_copied_diffs_through_the_api(served: Served):
+    """The steps that made a fork's copied messages are its origin's, through a fork of a
+    fork too: the diff of a copied result and the files a rewind puts back come from them."""
+    root = served.root
+    with served.client() as client:
+        assert client.post("/api/traces/t/fork", json={"id": "t2"}).status_code == 201
+        assert client.post("/api/traces/t2/fork", json={"id": "t3"}).status_code == 201
+        copied = client.get("/api/traces/t3/messages/8/diff").json()
+        assert copied == {**client.get("/api/traces/t/messages/8/diff").json(), "trace": "t3"}
+        assert copied["files"] == [{"path": "a.md", "status": "modified"}]
+        done = client.post("/api/traces/t3/rewind", json={"sequence": 5, "files": True}).json()
+        assert done == {"trace": "t3", "previous": 10, "head": 5, "moved": True,
+                        "files": ["a.md", "b.md"]}
+        assert (root / "a.md").read_text() == "one\n" and not (root / "b.md").exists()
+    assert git(root, "log", "-1", "--format=%s").strip() == (
+        "t3: rewind #5 head moved to #5 (assistant), 2 file(s) restored")
+    assert_git_clean(root)

@@ -253,9 +253,11 @@ class GitRepo:
                     files[path] = (entry.mode, entry.sha)
         return files
 
-    def first_parent_log(self, ref: bytes = MAIN) -> Iterator[tuple[bytes, Commit]]:
-        """Commits from `ref` back along first parents (cheap: no tree diffs)."""
-        sha = self.head(ref)
+    def first_parent_log(self, ref: bytes = MAIN, *,
+                         start: bytes | None = None) -> Iterator[tuple[bytes, Commit]]:
+        """Commits from `ref` (or commit `start`) back along first parents (cheap: no
+        tree diffs)."""
+        sha = start if start is not None else self.head(ref)
         while sha is not None:
             commit = self.commit(sha)
             yield sha, commit
