@@ -52,7 +52,7 @@ from agentfs.store.meta import (
 )
 from agentfs.store.recovery import recover
 from agentfs.store.regularfile import check_real_folders, check_trace_folders, read_trace_file
-from agentfs.store.steplog import lineage_step_of_message, trace_log
+from agentfs.store.steplog import lineage_log, lineage_step_of_message
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.unicode import escaped
@@ -776,21 +776,27 @@ class Trace:
     def _restore_side_files(self, sequence: int) -> list[str]:
         """Put the files beside the messages (e.g. goals.json) back as they were when
         `sequence` was the head, so state kept in them follows the main path; returns
-        the paths changed. Found along `main` through the commits' trailers."""
-        commit = next((step.commit for step in trace_log(self.repo, self.id)
-                       if step.sequence == sequence), None)
-        if commit is None:
+        the paths changed. Found along `main` through the commits' trailers; for a
+        message a fork copied, in the trace it was copied from (`lineage_log`), whose
+        folder held them then."""
+        traces, here = self.rel(self.workspace.traces_dir), self.rel(self.dir)
+        found = next(((owner, step.commit) for owner, step
+                      in lineage_log(self.repo, traces, self.id) if step.sequence == sequence),
+                     None)
+        if found is None:
             return []
-        then = {p: e for p, e in self.repo.walk(commit.encode(), self.rel(self.dir)).items()
-                if self._is_side_file(p)}
-        now = {p: e for p, e in self.repo.walk(self.repo.head(), self.rel(self.dir)).items()
+        owner, commit = found[0], found[1].encode()
+        there = f"{traces}/{owner}"
+        then = {here + p[len(there):]: (e, p) for p, e in self.repo.walk(commit, there).items()
+                if self._is_side_file(here + p[len(there):])}
+        now = {p: e for p, e in self.repo.walk(self.repo.head(), here).items()
                if self._is_side_file(p)}
         changed = []
         for path in sorted(set(then) | set(now)):
-            if then.get(path) == now.get(path):
+            if path in then and then[path][0] == now.get(path):
                 continue
             full = self.workspace.root / path
-            data = self.repo.read_file(commit.encode(), path) if path in then else None
+            data = self.repo.read_file(commit, then[path][1]) if path in then else None
             if data is None:
                 full.unlink(missing_ok=True)
             else:
