@@ -96,12 +96,13 @@ class PriceTable:
         provider, name = _provider_and_name(model)
 
         def fit(key: str) -> tuple[int, bool] | None:
-            wanted, start = _provider_and_name(key)
-            if wanted is not None and provider is not None and wanted != provider:
-                return None
-            if name != start and not name.startswith(start + "-"):
-                return None
-            return len(start), wanted is not None
+            """How well `key` names the model: the length of the name it matched, and
+            whether it named the provider too. A key is tried as the whole model
+            name (`openai:gpt-4.1`), then as the name after the provider (`gpt-4.1`,
+            `llama3:8b`: a name may hold a colon)."""
+            if provider is not None and _starts(model, key):
+                return len(key) - len(provider) - 1, True
+            return (len(key), False) if _starts(name, key) else None
 
         for table, estimated in ((self.given, False), (DEFAULT_PRICES, True)):
             matches = {key: rank for key in table if (rank := fit(key)) is not None}
@@ -151,3 +152,8 @@ def _provider_and_name(model: str) -> tuple[str | None, str]:
     without a provider as (None, name)."""
     provider, sep, name = model.partition(":")
     return (provider, name) if sep else (None, model)
+
+
+def _starts(name: str, key: str) -> bool:
+    """Does `key` price `name`: the same, or the start of it followed by `-` (a dated id)."""
+    return name == key or name.startswith(key + "-")

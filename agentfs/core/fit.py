@@ -13,12 +13,16 @@ Text that is not valid Unicode (a lone surrogate, which a JSON escape such as
 `\\ud800` gives and no UTF-8 file can hold) is dealt with first, the same way: a
 tool call whose input holds one is not run, its input replaced by a note; the
 text holds U+FFFD in its place; a thinking block holding one is dropped (its
-signature would no longer match it).
+signature would no longer match it). So is a tool input holding a number
+JSON cannot write (infinity or NaN: `1e999` reads as infinity): stored, it
+would become `null`, and the call run or shown for approval would not be the
+call in the file.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from agentfs.store.messages import MAX_MESSAGE_BYTES, Message, UnwritableMessage, render_message
@@ -71,6 +75,27 @@ NOT_UNICODE = ("not run: this call holds text that is not valid Unicode (a lone 
                "replaced by this note. Call the tool again with the text as plain characters.")
 
 
+#: The note stored in place of a tool input holding infinity or NaN.
+NOT_FINITE = ("not run: this call's input holds a number too large for JSON (infinity or "
+              "NaN, as 1e999 reads), which agentfs cannot store, so it was replaced by this "
+              "note. Call the tool again with the number in range, or written as a string.")
+
+
+def _is_finite(data: object) -> bool:
+    """False if JSON data `data` holds a float that is infinite or NaN (looked at
+    without recursion: the depth limit is checked later, by the writer)."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return False
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
 def _valid_unicode(message: Message) -> Message:
     """`message` without lone surrogates (see the module docstring); itself if it holds
     none. A call whose id or name holds one gets an id of agentfs's: the APIs' patterns
@@ -83,6 +108,8 @@ def _valid_unicode(message: Message) -> Message:
                       "name": NOT_IN_TOOL_NAME.sub("_", valid_unicode(call.name))[:64] or "_"}
         if update or not _is_unicode(call.input):
             update["input"] = {REFUSED_INPUT_KEY: NOT_UNICODE}
+        elif not _is_finite(call.input):
+            update["input"] = {REFUSED_INPUT_KEY: NOT_FINITE}
         calls.append(call.model_copy(update=update) if update else call)
         changed |= bool(update)
     thinking = [block for block in message.thinking or [] if _is_unicode(block)]

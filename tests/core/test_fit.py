@@ -3,7 +3,7 @@ never stored unreadable."""
 
 from __future__ import annotations
 
-from agentfs.core.fit import NOT_UNICODE, REFUSED_INPUT_KEY
+from agentfs.core.fit import NOT_FINITE, NOT_UNICODE, REFUSED_INPUT_KEY
 from agentfs.core.runner import Runner
 from agentfs.models.base import ModelResponse
 from agentfs.store.messages import MAX_MESSAGE_BYTES, ToolCall
@@ -106,3 +106,31 @@ def test_a_call_whose_id_name_or_key_is_not_valid_unicode_is_answered_not_run(pr
     assert all(r.is_error and r.text == NOT_UNICODE for r in results)
     assert not list(project.workspace.root.glob("*.txt")) and path[-1].text == "done"
     assert_git_clean(project.workspace.root)
+
+
+def test_a_call_holding_infinity_is_answered_not_run_and_never_waits_unanswerable(project):
+    """1e999 reads as infinity, which a file stores as null: the call would not be the
+    call in its file, and an approval of it could never match. It is answered instead."""
+    from agentfs.store.approval import Answer
+
+    project.new_trace("t", user("go"))
+    model = ScriptedModel(
+        ModelResponse(tool_calls=[
+            ToolCall(id="c1", name="write_file",
+                     input={"path": "a.txt", "content": "a", "n": float("inf")}),
+            ToolCall(id="c2", name="write_file",
+                     input={"path": "b.txt", "content": "b", "deep": [{"x": float("nan")}]}),
+            ToolCall(id="c3", name="write_file", input={"path": "c.txt", "content": "c"})]),
+        "done")
+    result = Runner(project.workspace, project.repo, model, config=project.config,
+                    approve="acting", ask=lambda trace_id, call: Answer.YES).run("t")
+    path = project.trace("t").main_path()
+    calls = path[2].tool_calls
+    assert [c.input for c in calls[:2]] == [{REFUSED_INPUT_KEY: NOT_FINITE}] * 2
+    results = [m for m in path if m.role == "tool"]
+    assert [r.is_error for r in results] == [True, True, None]
+    assert results[0].text == NOT_FINITE
+    root = project.workspace.root
+    assert sorted(p.name for p in root.glob("*.txt")) == ["c.txt"]
+    assert result.final_text == "done"
+    assert_git_clean(root)

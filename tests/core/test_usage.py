@@ -142,6 +142,15 @@ def test_a_price_keyed_with_its_provider_prices_that_provider_s_model_only():
     assert (cost.amount, cost.text()) == (2.0, "$2.0000")
 
 
+def test_a_price_key_whose_model_name_holds_a_colon_still_matches():
+    own = PriceTable(WorkspaceConfig.model_validate({"prices": {
+        "llama3:8b": {"input": 1, "output": 2},
+        "ft:gpt-4o-mini:acme::abc": {"input": 3, "output": 4}}}).prices)
+    assert own.find("openai:llama3:8b")[0].input == 1
+    assert own.find("openai:ft:gpt-4o-mini:acme::abc")[0].input == 3
+    assert own.find("openai:llama3:70b") is None
+
+
 def test_an_unpriced_model_that_used_tokens_says_so_instead_of_costing_nothing():
     cost = PriceTable().cost({"local:llama": Spent(calls=1, input_tokens=10)})
     assert cost.text() == "no price for local:llama"
