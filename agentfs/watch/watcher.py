@@ -372,9 +372,10 @@ class Watcher:
 
     def _fingerprint(self, trace_id: str) -> tuple:
         """What a person changes to fix a failed trace: trace.json, approval.json,
-        messages/ and its folders, the inbox."""
+        messages/ and its folders, the inbox; and agentfs.toml (a default model that
+        could not be made, say)."""
         folder = self.project.workspace.trace_dir(trace_id)
-        stamps: list[tuple] = []
+        stamps: list[tuple] = [("agentfs.toml", self._config_stamp())]
         for path in [folder / "trace.json", folder / APPROVAL_FILE,
                      *folders(folder / MESSAGES_DIR),
                      *waiting(folder / INBOX_DIR)]:

@@ -514,3 +514,33 @@ def test_watch_with_a_model_that_cannot_run_fails_at_start(ws):
     done = run_cli("watch", "--once", "--model", "anthropic:claude-sonnet-4-5", cwd=ws,
                    env={"ANTHROPIC_API_KEY": ""}, check=False)
     assert done.returncode == 1 and "needs ANTHROPIC_API_KEY" in done.stderr
+
+
+def test_a_trace_that_failed_is_tried_again_once_agentfs_toml_changes(ws):
+    """A trace whose model could not be made (agentfs.toml's default without its key)
+    runs once agentfs.toml is fixed, not only after its own files change."""
+    from agentfs.errors import AgentfsError
+
+    fixed = threading.Event()
+
+    def model_for(model, preset):
+        if not fixed.is_set():
+            raise AgentfsError("model anthropic:x needs ANTHROPIC_API_KEY, which is not set")
+        return ReplayModel(ws / "script.json")
+
+    (ws / "traces/t/inbox/more.md").write_text("more\n")
+    events: list[tuple[str, dict]] = []
+    watcher = Watcher(Project.open(ws), model_for, lambda e, d: events.append((e, d)), settle=0)
+    for _ in range(3):
+        watcher.tick()
+        wait_for(lambda: not watcher._busy(), what="the run to end")
+    assert [e for e, _ in events] == ["run_started", "error"]  # not retried every tick
+
+    fixed.set()
+    config = ws / "agentfs.toml"
+    config.write_text(config.read_text() + "\n# the key is set now\n")
+    watcher.tick()
+    wait_for(lambda: not watcher._busy(), what="the run to end")
+    watcher.close()
+    assert [e for e, _ in events][-1] == "run_finished"
+    assert texts(ws)[-2:] == ["more", "answer 0"]
