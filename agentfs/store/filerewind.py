@@ -46,9 +46,10 @@ class FilesChangedSince(AgentfsError):
         shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
         super().__init__(
             f"trace {trace_id!r}: not rewinding the files: {shown} changed since the agent "
-            "last wrote them, and restoring would lose those changes; nothing was changed",
-            hint="copy your changes elsewhere and `git checkout -- PATH` puts back what the "
-            "agent wrote, or rewind without --files",
+            f"last wrote {'it' if len(paths) == 1 else 'them'}, and restoring would lose "
+            "those changes; nothing was changed",
+            hint="copy what you want to keep elsewhere and put back what the agent wrote "
+            "(`git log -p -- PATH` shows who changed it since), or rewind without --files",
         )
         self.paths = list(paths)
 

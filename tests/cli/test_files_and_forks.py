@@ -154,7 +154,7 @@ def test_a_user_commit_of_a_file_since_the_agent_wrote_it_also_refuses(ws):
     (ws / "b.md").write_text("reworded and committed by the user\n")
     git(ws, "commit", "-qam", "my wording")
     done = run_cli("rewind", "t", "2", "--files", cwd=ws, check=False)
-    assert done.returncode == 1 and "b.md changed since the agent last wrote them" in done.stderr
+    assert done.returncode == 1 and "b.md changed since the agent last wrote it" in done.stderr
 
 
 def test_rewinding_with_files_to_a_later_message_again_brings_the_agents_versions_back(ws):
@@ -328,7 +328,7 @@ def test_rewind_files_in_a_fork_refuses_a_file_its_origin_changed_after_the_fork
     done = run_cli("rewind", "retry", "2", "--files", cwd=ws, check=False)
     assert done.returncode == 1
     assert ("trace 'retry': not rewinding the files: notes/a.md changed since the agent "
-            "last wrote them") in done.stderr
+            "last wrote it") in done.stderr
     assert git(ws, "rev-parse", "HEAD") == head and _workspace_files(ws) == files
 
 

@@ -60,7 +60,7 @@ def test_rewind_with_files_restores_or_refuses_naming_the_files(served: Served):
         (root / "b.md").write_text("the user's b\n")
         refused = client.post("/api/traces/t/rewind", json={"sequence": 5, "files": True})
         assert refused.status_code == 409
-        assert "b.md changed since the agent last wrote them" in refused.json()["error"]
+        assert "b.md changed since the agent last wrote it" in refused.json()["error"]
         assert json.loads((root / "traces/t/trace.json").read_text())["head"] == 10
         (root / "b.md").write_text("bee\n")
         done = client.post("/api/traces/t/rewind", json={"sequence": 5, "files": True}).json()
