@@ -14,12 +14,13 @@ import dataclasses
 import os
 import signal
 from collections.abc import Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from agentfs.config import ToolsConfig
 from agentfs.store.workspace import FOLDERS
 from agentfs.tools.base import Tool, ToolContext, ToolFailure, ToolResult, cut_marker, schema
+from agentfs.tools.paths import WritePolicy
 from agentfs.tools.sandbox import SANDBOX_TMP, Sandbox, choose_sandbox
 from agentfs.tools.subprocesses import MINIMAL, NO_LIMITS, Limits, run_command
 from agentfs.tools.worktree import WorkTreeChanges
@@ -50,6 +51,7 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
     chosen = sandbox if sandbox is not None else choose_sandbox("auto")
     command_env = dict(env) if env is not None else dict(MINIMAL)
     protected = tuple(read_only)
+    policy = WritePolicy(protected)  # what the file tools may not change, the same list
     # a character is at most 4 bytes of UTF-8: enough bytes are kept to cut at output_limit
     bounded = dataclasses.replace(limits, output=4 * output_limit + 4)
 
@@ -61,7 +63,7 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
             raise ToolFailure(chosen.refusal())
         root = context.root.resolve()
         if chosen.bwrap:
-            _make_missing_folders(root, protected)
+            _make_missing_folders(root, policy)
         with WorkTreeChanges(context) as changes, contextlib.ExitStack() as stack:
             prefix, fds = (stack.enter_context(chosen.command(root, command_env, protected))
                            if chosen.bwrap else ([], ()))
@@ -102,14 +104,13 @@ def _limited(limits: Limits) -> str:
     return "; " + ", ".join(said) if said else ""
 
 
-def _make_missing_folders(root: Path, read_only: Iterable[str]) -> None:
+def _make_missing_folders(root: Path, policy: WritePolicy) -> None:
     """Make the workspace's own folders (`inbox/`, `skills/`, ...) that are read-only
-    and missing (a clone without their `.gitkeep`), empty, as `agentfs init` does: the
-    sandbox can only keep read-only what exists, and a command could otherwise make
-    them, with what they hold taken as knowledge, skills or new traces."""
-    wanted = {path.strip("/").lower() for path in read_only}
+    under `policy` and missing (a clone without their `.gitkeep`), empty, as `agentfs
+    init` does: the sandbox can only keep read-only what exists, and a command could
+    otherwise make them, with what they hold taken as knowledge, skills or new traces."""
     for name in FOLDERS:
-        if name in wanted and not os.path.lexists(root / name):
+        if policy.refusal(PurePosixPath(name)) is not None and not os.path.lexists(root / name):
             with contextlib.suppress(FileExistsError):
                 (root / name).mkdir()
 

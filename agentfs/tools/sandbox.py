@@ -176,7 +176,7 @@ class Sandbox:
                 read_only: Iterable[str] = ()) -> Iterator[tuple[list[str], tuple[int, ...]]]:
         """`arguments`, and the descriptors the process started with them must inherit
         (the socket filter bwrap reads), open until the block ends."""
-        with _readable(self.socket_filter) as fd:
+        with socket_filter.readable(self.socket_filter) as fd:
             yield self.arguments(root, env, read_only, filter_fd=fd), () if fd is None else (fd,)
 
     def arguments(self, root: Path, env: Mapping[str, str],
@@ -267,16 +267,6 @@ def _isolation(network: NetworkMode) -> tuple[str, ...]:
     return _ISOLATION + (_NO_NETWORK if network == "none" else ())
 
 
-@contextlib.contextmanager
-def _readable(program: bytes | None) -> Iterator[int | None]:
-    """A descriptor bwrap reads the socket filter `program` from, or None without one."""
-    if program is None:
-        yield None
-        return
-    with socket_filter.readable(program) as fd:
-        yield fd
-
-
 @functools.cache
 def _probe(network: NetworkMode, user: RunAs | None,
            root: Path | None) -> tuple[str | None, str | None]:
@@ -288,7 +278,7 @@ def _probe(network: NetworkMode, user: RunAs | None,
     where = "here" if user is None else f"as uid {user.uid}, the owner of {root}"
     workspace = [] if root is None else ["--bind", str(root), str(root), "--chdir", str(root)]
     try:
-        with _readable(Sandbox("bwrap", bwrap, network=network).socket_filter) as fd:
+        with socket_filter.readable(Sandbox("bwrap", bwrap, network=network).socket_filter) as fd:
             loads = [] if fd is None else ["--seccomp", str(fd)]
             done = subprocess.run(
                 [bwrap, *_isolation(network), *loads, *workspace, "true"],

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import struct
 from collections.abc import Iterator
@@ -79,6 +80,7 @@ MACHINES = {"x86_64": (_X86_64, _I386), "aarch64": (_AARCH64, _ARM)}
 _Op = tuple[int, int | str, int | str, int] | str  # an instruction, or a label
 
 
+@functools.cache
 def unix_socket_filter(machine: str) -> bytes | None:
     """The filter for `machine`, as bwrap reads it (struct sock_filter, one after the
     other), or None where agentfs does not know the machine's system calls."""
@@ -139,9 +141,12 @@ def _assemble(ops: list[_Op]) -> bytes:
 
 
 @contextlib.contextmanager
-def readable(program: bytes) -> Iterator[int]:
+def readable(program: bytes | None) -> Iterator[int | None]:
     """A descriptor to read `program` from once, as `bwrap --seccomp` does (the read
-    end of a pipe holding it), closed when the block ends."""
+    end of a pipe holding it), closed when the block ends; None without a program."""
+    if program is None:
+        yield None
+        return
     read, write = os.pipe()
     try:
         with os.fdopen(write, "wb") as pipe:  # a few hundred bytes: within a pipe's buffer
