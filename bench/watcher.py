@@ -120,14 +120,15 @@ def _drops(root: Path, script: Path, count: int, new: bool,
     time.sleep(delay)
     _workspace(root, () if new else ("t",))
     with _live(root, script) as (_, events):
+        resumed = events.count("run_started")  # the setup trace's first message, answered
         if new:
             timings = [_drop(events, root / "inbox" / f"new-{i:03d}.md", f"new-{i:03d}",
                              taken="new_trace") for i in range(count)]
         else:
             timings = [_drop(events, root / "traces/t/inbox" / f"drop-{i:03d}.md", "t")
                        for i in range(count)]
-    if events.count("run_started") != count:
-        raise RuntimeError(f"{count} drops started {events.count('run_started')} runs")
+    if (runs := events.count("run_started") - resumed) != count:
+        raise RuntimeError(f"{count} drops started {runs} runs")
     if new:
         _check_clean(root, root / "inbox")
     else:
@@ -219,11 +220,16 @@ def _drop(events: Events, path: Path, trace_id: str,
 @contextmanager
 def _live(root: Path, script: Path, **options: float) -> Iterator[tuple[Watcher, Events]]:
     """A watcher on `root` with the default settle window, looping on a thread and woken
-    by the watchdog observer, as `agentfs watch` runs it; stopped on exit."""
+    by the watchdog observer, as `agentfs watch` runs it; stopped on exit. Yielded once
+    its first look at every inbox is done and the runs its start resumed (the setup
+    traces' first messages) have ended: a measured drop must not meet one of them,
+    whose `run_started` would be taken for the drop's."""
     events = Events()
     watcher = Watcher(Project.open(root), lambda model, preset: ReplayModel(script), events,
                       runner_options=lambda: {"on_event": events}, **options)
     with run_in_background(watcher, root):
+        _until(lambda: time.monotonic() if watcher.last_rescan is not None
+               and not watcher._busy() else None, 120, "the watcher's start")
         yield watcher, events
     if errors := [d for _, e, d in events.items if e in ("error", "busy")]:
         raise RuntimeError(f"the watcher reported {errors[:3]}")
