@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,8 @@ from agentfs.errors import AgentfsError
 
 if TYPE_CHECKING:
     import socket
+
+    from agentfs.core.project import Project
 
 INSTALL = "pip install 'agentfs-workspace[serve]'"
 DEFAULT_MAX_BODY = 1024 * 1024
@@ -101,6 +104,10 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
     except Exception as exc:  # noqa: BLE001 -- only a speed-up: the server starts without it
         click.echo(f"agentfs serve: the warm-up request failed ({exc!r}); the first "
                    "page load may be slower", err=True)
+    stopping = threading.Event()  # ends the listing of long traces' folders
+    remembering = threading.Thread(target=_remember_names, args=(project, stopping),
+                                   daemon=True, name="agentfs-remember-names")
+    remembering.start()
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     url = f"http://{shown}:{bound_port}/" + (f"?token={quote(token, safe='')}" if token else "")
     click.echo(f"agentfs serve: {url} (workspace {project.workspace.root})")
@@ -112,6 +119,7 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
+            stopping.set()
             server.hub.close()  # end the event streams, so connections can close
             server.runs.stop_all(timeout=0)  # runs stop after their current step
             super().handle_exit(sig, frame)
@@ -136,9 +144,23 @@ def serve(  # noqa: PLR0913, PLR0917 -- click passes one parameter per option
         Server(config).run(sockets=[sock])
     finally:
         click.echo("agentfs serve: stopping; runs finish their current step", err=True)
+        stopping.set()
         server.hub.close()
         server.runs.stop_all()
+        remembering.join()  # done with the trace it was listing
         sock.close()
+
+
+def _remember_names(project: Project, stop: threading.Event) -> None:
+    """`agentfs/server/app.py:remember_names`, on the server's thread for it: an
+    error is said, and the server goes on (it is only a speed-up)."""
+    from agentfs.server.app import remember_names
+
+    try:
+        remember_names(project, stop)
+    except Exception as exc:  # noqa: BLE001 -- only a speed-up, as the warm-up is
+        click.echo(f"agentfs serve: listing the folders of long traces failed ({exc!r}); "
+                   "their first views may be slower", err=True)
 
 
 def _token(host: str, token: str | None, no_token: bool) -> str | None:

@@ -4,6 +4,7 @@ JSON."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from functools import partial
 from importlib.resources import files
@@ -31,10 +32,17 @@ from agentfs.server.events import EventHub
 from agentfs.server.guard import ASGIApp, Guard, GuardSettings
 from agentfs.server.routes import ApiError, ChooseModel, Server, build_router
 from agentfs.server.runs import BackgroundRuns
+from agentfs.store.message_dir import folders
+from agentfs.store.workspace import MESSAGES_DIR
 
-__all__ = ["create_app", "get_in_process", "status_of", "warm_up"]
+__all__ = ["REMEMBER_FROM", "create_app", "get_in_process", "remember_names", "status_of",
+           "warm_up"]
 
 STATIC = files("agentfs.server") / "static"
+#: A trace whose `messages/` has more folders than this has their names listed and
+#: saved at the server's start (`remember_names`); fewer are listed by a first view
+#: in a few milliseconds.
+REMEMBER_FROM = 10
 
 
 def status_of(exc: AgentfsError) -> int:
@@ -125,6 +133,29 @@ async def warm_up(app: Guard) -> int:
     the request never leaves the process."""
     status, _ = await get_in_process(app.app, "/api/-warm-up")
     return status
+
+
+def remember_names(project: Project, stop: threading.Event,
+                   more_than: int = REMEMBER_FROM) -> list[str]:
+    """List the message folders of every trace with more than `more_than` of them,
+    where their names were not saved yet or changed since, and save the names
+    (`agentfs/store/message_dir.py:MessageDir.sequences`, `agentfs/store/foldernames.py`):
+    what the first view of a long compressed trace would otherwise list while its
+    visitor waits, as after a `git clone`. `agentfs serve` runs it on a thread once it
+    listens; `stop` ends it between traces. Returns the ids of the traces it looked
+    at. A trace that cannot be read is left to its views, which say why."""
+    looked: list[str] = []
+    for trace_id in project.workspace.trace_ids():
+        if stop.is_set():
+            break
+        if len(folders(project.workspace.trace_dir(trace_id) / MESSAGES_DIR)) - 1 <= more_than:
+            continue  # `folders` lists messages/ itself first
+        try:
+            project.trace(trace_id).message_dir.sequences(0)
+        except AgentfsError:
+            continue
+        looked.append(trace_id)
+    return looked
 
 
 async def get_in_process(app: ASGIApp, path: str, query: str = "") -> tuple[int, bytes]:
