@@ -162,3 +162,21 @@ def test_a_nested_gitignore_is_committed_unless_its_folder_is_ignored(project, w
     assert removed.text == "[exit status 0]"
     assert git(root, "ls-files", "sub", ".venv") == ""
     assert_git_clean(root)
+
+
+def test_a_tracked_file_is_committed_when_it_changes_whatever_the_ignore_rules_say(
+        project, write_script):
+    """As in Git, a rule ignores only untracked files: neither the agent's new rule nor
+    the user's rule over a file added with `git add -f` hides a change of it."""
+    root = project.workspace.root
+    (root / ".gitignore").write_text("*.log\n")
+    (root / "main.py").write_text("print(1)\n")
+    (root / "keep.log").write_text("kept\n")
+    git(root, "add", "-f", ".gitignore", "main.py", "keep.log")
+    (result,) = _run_bash(project, write_script,
+                          r"printf 'main.py\n' >> .gitignore; echo evil > main.py; "
+                          r"echo more >> keep.log; echo new > new.log")
+    assert result.files_changed == [".gitignore", "keep.log", "main.py"]
+    assert result.text == "[not committed, new files .gitignore ignores: 'new.log']\n[exit status 0]"
+    assert git(root, "show", "HEAD~1:main.py") == "evil\n"
+    assert_git_clean(root)

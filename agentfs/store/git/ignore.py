@@ -1,5 +1,6 @@
 """What Git ignores in a work tree (`.gitignore`, `.git/info/exclude`), for code
-outside the store that must not see dulwich.
+outside the store that must not see dulwich. As in Git, only untracked files are
+ignored: a path in the index never is.
 
 One exception: a `.gitignore` that Git reads is never ignored here, even when a
 rule matches it, so a step that changes ignore rules commits them and a rule
@@ -15,6 +16,8 @@ from pathlib import Path
 from dulwich.errors import NotGitRepository
 from dulwich.ignore import IgnoreFilterManager
 from dulwich.repo import Repo
+
+from agentfs.store.git.index import stat_cache
 
 __all__ = ["is_ignore_file", "not_ignored"]
 
@@ -37,7 +40,11 @@ def not_ignored(root: Path, paths: Iterable[str]) -> set[str]:
         return paths
     try:
         ignore = IgnoreFilterManager.from_repo(repo)
-        return {p for p in paths if not ignore.is_ignored(p) or _read_by_git(ignore, p)}
+        ignored = {p for p in paths if ignore.is_ignored(p) and not _read_by_git(ignore, p)}
+        if ignored:
+            index = stat_cache(Path(repo.index_path()))
+            ignored = {p for p in ignored if not index.has(p)}
+        return paths - ignored
     finally:
         repo.close()
 
