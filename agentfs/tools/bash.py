@@ -78,8 +78,8 @@ def bash_tool(timeout: float, output_limit: int, env: Mapping[str, str] | None =
         if len(text) > output_limit or done.dropped:
             rest = len(text[output_limit:].encode("utf-8")) + done.dropped
             text = f"{text[:output_limit]}\n{cut_marker(rest, CUT_HINT)}"
-        if changes.unstored:  # names a message file cannot hold (not UTF-8, `.Git/`)
-            text = f"{text.rstrip()}\n{changes.note()}"
+        if note := changes.note():  # files left uncommitted, and why
+            text = f"{text.rstrip()}\n{note}"
         return ToolResult(f"{text.rstrip()}\n[{status}]".lstrip("\n"), is_error=failed)
 
     return Tool(

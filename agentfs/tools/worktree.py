@@ -6,8 +6,10 @@ takes the size and modification time of every file before the call and after
 it (outside `.git` directories at any depth and the top-level `traces/`), and
 records what was added, changed or removed in the tool context, so it goes
 into the step's commit and the result's `files_changed`. Paths `.gitignore`
-ignores are left out; names a message file cannot hold are left uncommitted
-and named in the result (`WorkTreeChanges.note`).
+ignores are left out, but never a `.gitignore` Git reads, so a rule cannot hide
+itself (`agentfs/store/git/ignore.py:not_ignored`); when the call changed one,
+the new files that are ignored are named in the result. Names a message file
+cannot hold are left uncommitted and named in the result (`WorkTreeChanges.note`).
 
 The cost is one walk of the work tree, an `lstat` per file, before and after
 each call: about what `git status` pays. Such a program cannot announce a
@@ -22,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Self
 
-from agentfs.store.git.ignore import not_ignored
+from agentfs.store.git.ignore import is_ignore_file, not_ignored
 from agentfs.store.messages import workspace_path_problem
 from agentfs.store.unicode import shown
 from agentfs.tools.base import ToolContext
@@ -65,6 +67,8 @@ class WorkTreeChanges:
         self.root = context.root.resolve()
         #: Changed files left uncommitted, each as `'name' (why)`.
         self.unstored: list[str] = []
+        #: New files that are ignored, when the call changed a `.gitignore` Git reads.
+        self.hidden: list[str] = []
         self._before: Snapshot = {}
 
     def __enter__(self) -> Self:
@@ -74,18 +78,25 @@ class WorkTreeChanges:
     def __exit__(self, *exc: object) -> None:
         before, after = self._before, snapshot(self.root)
         changed = {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
-        for path in sorted(not_ignored(self.root, changed)):
+        kept = not_ignored(self.root, changed)
+        for path in sorted(kept):
             problem = workspace_path_problem(path)
             if problem is None:
                 self.context.changed.add(path)
             else:
                 self.unstored.append(f"'{shown(path)}' ({problem})")
+        if any(is_ignore_file(p) for p in kept):  # the rules changed: say what they hide
+            self.hidden = [f"'{shown(p)}'" for p in sorted(changed - kept) if p not in before]
 
     def note(self) -> str:
-        """The line a result gets when changed files were left uncommitted, or ''."""
-        if not self.unstored:
-            return ""
-        more = (f" and {len(self.unstored) - NOTE_NAMES} more"
-                if len(self.unstored) > NOTE_NAMES else "")
-        return (f"[not committed, names agentfs cannot store: "
-                f"{', '.join(self.unstored[:NOTE_NAMES])}{more}]")
+        """The lines a result gets when changed files were left uncommitted, or ''."""
+        return "\n".join(
+            f"[not committed, {why}: {_named(names)}]" for why, names in (
+                ("new files .gitignore ignores", self.hidden),
+                ("names agentfs cannot store", self.unstored)) if names)
+
+
+def _named(names: list[str]) -> str:
+    """The first `NOTE_NAMES` of `names`, and how many more there are."""
+    more = f" and {len(names) - NOTE_NAMES} more" if len(names) > NOTE_NAMES else ""
+    return f"{', '.join(names[:NOTE_NAMES])}{more}"

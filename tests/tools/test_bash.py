@@ -10,7 +10,7 @@ from agentfs.models.replay import ReplayModel
 from agentfs.tools import ToolContext, ToolRegistry
 from agentfs.tools.bash import bash_tool
 from agentfs.tools.subprocesses import safe_environment
-from tests.conftest import assert_git_clean, git, user
+from tests.conftest import assert_git_clean, git, run_cli, user
 
 
 def call(root, command, timeout=10.0, limit=1000, env=None):
@@ -108,3 +108,75 @@ def test_a_file_named_in_bytes_that_are_not_utf8_is_left_uncommitted_and_named(
     assert git(root, "status", "--porcelain").splitlines() == [
         '?? "back\\\\slash.txt"', '?? "caf\\351.txt"']
     assert "fine.txt" in git(root, "show", "--name-only", "--format=", "HEAD~1")
+
+
+def _run_bash(project, write_script, *commands: str):
+    """Run trace 't' on a script calling bash with each command in turn, bash enabled;
+    returns the tool results."""
+    script = write_script([*({"tool_calls": [{"name": "bash", "input": {"command": c}}]}
+                             for c in commands), {"text": "done"}])
+    config = project.workspace.config_path
+    config.write_text(config.read_text() + "\n[tools]\nbash = true\n")
+    git(project.workspace.root, "commit", "-qam", "enable bash")
+    from agentfs.core.project import Project
+
+    project = Project.open(project.workspace.root)
+    project.new_trace("t", user("go"))
+    Runner(project.workspace, project.repo, ReplayModel(script), config=project.config).run("t")
+    return [m for m in project.trace("t").main_path() if m.role == "tool"]
+
+
+def test_a_gitignore_that_ignores_itself_and_a_file_is_committed_and_the_file_named(
+        project, write_script):
+    """The rule the agent wrote is in the step, so no view says it changed nothing."""
+    root = project.workspace.root
+    (result,) = _run_bash(project, write_script,
+                          r"printf '.gitignore\npayload\n' > .gitignore; echo x > payload")
+    assert result.files_changed == [".gitignore"]
+    assert result.text == ("[not committed, new files .gitignore ignores: 'payload']\n"
+                           "[exit status 0]")
+    step = git(root, "log", "-1", "-p", "--format=", "--grep", "t: tool")
+    assert "+++ b/.gitignore" in step and "+payload" in step
+    assert (root / "payload").exists() and "payload" not in git(root, "ls-files")
+    assert_git_clean(root)
+    shown = run_cli("log", "t", "-p", cwd=root).stdout
+    assert "+payload" in shown
+
+
+def test_a_nested_gitignore_is_committed_unless_its_folder_is_ignored(project, write_script):
+    """`.venv/` is the user's rule: what the agent writes under it stays out, its
+    `.gitignore` too; `sub/.gitignore` is read by Git, so it is committed, and removing
+    it later is a change of the step that does it too."""
+    root = project.workspace.root
+    (root / ".gitignore").write_text(".venv/\n")
+    git(root, "add", ".gitignore")
+    made, removed = _run_bash(
+        project, write_script,
+        r"mkdir -p sub .venv; printf '*\n' > sub/.gitignore; echo x > sub/payload; "
+        r"printf '*\n' > .venv/.gitignore; echo y > .venv/python",
+        "rm sub/.gitignore sub/payload")
+    assert made.files_changed == ["sub/.gitignore"]
+    assert made.text == ("[not committed, new files .gitignore ignores: '.venv/.gitignore', "
+                         "'.venv/python', 'sub/payload']\n[exit status 0]")
+    assert removed.files_changed == ["sub/.gitignore", "sub/payload"]
+    assert removed.text == "[exit status 0]"
+    assert git(root, "ls-files", "sub", ".venv") == ""
+    assert_git_clean(root)
+
+
+def test_a_tracked_file_is_committed_when_it_changes_whatever_the_ignore_rules_say(
+        project, write_script):
+    """As in Git, a rule ignores only untracked files: neither the agent's new rule nor
+    the user's rule over a file added with `git add -f` hides a change of it."""
+    root = project.workspace.root
+    (root / ".gitignore").write_text("*.log\n")
+    (root / "main.py").write_text("print(1)\n")
+    (root / "keep.log").write_text("kept\n")
+    git(root, "add", "-f", ".gitignore", "main.py", "keep.log")
+    (result,) = _run_bash(project, write_script,
+                          r"printf 'main.py\n' >> .gitignore; echo evil > main.py; "
+                          r"echo more >> keep.log; echo new > new.log")
+    assert result.files_changed == [".gitignore", "keep.log", "main.py"]
+    assert result.text == "[not committed, new files .gitignore ignores: 'new.log']\n[exit status 0]"
+    assert git(root, "show", "HEAD~1:main.py") == "evil\n"
+    assert_git_clean(root)
