@@ -3,9 +3,9 @@
 A bash command or a tool of a stdio MCP server is a program running in the
 workspace: it may change any file and does not say which. `WorkTreeChanges`
 takes the size and modification time of every file before the call and after
-it (outside `.git` directories at any depth and the top-level `traces/`), and
-records what was added, changed or removed in the tool context, so it goes
-into the step's commit and the result's `files_changed`. Paths `.gitignore`
+it (outside `.git` directories at any depth and the top-level `traces/` and
+`inbox/`), and records what was added, changed or removed in the tool context,
+so it goes into the step's commit and the result's `files_changed`. Paths `.gitignore`
 ignores are left out, but never a `.gitignore` Git reads, so a rule cannot hide
 itself (`agentfs/store/git/ignore.py:not_ignored`); when the call changed one,
 the new files that are ignored are named in the result. Names a message file
@@ -27,12 +27,15 @@ from typing import Self
 from agentfs.store.git.ignore import is_ignore_file, not_ignored
 from agentfs.store.messages import workspace_path_problem
 from agentfs.store.unicode import shown
+from agentfs.store.workspace import INBOX_DIR, TRACES_DIR
 from agentfs.tools.base import ToolContext
 
 __all__ = ["TOP_LEVEL_SKIPPED", "WorkTreeChanges", "snapshot"]
 
-#: Top-level folders whose files are never compared: agentfs commits them itself.
-TOP_LEVEL_SKIPPED = {"traces"}
+#: Top-level folders whose files are never compared: agentfs commits them itself
+#: (a file dropped into `inbox/` during a call is the watcher's to take, and the
+#: `.rejected/` folder it puts files aside in is its own).
+TOP_LEVEL_SKIPPED = {TRACES_DIR, INBOX_DIR}
 #: Names of uncommitted files a note quotes before saying how many more there are.
 NOTE_NAMES = 3
 
@@ -41,7 +44,8 @@ Snapshot = dict[str, tuple[int, int]]
 
 
 def snapshot(root: Path) -> Snapshot:
-    """(mtime, size) of every file outside `.git` (at any depth) and `traces/`."""
+    """(mtime, size) of every file outside `.git` (at any depth) and the top-level
+    `TOP_LEVEL_SKIPPED` folders."""
     files: Snapshot = {}
     for directory, dirnames, filenames in os.walk(root):
         dirnames[:] = [

@@ -180,3 +180,17 @@ def test_a_tracked_file_is_committed_when_it_changes_whatever_the_ignore_rules_s
     assert result.text == "[not committed, new files .gitignore ignores: 'new.log']\n[exit status 0]"
     assert git(root, "show", "HEAD~1:main.py") == "evil\n"
     assert_git_clean(root)
+
+
+def test_a_file_dropped_into_the_inbox_during_a_call_is_left_to_the_watcher(workspace):
+    from agentfs.store.inbox import reject
+    from agentfs.tools.worktree import WorkTreeChanges
+
+    context = ToolContext(workspace, "t")
+    with WorkTreeChanges(context):
+        (workspace / "notes.txt").write_text("the call's own file\n")
+        (workspace / "inbox" / "new.md").write_text("a new trace, dropped meanwhile\n")
+        bad = workspace / "inbox" / "bad.md"
+        bad.write_bytes(b"\xff")
+        reject(bad, bad, "not UTF-8")  # the watcher puts one aside: .rejected/.gitignore
+    assert context.changed == {"notes.txt"}
