@@ -3,7 +3,9 @@
 Nothing here states a rule of its own: `agentfs.toml` is checked by
 `agentfs/config.py:load_config`, `trace.json` by `agentfs/store/meta.py:load_meta`,
 message files by `agentfs/store/message_dir.py:MessageDir.problems` (the rules a
-run applies, each file once, the parse cache reused), the side-branch queue by
+run applies, each file once, the parse cache reused), uncommitted edits by
+`agentfs/store/recovery.py:edit_problem` (recovery's check as a dry run, asked
+first as a run does), the side-branch queue by
 `agentfs/core/sidequeue.py:queue_problems`, skills by `agentfs/skills.py:load_skills`,
 knowledge items by `agentfs/core/knowledge.py:load_items`, the inboxes by
 `agentfs/store/inbox.py:inbox_problem`, the index against HEAD by
@@ -94,9 +96,9 @@ def config_digest(workspace: Workspace) -> str | None:
 
 
 def diagnose(workspace: Workspace) -> Diagnosis:
-    """Check the workspace's configuration, traces, their goal trees and waiting calls,
-    message files and main paths, side-branch queues and the index's entries for
-    `traces/`."""
+    """Check the workspace's configuration, traces, the uncommitted edits a run would
+    refuse, their goal trees and waiting calls, message files and main paths,
+    side-branch queues and the index's entries for `traces/`."""
     from agentfs.core.sidequeue import queue_problems
     from agentfs.core.toolstep import foreign_calls_problem
     from agentfs.store.git.packing import backlog_problem
@@ -127,14 +129,19 @@ def diagnose(workspace: Workspace) -> Diagnosis:
                 report.messages += len(trace.messages())
             try:
                 trace.meta  # noqa: B018 — loading it is the check
+                # first, as a run meets it: a file an edit broke is named as the run
+                # names it, with the command that undoes the edit
+                refused = None if problems else edit_problem(trace)
+                if refused is not None:
+                    report.problems.append(refused)
+                    continue  # the run stops there; the readers would name it again
                 GoalsFile.load(trace.dir / GOALS_FILE)
                 trace.pending_approval()
                 problems += [str(p) for p in queue_problems(trace)]
                 if not problems:
                     trace.main_path()  # a run and every view follow it: it must lead back
                     problems += map(str, filter(None, [
-                        trace.iterations_problem(), foreign_calls_problem(trace),
-                        edit_problem(trace)]))
+                        trace.iterations_problem(), foreign_calls_problem(trace)]))
             except AgentfsError as exc:
                 problems.insert(0, str(exc))
             report.problems += problems

@@ -242,19 +242,22 @@ def test_doctor_says_when_packing_has_not_kept_up_and_git_gc_clears_it(tmp_path:
 
 
 def test_doctor_names_a_main_path_that_leads_to_a_missing_file(tmp_path: Path) -> None:
-    """What `show` and `run` refuse, doctor names, with the command that finds the file."""
+    """What `show` and `run` refuse, doctor names: a file deleted by hand, with the
+    command that restores it, as the run names it; `show`, which commits nothing, with
+    the command that finds it."""
     ws = make(tmp_path)
     _, user, answer = message_files(ws, "good")
     user.unlink()  # the answer's parent
     done = run_cli("doctor", cwd=ws, check=False)
     assert done.returncode == 1
     [line] = done.stdout.splitlines()
-    assert f"the main path needs message #2 (parent of {answer.name})" in line
-    listed = line.split("`")[1]
+    needs = f"the main path needs message #2 (parent of {answer.name})"
+    assert needs in line and f"`git checkout -- {user.relative_to(ws).as_posix()}`" in line
+    refused = run_cli("show", "good", cwd=ws, check=False)
+    assert refused.returncode == 1 and needs in refused.stderr
+    listed = refused.stderr.split("`")[1]
     assert listed.startswith("git ls-files --deleted ")
     assert git(ws, *listed.split()[1:]).strip() == user.relative_to(ws).as_posix()
-    refused = run_cli("show", "good", cwd=ws, check=False)
-    assert refused.returncode == 1 and line in refused.stderr
 
 
 FOLDER = "traces/demo/messages/000000-000999"
@@ -302,6 +305,32 @@ def test_doctor_reports_what_the_next_run_refuses(tmp_path: Path, edit, said) ->
     assert fix in found.stdout  # a command to run, as given
     refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
     assert refused.returncode == 1 and said in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("edit", [
+    lambda ws: (ws / "traces/demo/approval.json").write_text("{ not json"),
+    lambda ws: (ws / "traces/demo/goals.json").write_text("{ not json"),
+    lambda ws: (ws / FOLDER / "000008-assistant.md").unlink(),
+], ids=["new-approval-json", "goals-json", "deleted-message"])
+def test_doctor_names_an_edit_that_breaks_a_file_as_the_run_refuses_it(tmp_path: Path,
+                                                                        edit) -> None:
+    """An uncommitted edit of a file doctor also reads is reported once, in the run's
+    words, and the commands named undo it (for a file never committed, `rm`, not
+    `git checkout`)."""
+    ws = tmp_path / "demo"
+    run_cli("demo", str(ws), cwd=tmp_path)
+    edit(ws)
+    found = run_cli("doctor", cwd=ws, check=False)
+    assert found.returncode == 1
+    [line] = found.stdout.splitlines()
+    refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
+    assert refused.returncode == 1
+    assert line.replace("the next run refuses your changes under traces/demo",
+                        "your changes under traces/demo were not committed") in refused.stderr
+    for command in [c for c in line.split("`")[1::2] if c.startswith(("git ", "rm "))]:
+        subprocess.run(command.split(), cwd=ws, check=True, capture_output=True)
+    assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
+    assert_git_clean(ws)
 
 
 def test_the_undo_hint_of_a_refused_edit_runs_as_given(tmp_path: Path) -> None:
