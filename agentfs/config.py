@@ -348,12 +348,30 @@ def load_config(path: Path) -> WorkspaceConfig:
 
 
 def _did_you_mean(error: Any) -> str | None:
-    """For an unknown key, the known key of its table it most resembles."""
+    """For an unknown key, the known key of its table it most resembles, else the
+    table one level down or up where that key is known (`_misplaced`)."""
     if error["type"] != "extra_forbidden":
         return None
     *table, key = error["loc"]
     close = difflib.get_close_matches(str(key), _known_keys(table), n=1)
-    return f"did you mean {close[0]!r}?" if close else None
+    return f"did you mean {close[0]!r}?" if close else _misplaced(table, str(key))
+
+
+def _misplaced(table: list[str | int], key: str) -> str | None:
+    """Where `key`, unknown in `table`, belongs when a table inside it or the one
+    around it knows it: the common slips of a key left above its `[table]` line, or
+    written below one (in TOML every key after `[tools]` belongs to `tools`)."""
+    for name in _known_keys(table):
+        if key in _known_keys([*table, name]):
+            inner = ".".join(map(str, [*table, name]))
+            return f"{key!r} is a key of [{inner}]: write it below the `[{inner}]` line"
+    if table and key in _known_keys(table[:-1]):
+        here = ".".join(map(str, table))
+        where = (f"in [{'.'.join(map(str, table[:-1]))}]" if len(table) > 1
+                 else "at the top of the file, above the first [table] line")
+        return (f"{key!r} belongs {where}: every key after the `[{here}]` line "
+                f"belongs to [{here}]")
+    return None
 
 
 def _known_keys(location: list[str | int]) -> list[str]:

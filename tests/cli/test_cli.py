@@ -343,6 +343,25 @@ def test_the_settings_init_writes_commented_out_work_once_uncommented(tmp_path):
     assert config.tools.bash is True and config.tools.approve == "acting"
 
 
+def test_a_key_above_or_below_the_table_it_belongs_to_is_named_with_where_it_goes(tmp_path):
+    """Uncommenting `bash = true` alone leaves it above `[tools]`; a key added at the
+    end of the file lands in its last table: the error says where each belongs."""
+    root = tmp_path / "ws"
+    run_cli("init", str(root), cwd=tmp_path)
+    toml = root / "agentfs.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace("# bash =", "bash ="))
+    done = run_cli("status", cwd=root, check=False)
+    assert done.returncode == 1
+    assert (f"{toml}: bash: Extra inputs are not permitted ('bash' is a key of [tools]: "
+            "write it below the `[tools]` line)") in done.stderr
+    toml.write_text(text + "[tools]\nbash = true\nmax_iterations = 5\n")
+    done = run_cli("doctor", cwd=root, check=False)
+    assert ("tools.max_iterations: Extra inputs are not permitted ('max_iterations' "
+            "belongs at the top of the file, above the first [table] line: every key "
+            "after the `[tools]` line belongs to [tools])") in done.stdout + done.stderr
+
+
 def test_init_on_existing_repo_adds_only_what_is_missing(tmp_path):
     root = tmp_path / "repo"
     root.mkdir()
