@@ -236,7 +236,7 @@ def load_meta(path: Path, git_path: str) -> TraceMeta:
                "does)" if unknown else "fix it")
         raise AgentfsError(
             f"{path}: invalid fields: {validation_problems(exc)}",
-            hint=f"{fix}, or restore it with `git checkout -- {git_path}`",
+            hint=f"{fix}, or restore it with `git checkout HEAD -- {git_path}`",
         ) from None
 
 

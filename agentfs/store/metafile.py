@@ -46,7 +46,7 @@ def read_meta_file(path: Path, git_path: str) -> tuple[bytes, Any]:
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise AgentfsError(
             f"{path}: not valid JSON ({exc})",
-            hint=f"fix it, or restore it with `git checkout -- {git_path}`",
+            hint=f"fix it, or restore it with `git checkout HEAD -- {git_path}`",
         ) from None
     version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else None
     if isinstance(version, int) and version > FORMAT_VERSION:

@@ -256,17 +256,25 @@ UNDO_NAMED = 8
 
 def _undo_hint(trace: Trace, changed: list[str], head_commit: bytes | None) -> str:
     """Commands that undo `changed` (paths from the workspace root), as a person can run
-    them there: committed files checked out again, new ones removed."""
+    them there: committed files checked out again from `HEAD` (which also takes back a
+    staged deletion or rename, and a file a stopped `git revert` or merge left
+    unmerged, where `git checkout -- FILE` is refused), new ones removed (from the
+    index too if staged); and the Git command that stopped halfway, if one did."""
+    unfinished = trace.unfinished_note()
     if len(changed) > UNDO_NAMED:
         where = shlex.quote(trace.rel(trace.dir))
-        return (f"fix the files, or undo every change under {where}: `git checkout -- "
-                f"{where}` and, for new files, `git clean -n -- {where}` lists them; "
-                "then run again")
+        return (f"{unfinished}fix the files, or undo every change under {where}: "
+                f"`git checkout HEAD -- {where}` and, for new files, `git clean -n -- {where}` "
+                "lists them; then run again")
     committed = [p for p in changed if trace.repo.tree_lookup(head_commit, p) is not None]
     new = [p for p in changed if p not in committed]
-    undo = [f"`git checkout -- {' '.join(map(shlex.quote, committed))}`"] if committed else []
-    undo += [f"`rm -- {' '.join(map(shlex.quote, new))}`"] if new else []
-    return f"fix the file, or undo the change: {' and '.join(undo)}; then run again"
+    staged = trace.repo.stat_cache()
+    undo = ([f"`git checkout HEAD -- {' '.join(map(shlex.quote, committed))}`"]
+            if committed else [])
+    for command, paths in (("git rm -qf --", [p for p in new if staged.has(p)]),
+                           ("rm --", [p for p in new if not staged.has(p)])):
+        undo += [f"`{command} {' '.join(map(shlex.quote, paths))}`"] if paths else []
+    return f"{unfinished}fix the file, or undo the change: {' and '.join(undo)}; then run again"
 
 
 def _touches(changed: list[str], path: str) -> bool:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from agentfs.errors import AgentfsError, NoSuchMessage, TraceExists
+from agentfs.errors import AgentfsError, NoSuchMessage, TraceExists, TraceNotFound
 from agentfs.store.approval import APPROVAL_FILE, PendingApproval, read_pending, write_pending
 from agentfs.store.atomic import atomic_write
 from agentfs.store.commits import Step, usage_trailer
@@ -203,8 +203,21 @@ class Trace:
     def meta(self) -> TraceMeta:
         if self._meta is None:
             self.check_folders()
-            self._meta = load_meta(self.meta_path, self.rel(self.meta_path))
+            try:
+                self._meta = load_meta(self.meta_path, self.rel(self.meta_path))
+            except TraceNotFound:
+                raise
+            except AgentfsError as exc:  # e.g. conflict markers a stopped `git revert` left
+                exc.hint = f"{self.unfinished_note()}{exc.hint}" if exc.hint else exc.hint
+                raise
         return self._meta
+
+    def unfinished_note(self) -> str:
+        """The start of a hint naming the command that undoes a Git command stopped
+        halfway in the workspace (`agentfs/store/git/repo.py:GitRepo.unfinished`),
+        which may be what left a file in the state refused; '' if none did."""
+        abort = self.repo.unfinished()
+        return f"`{abort}` undoes the unfinished `{abort.split()[1]}`, or " if abort else ""
 
     def check_folders(self) -> None:
         """Refuse the trace if `traces/`, its folder or its `messages/` is a symlink

@@ -63,7 +63,7 @@ def test_doctor_prints_one_line_per_problem_naming_the_file_and_its_fix(tmp_path
     config, trace_json, bad_user, duplicate, queue, *index = lines
     assert "agentfs.toml" in config and "did you mean 'max_iterations'?" in config
     assert "traces/good/trace.json: not valid JSON" in trace_json
-    assert "git checkout -- traces/good/trace.json" in trace_json
+    assert "git checkout HEAD -- traces/good/trace.json" in trace_json
     assert str(user) in bad_user
     assert "sequence 1 is also used by" in duplicate and "rename one" in duplicate
     assert "trace.json: side_queue: unknown side-branch type 'magic'" in queue
@@ -252,7 +252,7 @@ def test_doctor_names_a_main_path_that_leads_to_a_missing_file(tmp_path: Path) -
     assert done.returncode == 1
     [line] = done.stdout.splitlines()
     needs = f"the main path needs message #2 (parent of {answer.name})"
-    assert needs in line and f"`git checkout -- {user.relative_to(ws).as_posix()}`" in line
+    assert needs in line and f"`git checkout HEAD -- {user.relative_to(ws).as_posix()}`" in line
     refused = run_cli("show", "good", cwd=ws, check=False)
     assert refused.returncode == 1 and needs in refused.stderr
     listed = refused.stderr.split("`")[1]
@@ -301,7 +301,9 @@ def test_doctor_reports_what_the_next_run_refuses(tmp_path: Path, edit, said) ->
     found = run_cli("doctor", cwd=ws, check=False)
     assert found.returncode == 1 and said in found.stdout, found.stdout
     fix = ("--pending-tools run" if "asks for tool call" in said
-           else "`rm -- traces/" if "a tool result for" in said else "`git checkout -- traces/")
+           else "`rm -- traces/" if "a tool result for" in said
+           else "`git checkout -- traces/" if "no trace.json" in said
+           else "`git checkout HEAD -- traces/")
     assert fix in found.stdout  # a command to run, as given
     refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
     assert refused.returncode == 1 and said in refused.stderr, refused.stderr
@@ -345,12 +347,51 @@ def test_the_undo_hint_of_a_refused_edit_runs_as_given(tmp_path: Path) -> None:
     refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
     assert refused.returncode == 1, refused.stderr
     commands = [c for c in refused.stderr.split("`")[1::2] if c.startswith(("git ", "rm "))]
-    assert commands == ["git checkout -- traces/demo/messages/000000-000999/000012-assistant.md",
+    assert commands == ["git checkout HEAD -- traces/demo/messages/000000-000999/000012-assistant.md",
                         "rm -- traces/demo/messages/000000-000999/000012-user.md"]
     for command in commands:
         subprocess.run(command.split(), cwd=ws, check=True, capture_output=True)
     assert_git_clean(ws)
     run_cli("run", "demo", "-m", "go on", cwd=ws)
+
+
+def test_the_undo_hint_of_a_staged_rename_runs_as_given(tmp_path: Path) -> None:
+    """`git mv` stages the change: `git checkout -- FILE` would be refused for the old
+    name (the index no longer has it), and `rm` would leave the new one staged."""
+    ws = tmp_path / "demo"
+    run_cli("demo", str(ws), cwd=tmp_path)
+    git(ws, "mv", f"{FOLDER}/000012-assistant.md", f"{FOLDER}/000013-assistant.md")
+    moved = ws / FOLDER / "000013-assistant.md"
+    moved.write_text(moved.read_text().replace("sequence: 12", "sequence: 13"))
+    refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
+    assert refused.returncode == 1, refused.stderr
+    commands = [c for c in refused.stderr.split("`")[1::2] if c.startswith(("git ", "rm "))]
+    assert commands == ["git checkout HEAD -- traces/demo/messages/000000-000999/000012-assistant.md",
+                        "git rm -qf -- traces/demo/messages/000000-000999/000013-assistant.md"]
+    for command in commands:
+        subprocess.run(command.split(), cwd=ws, check=True, capture_output=True)
+    assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
+    assert_git_clean(ws)
+
+
+def test_a_git_revert_stopped_on_a_conflict_is_named_with_its_abort(tmp_path: Path) -> None:
+    """A revert of an older step stops on trace.json; the refusal says how to abort
+    it, and its checkout works on the unmerged file, where `git checkout --` does not."""
+    ws = tmp_path / "demo"
+    run_cli("demo", str(ws), cwd=tmp_path)
+    run_cli("run", "demo", "-m", "once more", cwd=ws)
+    step = git(ws, "log", "--format=%H", "--grep", "demo: user #13").split()[0]
+    reverted = subprocess.run(["git", "revert", "--no-edit", step], cwd=ws, check=False,
+                              capture_output=True, text=True)
+    assert reverted.returncode != 0 and "traces/demo/trace.json" in git(
+        ws, "diff", "--name-only", "--diff-filter=U")
+    refused = run_cli("run", "demo", cwd=ws, check=False)
+    assert refused.returncode == 1
+    assert "`git revert --abort` undoes the unfinished `revert`, or fix" in refused.stderr
+    assert "restore it with `git checkout HEAD -- traces/demo/trace.json`" in refused.stderr
+    git(ws, "revert", "--abort")
+    assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
+    assert_git_clean(ws)
 
 
 def test_a_count_of_turns_edited_by_hand_is_committed_as_the_files_count(tmp_path: Path) -> None:

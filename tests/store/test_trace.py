@@ -192,7 +192,7 @@ def test_broken_trace_json_is_a_clear_error(project: Project, trace: Trace) -> N
     with pytest.raises(AgentfsError) as info:
         _ = fresh(project).meta
     assert str(trace.meta_path) in info.value.message
-    assert "git checkout -- traces/demo/trace.json" in (info.value.hint or "")
+    assert "git checkout HEAD -- traces/demo/trace.json" in (info.value.hint or "")
 
     trace.meta_path.write_text('{"id": "demo", "head": "two"}')
     with pytest.raises(AgentfsError) as info:
@@ -378,7 +378,7 @@ def test_deleting_a_message_on_the_main_path_is_refused_before_anything_is_commi
     with pytest.raises(AgentfsError) as info, fresh(project).lock():
         fresh(project).recover()
     assert "needs message #2" in str(info.value) and "were not committed" in str(info.value)
-    assert "git checkout -- traces/demo/messages/000000-000999/000002-user.md" in str(info.value)
+    assert "git checkout HEAD -- traces/demo/messages/000000-000999/000002-user.md" in str(info.value)
     assert git(root, "rev-parse", "HEAD") == before
     git(root, "checkout", "--", "traces/demo/messages/000000-000999/000002-user.md")  # the hint works
     assert fresh(project).recover() == []
@@ -418,7 +418,7 @@ def test_an_edit_that_changes_tool_calls_or_their_pairing_is_refused_before_any_
     with pytest.raises(AgentfsError) as info, fresh(project).lock():
         fresh(project).recover()
     assert "were not committed" in str(info.value)
-    assert f"git checkout -- {path}" in (info.value.hint or "")
+    assert f"git checkout HEAD -- {path}" in (info.value.hint or "")
     assert git(root, "rev-parse", "HEAD") == before
     git(root, "checkout", "--", path)  # the hint undoes it
     assert fresh(project).recover() == []
@@ -443,7 +443,7 @@ def test_a_goal_tree_a_run_could_not_read_is_refused_before_any_commit(
         fresh(project).recover()
     said = f"{info.value} {info.value.hint}"
     assert "goals.json: not a valid goal tree" in said and words in said, said
-    assert "were not committed" in said and "git checkout -- traces/demo/goals.json" in said
+    assert "were not committed" in said and "git checkout HEAD -- traces/demo/goals.json" in said
     assert git(root, "rev-parse", "HEAD") == before
     assert goals.read_bytes() == text  # the person's file is left as they wrote it
     goals.unlink()  # no tree at all is a tree with no goals: committed

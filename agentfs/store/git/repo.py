@@ -43,6 +43,11 @@ DEFAULT_IDENTITY = b"agentfs <agentfs@localhost>"
 FILE_MODE = 0o100644
 EXEC_MODE = 0o100755
 
+#: Files in `.git` that say a Git command stopped halfway, and the command undoing it.
+UNFINISHED = (("REVERT_HEAD", "git revert --abort"),
+              ("CHERRY_PICK_HEAD", "git cherry-pick --abort"),
+              ("MERGE_HEAD", "git merge --abort"),
+              ("rebase-merge", "git rebase --abort"), ("rebase-apply", "git rebase --abort"))
 #: Attempts at moving a ref before giving up (another process keeps winning).
 CAS_ATTEMPTS = 200
 #: Files larger than this are committed a chunk at a time, never read whole.
@@ -268,6 +273,12 @@ class GitRepo:
         base = prefix.encode()
         return sorted(name.decode() for name in self.repo.refs.keys(base=ids.ref(b"refs/heads/"))
                       if name.startswith(base))
+
+    def unfinished(self) -> str | None:
+        """The command that undoes a Git command stopped halfway in this repository (a
+        revert, cherry-pick, merge or rebase waiting on a conflict), or None."""
+        return next((abort for name, abort in UNFINISHED if (self.git_dir / name).exists()),
+                    None)
 
     def stat_cache(self) -> StatCache:
         """The index's stat data (`agentfs/store/git/index.py:StatCache`)."""
