@@ -95,8 +95,8 @@ class Totals:
         parts.append(f"model {self.model_ms / 1000:.1f} s")
         if self.wall_ms:
             parts.append(f"wall {self.wall_ms / 1000:.1f} s")
-        if self.counted or self.cost.amount or self.cost.unpriced:
-            parts.append(self.cost.text())
+        if self.cost_text is not None:
+            parts.append(self.cost_text)
         return " · ".join(parts)
 
     @property
@@ -104,6 +104,15 @@ class Totals:
         """Whether the calls reported any tokens (a replay model reports none: its
         turns show their time alone, not a row of zeros)."""
         return bool(self.input_tokens or self.output_tokens)
+
+    @property
+    def cost_text(self) -> str | None:
+        """The cost as every view shows it (`agentfs/prices.py:Cost.text`); None for
+        calls that reported no tokens and have no price (a replay model has no cost,
+        not `$0.0000`)."""
+        if self.counted or self.cost.amount or self.cost.unpriced:
+            return self.cost.text()
+        return None
 
     def record(self) -> dict[str, object]:
         """The JSON form (`--json` outputs, the HTTP API)."""
