@@ -15,7 +15,6 @@ import click
 from agentfs.cli.context import (
     LiveOptions,
     choose_model,
-    counted,
     echo_json,
     for_stdout,
     interrupted,
@@ -30,6 +29,7 @@ from agentfs.cli.context import (
 )
 from agentfs.cli.options import MODEL_NAMES, approve_option, run_options
 from agentfs.cli.terminal import Terminal
+from agentfs.store.wording import counted
 
 if TYPE_CHECKING:
     from agentfs.core.listcache import Listing

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from agentfs.cli.context import counted
 from agentfs.core.usage import Totals
 from agentfs.prices import PriceTable
 from agentfs.store.messages import Message
+from agentfs.store.wording import counted
 
 if TYPE_CHECKING:
     from agentfs.core.runner import RunResult

@@ -56,6 +56,7 @@ from agentfs.store.steplog import lineage_log, lineage_step_of_message
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.unicode import escaped
+from agentfs.store.wording import counted
 from agentfs.store.workspace import (
     INBOX_DIR,
     MESSAGES_DIR,
@@ -755,7 +756,7 @@ class Trace:
         self.meta.head = sequence
         summary = f"head moved to #{sequence} ({path[-1].role})"
         if changed:
-            summary += f", {len(changed)} file(s) restored"
+            summary += f", {counted(len(changed), 'file')} restored"
         body = (f"Files restored as they were at #{sequence}:\n"
                 + "\n".join(f"  {p}" for p in changed)) if changed else ""
         commit = self.commit_step("rewind", [], summary=summary, body=body,

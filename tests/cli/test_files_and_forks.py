@@ -104,7 +104,7 @@ def test_rewind_files_puts_back_what_the_agent_changed_after_the_step_and_nothin
     untouched = set(before) - {"notes/a.md", "notes/new.md"}
     assert {p: after[p] for p in untouched} == {p: before[p] for p in untouched}
     assert git(ws, "log", "-1", "--format=%s").strip() == (
-        "t: rewind #6 head moved to #6 (assistant), 3 file(s) restored")
+        "t: rewind #6 head moved to #6 (assistant), 3 files restored")
     assert "Files restored as they were at #6:\n  gone.md\n  notes/a.md\n  notes/new.md" in (
         git(ws, "log", "-1", "--format=%B"))
     assert git(ws, "show", "--name-status", "--format=", "HEAD").splitlines() == [

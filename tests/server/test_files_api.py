@@ -111,5 +111,5 @@ def test_a_fork_rewinds_its_files_and_shows_its_copied_diffs_through_the_api(ser
                         "files": ["a.md", "b.md"]}
         assert (root / "a.md").read_text() == "one\n" and not (root / "b.md").exists()
     assert git(root, "log", "-1", "--format=%s").strip() == (
-        "t3: rewind #5 head moved to #5 (assistant), 2 file(s) restored")
+        "t3: rewind #5 head moved to #5 (assistant), 2 files restored")
     assert_git_clean(root)
