@@ -352,9 +352,10 @@ def rewind(trace_ref: str, sequence: int, files: bool) -> None:
                    + ("" if done.files else "; nothing to do"))
     else:
         click.echo(f"{trace.id}: head moved from #{done.previous} to #{sequence}")
-    if done.files:
-        click.echo(for_stdout(f"{trace.id}: restored {len(done.files)} file(s): "
-                              f"{', '.join(done.files)}"))
+    if done.files:  # one path a line, as git lists them; a line break in a name written out
+        click.echo(for_stdout(f"{trace.id}: restored {counted(len(done.files), 'file')}:"))
+        for path in done.files:
+            click.echo(f"  {printable(path, one_line=True)}")
 
 
 @cli.command()

@@ -96,7 +96,7 @@ def test_rewind_files_puts_back_what_the_agent_changed_after_the_step_and_nothin
     done = run_cli("rewind", "t", "6", "--files", cwd=ws)
     assert done.stdout.splitlines() == [
         "t: head moved from #12 to #6",
-        "t: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+        "t: restored 3 files:", "  gone.md", "  notes/a.md", "  notes/new.md"]
     assert (ws / "notes/a.md").read_text() == "one\n"  # edited after #6: as it was
     assert not (ws / "notes/new.md").exists()  # created after #6: deleted
     assert (ws / "gone.md").read_text() == "the agent removes this\n"  # deleted: back
@@ -161,7 +161,7 @@ def test_rewinding_with_files_to_a_later_message_again_brings_the_agents_version
     run_cli("rewind", "t", "2", "--files", cwd=ws)
     assert not (ws / "notes/a.md").exists() and not (ws / "b.md").exists()
     done = run_cli("rewind", "t", "12", "--files", cwd=ws)
-    assert "restored 4 file(s): b.md, gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert "restored 4 files:\n  b.md\n  gone.md\n  notes/a.md\n  notes/new.md\n" in done.stdout
     assert (ws / "notes/a.md").read_text() == "two\n"
     assert (ws / "notes/new.md").read_text() == "new\n"
     assert not (ws / "gone.md").exists()
@@ -173,7 +173,7 @@ def test_rewind_files_at_the_head_already_restores_the_files_only(ws):
     assert (ws / "notes/a.md").read_text() == "two\n"
     done = run_cli("rewind", "t", "6", "--files", cwd=ws)
     assert done.stdout.splitlines() == [
-        "t: already at #6", "t: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+        "t: already at #6", "t: restored 3 files:", "  gone.md", "  notes/a.md", "  notes/new.md"]
     assert (ws / "notes/a.md").read_text() == "one\n"
     assert run_cli("rewind", "t", "6", "--files", cwd=ws).stdout == (
         "t: already at #6; nothing to do\n")
@@ -205,7 +205,7 @@ def test_a_rewind_with_files_cut_short_loses_nothing_and_the_same_command_finish
     assert git(ws, "status", "--porcelain").splitlines() == ["?? gone.md"]
     assert json.loads((ws / "traces/t/trace.json").read_text())["head"] == 12
     done = run_cli("rewind", "t", "6", "--files", cwd=ws)
-    assert "restored 3 file(s): gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert "restored 3 files:\n  gone.md\n  notes/a.md\n  notes/new.md\n" in done.stdout
     assert (ws / "notes/a.md").read_text() == "one\n" and not (ws / "notes/new.md").exists()
     assert_git_clean(ws)
 
@@ -278,7 +278,7 @@ def test_rewind_files_in_a_fork_puts_back_what_the_steps_it_copied_changed(ws):
     done = run_cli("rewind", "retry", "6", "--files", cwd=ws)
     assert done.stdout.splitlines() == [
         "retry: head moved from #12 to #6",
-        "retry: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+        "retry: restored 3 files:", "  gone.md", "  notes/a.md", "  notes/new.md"]
     assert (ws / "notes/a.md").read_text() == "one\n" and not (ws / "notes/new.md").exists()
     assert (ws / "gone.md").read_text() == "the agent removes this\n"
     assert "Files restored as they were at #6:\n  gone.md\n  notes/a.md\n  notes/new.md" in (
@@ -289,10 +289,10 @@ def test_rewind_files_in_a_fork_puts_back_what_the_steps_it_copied_changed(ws):
     # a fork of the fork follows both: retry's own rewind, then t's steps before #6
     run_cli("fork", "retry", "again", cwd=ws)
     done = run_cli("rewind", "again", "2", "--files", cwd=ws)
-    assert "again: restored 2 file(s): b.md, notes/a.md" in done.stdout
+    assert "again: restored 2 files:\n  b.md\n  notes/a.md\n" in done.stdout
     assert not (ws / "notes/a.md").exists() and not (ws / "b.md").exists()
     done = run_cli("rewind", "again", "6", "--files", cwd=ws)
-    assert "again: restored 2 file(s): b.md, notes/a.md" in done.stdout
+    assert "again: restored 2 files:\n  b.md\n  notes/a.md\n" in done.stdout
     assert (ws / "notes/a.md").read_text() == "one\n"
     assert_git_clean(ws)
     git(ws, "fsck", "--strict", "--no-dangling")
@@ -303,7 +303,7 @@ def test_rewind_files_in_a_fork_works_after_its_origin_trace_is_deleted(ws):
     git(ws, "rm", "-rq", "traces/t")
     git(ws, "commit", "-qm", "t is done with")
     done = run_cli("rewind", "retry", "6", "--files", cwd=ws)
-    assert "retry: restored 3 file(s): gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert "retry: restored 3 files:\n  gone.md\n  notes/a.md\n  notes/new.md\n" in done.stdout
     assert_git_clean(ws)
 
 
@@ -315,7 +315,8 @@ def test_a_fork_made_at_an_earlier_message_gets_its_files_by_rewinding_there_wit
     assert (ws / "notes/a.md").read_text() == "two\n"
     done = run_cli("rewind", "retry", "6", "--files", cwd=ws)
     assert done.stdout.splitlines() == [
-        "retry: already at #6", "retry: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+        "retry: already at #6", "retry: restored 3 files:",
+        "  gone.md", "  notes/a.md", "  notes/new.md"]
     assert (ws / "notes/a.md").read_text() == "one\n" and not (ws / "notes/new.md").exists()
     assert_git_clean(ws)
 
@@ -341,7 +342,7 @@ def test_rewind_files_leaves_the_files_another_traces_steps_wrote(ws):
     git(ws, "add", "other.json")
     git(ws, "commit", "-qm", "the other script")
     done = run_cli("rewind", "t", "2", "--files", cwd=ws)
-    assert "restored 4 file(s): b.md, gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert "restored 4 files:\n  b.md\n  gone.md\n  notes/a.md\n  notes/new.md\n" in done.stdout
     assert (ws / "u.md").read_text() == "u's file\n"  # written by u, after t's #2
     assert_git_clean(ws)
 
