@@ -249,6 +249,19 @@ def test_fork_copies_the_main_path_up_to_a_message_and_runs_on_from_there(ws):
     assert_git_clean(ws)
 
 
+def test_a_fork_s_total_counts_from_the_fork_and_says_its_copied_turns_count_in_the_source(ws):
+    run_cli("fork", "t", "--at", "6", "retry", cwd=ws)
+    shown = run_cli("show", "retry", cwd=ws).stdout
+    assert "assistant  · model " in shown  # the copied turns keep what their calls used
+    assert shown.rstrip().splitlines()[-1] == (
+        "retry: no model calls (since the fork from t at #6; its copied turns count in t)")
+    usage = json.loads(run_cli("show", "retry", "--json", cwd=ws).stdout)["usage"]
+    assert usage["calls"] == 0 and usage["text"].endswith("its copied turns count in t)")
+    run_cli("run", "retry", "-m", "again, differently", cwd=ws)
+    last = run_cli("show", "retry", cwd=ws).stdout.rstrip().splitlines()[-1]
+    assert last.startswith("retry: 2 calls · ") and "(since the fork from t at #6;" in last
+
+
 def test_fork_without_at_or_a_name_takes_the_head_and_numbers_the_copy(ws):
     assert run_cli("fork", "t", cwd=ws).stdout == "t-fork-1: forked from t at #12\n"
     assert run_cli("fork", "t", cwd=ws).stdout == "t-fork-2: forked from t at #12\n"
