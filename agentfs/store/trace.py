@@ -771,6 +771,7 @@ class Trace:
                 f"trace {self.id!r}: no commit on main added message #{sequence}, so the "
                 "workspace files at that step are not known; nothing was changed",
                 hint=f"rewind without --files: `agentfs rewind {self.id} {sequence}`",
+                api_hint='rewind with "files": false',
             )
         return plan_file_rewind(self.repo, traces, self.id, found[1].commit.encode())
 
