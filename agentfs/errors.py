@@ -16,12 +16,23 @@ if TYPE_CHECKING:  # imported by its callers; errors.py stays cheap to import
 
 
 class AgentfsError(Exception):
-    """An expected failure with a message fit for the user."""
+    """An expected failure with a message fit for the user.
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    `hint` says how to fix it; `api_hint`, given where that names what only the CLI
+    can do (its flags), says it for a client of the HTTP API (`agentfs serve`).
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None,
+                 api_hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self._api_hint = api_hint
+
+    @property
+    def api_hint(self) -> str | None:
+        """The hint an HTTP API client gets: `api_hint` if given, else `hint`."""
+        return self._api_hint if self._api_hint is not None else self.hint
 
     def __str__(self) -> str:
         if self.hint:

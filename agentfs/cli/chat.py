@@ -25,7 +25,6 @@ import click
 from agentfs.cli.context import (
     LiveOptions,
     choose_model,
-    counted,
     model_to_record,
     open_project,
     printable,
@@ -36,6 +35,7 @@ from agentfs.cli.context import (
 )
 from agentfs.cli.options import MODEL_NAMES, run_options
 from agentfs.cli.terminal import Terminal, echo_report
+from agentfs.store.wording import counted
 
 if TYPE_CHECKING:
     from agentfs.core.project import Project

@@ -15,7 +15,6 @@ import click
 from agentfs.cli.context import (
     LiveOptions,
     choose_model,
-    counted,
     echo_json,
     for_stdout,
     interrupted,
@@ -30,6 +29,7 @@ from agentfs.cli.context import (
 )
 from agentfs.cli.options import MODEL_NAMES, approve_option, run_options
 from agentfs.cli.terminal import Terminal
+from agentfs.store.wording import counted
 
 if TYPE_CHECKING:
     from agentfs.core.listcache import Listing
@@ -352,9 +352,10 @@ def rewind(trace_ref: str, sequence: int, files: bool) -> None:
                    + ("" if done.files else "; nothing to do"))
     else:
         click.echo(f"{trace.id}: head moved from #{done.previous} to #{sequence}")
-    if done.files:
-        click.echo(for_stdout(f"{trace.id}: restored {len(done.files)} file(s): "
-                              f"{', '.join(done.files)}"))
+    if done.files:  # one path a line, as git lists them; a line break in a name written out
+        click.echo(for_stdout(f"{trace.id}: restored {counted(len(done.files), 'file')}:"))
+        for path in done.files:
+            click.echo(f"  {printable(path, one_line=True)}")
 
 
 @cli.command()

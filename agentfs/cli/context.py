@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 __all__ = [
     "LiveOptions",
     "choose_model",
-    "counted",
     "echo_json",
     "for_stdout",
     "interrupted",
@@ -65,11 +64,6 @@ def printable(text: str, *, one_line: bool = False) -> str:
         return text.translate(_WRITTEN_OUT_IN_A_LINE)
     text = text.translate(_WRITTEN_OUT)
     return _LONE_CR.sub(r"\\x0d", text) if "\r" in text else text
-
-
-def counted(number: int, noun: str) -> str:
-    """`1 call`, `3 calls`: a count and its noun, in the singular for one."""
-    return f"{number} {noun}" + ("" if number == 1 else "s")
 
 
 def interrupted(trace_id: str = "TRACE") -> NoReturn:

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from agentfs.store.wording import counted
+
 
 @click.command()
 @click.argument("remote", default="origin")
@@ -32,7 +34,7 @@ def sync(remote: str, workspace: Path | None) -> None:
 
     found = find_workspace(workspace)
     report = run_sync(found, remote, durable=load_valid_config(found).fsync == "all")
-    parts = [f"committed {report.committed} file(s)" if report.committed else "",
+    parts = [f"committed {counted(report.committed, 'file')}" if report.committed else "",
              "pulled" if report.pulled else "", f"pushed to {remote}" if report.pushed else "",
              f"merged {', '.join(report.resolved)}" if report.resolved else ""]
     click.echo("; ".join(p for p in parts if p) or "up to date")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from agentfs.cli.context import counted
 from agentfs.core.usage import Totals
 from agentfs.prices import PriceTable
 from agentfs.store.messages import Message
+from agentfs.store.wording import counted
 
 if TYPE_CHECKING:
     from agentfs.core.runner import RunResult
@@ -69,9 +69,15 @@ def log_text(step: LoggedStep, prices: PriceTable) -> str:
 
 def run_text(result: RunResult, prices: PriceTable) -> str:
     """What a run did and used: `3 model calls, 1,234 input tokens (1,000 from the
-    cache), 56 output tokens, model 4.2 s, wall 5.0 s, ~$0.0123`."""
-    cost = prices.cost(result.spent)
-    return (f"{counted(result.iterations, 'model call')}, {result.input_tokens:,} input tokens "
-            f"({result.cached_tokens:,} from the cache), {result.output_tokens:,} output "
-            f"tokens, model {result.model_ms / 1000:.1f} s, wall {result.wall_ms / 1000:.1f} s, "
-            f"{cost.text()}")
+    cache), 56 output tokens, model 4.2 s, wall 5.0 s, ~$0.0123`; without tokens and
+    cost when the calls reported no tokens, as `show` and `status` do."""
+    totals = Totals.of(result.spent, prices)
+    parts = [counted(result.iterations, "model call")]
+    if totals.counted:
+        cached = f"{totals.cached_tokens:,} from the cache"
+        parts += [f"{totals.input_tokens:,} input tokens ({cached})",
+                  f"{totals.output_tokens:,} output tokens"]
+    parts += [f"model {totals.model_ms / 1000:.1f} s", f"wall {result.wall_ms / 1000:.1f} s"]
+    if totals.cost_text is not None:
+        parts.append(totals.cost_text)
+    return ", ".join(parts)

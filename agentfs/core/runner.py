@@ -464,6 +464,7 @@ class Runner:
             raise AgentfsError(
                 f"trace {trace.id!r} has no user message yet",
                 hint=f"give one: agentfs run {trace.id} -m '...'",
+                api_hint=f"give one: POST /api/traces/{trace.id}/messages",
             )
         return path
 
@@ -542,6 +543,9 @@ class Runner:
             f"it: {error.message}",
             hint=f"compress it with a model that has a larger context window: agentfs "
             f"compress {trace.id} --model MODEL, or go back with agentfs rewind {trace.id} N",
+            api_hint=f"compress it with a model that has a larger context window: POST "
+            f"/api/traces/{trace.id}/compress with {{\"model\": MODEL}}, or go back: POST "
+            f"/api/traces/{trace.id}/rewind",
         )
         if again:
             raise refusal from None
@@ -552,7 +556,7 @@ class Runner:
             raise PromptTooLong(
                 f"trace {trace.id!r} is too long for {self.model.name}, and so is the "
                 f"request that would compress it, so nothing was compressed: {failed.message}",
-                hint=refusal.hint,
+                hint=refusal.hint, api_hint=refusal.api_hint,
             ) from None
 
     @staticmethod

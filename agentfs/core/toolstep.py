@@ -218,6 +218,9 @@ def _foreign_calls_error(trace: Trace, assistant: Message, foreign: list[ToolCal
         hint=f"`agentfs run {trace.id} --pending-tools run` runs them, "
         f"`--pending-tools skip` answers them as not run, or "
         f"`agentfs rewind {trace.id} {assistant.parent_sequence}` goes back before them",
+        api_hint=f"POST /api/traces/{trace.id}/rewind with {{\"sequence\": "
+        f"{assistant.parent_sequence}}} goes back before them (running or skipping them "
+        f"is `agentfs run {trace.id} --pending-tools run|skip`, on the command line)",
     )
 
 

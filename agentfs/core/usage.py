@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from agentfs.prices import Cost, PriceTable
@@ -48,6 +48,9 @@ class Totals:
     model_ms: int
     wall_ms: int
     cost: Cost
+    #: For a fork's trace total: the trace and message it was forked from. Its sums
+    #: start there; the calls of the turns it copied count in that trace.
+    forked_from: tuple[str, int] | None = None
 
     @classmethod
     def of(cls, spent: Mapping[str, Spent], prices: PriceTable) -> Totals:
@@ -85,7 +88,12 @@ class Totals:
     def text(self) -> str:
         """`12 calls · 48,210 in, 40,100 cached · 2,304 out · model 31.2 s · wall 33.0 s
         · ~$0.0712` (one call's without the count; without tokens and cost when the
-        calls reported no tokens)."""
+        calls reported no tokens); a fork's total says where its sums start."""
+        return self._sums_text() + (
+            f" (since the fork from {self.forked_from[0]} at #{self.forked_from[1]}; its "
+            f"copied turns count in {self.forked_from[0]})" if self.forked_from else "")
+
+    def _sums_text(self) -> str:
         if not self.calls:
             return "no model calls"
         parts = [f"{self.calls} calls"] if self.calls != 1 else []
@@ -95,8 +103,8 @@ class Totals:
         parts.append(f"model {self.model_ms / 1000:.1f} s")
         if self.wall_ms:
             parts.append(f"wall {self.wall_ms / 1000:.1f} s")
-        if self.counted or self.cost.amount or self.cost.unpriced:
-            parts.append(self.cost.text())
+        if self.cost_text is not None:
+            parts.append(self.cost_text)
         return " · ".join(parts)
 
     @property
@@ -104,6 +112,15 @@ class Totals:
         """Whether the calls reported any tokens (a replay model reports none: its
         turns show their time alone, not a row of zeros)."""
         return bool(self.input_tokens or self.output_tokens)
+
+    @property
+    def cost_text(self) -> str | None:
+        """The cost as every view shows it (`agentfs/prices.py:Cost.text`); None for
+        calls that reported no tokens and have no price (a replay model has no cost,
+        not `$0.0000`)."""
+        if self.counted or self.cost.amount or self.cost.unpriced:
+            return self.cost.text()
+        return None
 
     def record(self) -> dict[str, object]:
         """The JSON form (`--json` outputs, the HTTP API)."""
@@ -115,5 +132,8 @@ class Totals:
 
 def trace_totals(meta: TraceMeta, prices: PriceTable) -> Totals:
     """What the trace's model calls used so far (`trace.json`'s `usage`; zero for a
-    trace no counting agentfs has committed to)."""
-    return Totals.of(meta.usage.models if meta.usage is not None else {}, prices)
+    trace no counting agentfs has committed to). A fork's are those made since the
+    fork: the turns it copied were its source's calls, counted there once."""
+    totals = Totals.of(meta.usage.models if meta.usage is not None else {}, prices)
+    origin = meta.forked_from
+    return replace(totals, forked_from=(origin.trace, origin.sequence)) if origin else totals

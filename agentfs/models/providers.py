@@ -99,6 +99,8 @@ def _anthropic(spec: ModelSpec) -> Model:
             f"model {spec.name} needs ANTHROPIC_API_KEY, which is not set",
             hint="export ANTHROPIC_API_KEY=..., or run offline with --model replay:SCRIPT "
             "(or set model = \"replay:...\" in agentfs.toml)",
+            api_hint="start agentfs serve with ANTHROPIC_API_KEY set, or run offline: "
+            "\"model\": \"replay:SCRIPT\" in the body (SCRIPT a file of the workspace)",
         )
     from agentfs.models.anthropic import AnthropicModel
 

@@ -70,9 +70,10 @@ def check_untrusted_model(name: str, *, root: Path) -> Path | None:
                           hint="give its path relative to the workspace, e.g. "
                           "replay:scripts/x.json") from None
     if not target.is_relative_to(workspace):
+        relative = "give its path relative to the workspace, e.g. replay:scripts/x.json"
         raise ConfigError(f"model {name!r}: a replay script named here must be a file of the "
-                          "workspace", hint="give its path relative to the workspace, e.g. "
-                          "replay:scripts/x.json, or name one elsewhere with --model")
+                          "workspace", hint=f"{relative}, or name one elsewhere with --model",
+                          api_hint=relative)
     return target
 
 

@@ -42,6 +42,7 @@ from agentfs.store.inbox import waiting
 from agentfs.store.trace import Trace
 from agentfs.store.tracelock import TraceLock
 from agentfs.store.unicode import load_json
+from agentfs.store.wording import counted
 from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, Workspace
 
 __all__ = ["SyncReport", "merge_json", "sync"]
@@ -189,7 +190,7 @@ def _commit_local(workspace: Workspace) -> int:
     count = len([n for n in names if n])
     if count:
         git(root, *identity(root), "commit", "-q", "--no-verify", "-m",
-            f"sync: {count} file(s) from {root.name}\n\nAgentfs-Kind: sync")
+            f"sync: {counted(count, 'file')} from {root.name}\n\nAgentfs-Kind: sync")
     return count
 
 

@@ -92,7 +92,7 @@ def create_app(project: Project, choose_model: ChooseModel, *, access: Access | 
 
     @app.exception_handler(AgentfsError)
     async def agentfs_error(request: Request, exc: AgentfsError) -> JSONResponse:
-        hint = exc.hint
+        hint = exc.api_hint
         if isinstance(exc, TraceLocked) and exc.trace_id and runs.running(exc.trace_id):
             hint = (f"this server runs it: POST /api/traces/{exc.trace_id}/stop ends the run "
                     "after its current step; then try again")

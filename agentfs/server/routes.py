@@ -86,7 +86,7 @@ class Server:
         try:
             check_trace_id(trace_id)
         except AgentfsError as exc:
-            raise TraceNotFound(exc.message, hint=exc.hint) from None
+            raise TraceNotFound(exc.message, hint=exc.api_hint) from None
         if not (self.project.workspace.trace_dir(trace_id) / TRACE_FILE).is_file():
             raise TraceNotFound(f"no trace {trace_id!r}", hint="GET /api/traces lists the traces")
         return self.project.trace(trace_id)
@@ -101,14 +101,15 @@ class Server:
             try:
                 script = check_untrusted_model(requested, root=self.project.workspace.root)
             except ConfigError as exc:
-                raise ApiError(422, exc.message, exc.hint) from None
+                raise ApiError(422, exc.message, exc.api_hint) from None
             requested = f"replay:{script}" if script is not None else requested
         try:
             return self.choose_model(meta.model if meta else None, meta.preset if meta else None,
                                      requested)
         except (ConfigError, ModelError) as exc:
             if requested:
-                raise ApiError(422, f"model {requested!r}: {exc.message}", exc.hint) from None
+                raise ApiError(422, f"model {requested!r}: {exc.message}",
+                               exc.api_hint) from None
             raise
 
 
@@ -248,7 +249,7 @@ def trace_view(trace: Trace, limit: int | None, before: int | None) -> TraceView
     try:
         return trace.view(limit, before=before)
     except NoSuchMessage as exc:
-        raise ApiError(422, exc.message, exc.hint) from None
+        raise ApiError(422, exc.message, exc.api_hint) from None
 
 
 def folded_page(trace: Trace, prices: PriceTable, *, limit: int | None, first: int | None,
@@ -284,7 +285,7 @@ def _trace_routes(api: APIRouter, server: Server) -> None:
         try:
             check_trace_id(body.id)
         except AgentfsError as exc:
-            raise ApiError(422, exc.message, exc.hint) from None
+            raise ApiError(422, exc.message, exc.api_hint) from None
         if body.id in project.workspace.trace_ids():
             raise ApiError(409, f"trace {body.id!r} exists",
                            f"post to it: POST /api/traces/{body.id}/messages")
@@ -539,7 +540,7 @@ def _start_after_commit(server: Server, request: RunRequest) -> dict[str, Any]:
     try:
         return server.runs.start(request)
     except TraceLocked as exc:
-        return {"status": "not started", "error": exc.message, "hint": exc.hint}
+        return {"status": "not started", "error": exc.message, "hint": exc.api_hint}
 
 
 def _event_routes(api: APIRouter, server: Server) -> None:
@@ -609,7 +610,7 @@ def _approval_record(trace: Trace) -> dict[str, Any] | None:
     try:
         pending = trace.pending_approval()
     except AgentfsError as exc:
-        return {"error": exc.message, "hint": exc.hint}
+        return {"error": exc.message, "hint": exc.api_hint}
     return None if pending is None else _pending_record(pending)
 
 

@@ -127,7 +127,7 @@ class BackgroundRuns:
         except AgentfsError as exc:
             run.locked = isinstance(exc, TraceLocked)
             run.outcome = {"status": "failed", "trace": trace_id, "error": exc.message,
-                           "hint": exc.hint}
+                           "hint": exc.api_hint}
             record_failure(self.project, trace_id, exc, unattended=False)  # the answer says it
             publish("run_failed", run.outcome)
         except Exception as exc:  # noqa: BLE001 - a bug or an I/O error: reported, the server goes on

@@ -43,13 +43,15 @@ class FilesChangedSince(AgentfsError):
     """Workspace files a rewind would restore were changed since the agent wrote them."""
 
     def __init__(self, trace_id: str, paths: Sequence[str]) -> None:
+        keep = ("copy what you want to keep elsewhere and put back what the agent wrote "
+                "(`git log -p -- PATH` shows who changed it since)")
         shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
         super().__init__(
             f"trace {trace_id!r}: not rewinding the files: {shown} changed since the agent "
             f"last wrote {'it' if len(paths) == 1 else 'them'}, and restoring would lose "
             "those changes; nothing was changed",
-            hint="copy what you want to keep elsewhere and put back what the agent wrote "
-            "(`git log -p -- PATH` shows who changed it since), or rewind without --files",
+            hint=f"{keep}, or rewind without --files",
+            api_hint=f'{keep}, or rewind with "files": false',
         )
         self.paths = list(paths)
 
@@ -100,7 +102,8 @@ def plan_file_rewind(repo: GitRepo, traces_dir: str, trace_id: str,
             last_written.setdefault(change.path, change.new)  # the newest step wins
     else:
         raise AgentfsError(f"trace {trace_id!r}: commit {target.decode()[:10]} is not one of "
-                           "its steps on main", hint="rewind without --files")
+                           "its steps on main", hint="rewind without --files",
+                           api_hint='rewind with "files": false')
     restore: dict[str, State] = {}
     changed: list[str] = []
     for path, agents in sorted(last_written.items()):

@@ -38,6 +38,7 @@ from agentfs.store.meta import parse_meta, remember_post
 from agentfs.store.regularfile import read_trace_file
 from agentfs.store.stamps import RACY_NS, Stamp, settled
 from agentfs.store.upgrade import upgrade
+from agentfs.store.wording import counted
 from agentfs.store.workspace import GOALS_FILE, INBOX_DIR
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def recover(trace: Trace) -> list[str]:
             "recover",
             adopted,
             extra_paths=extra,
-            summary=f"adopted {len(adopted)} uncommitted message file(s)",
+            summary=f"adopted {counted(len(adopted), 'uncommitted message file')}",
         )
         kinds.append("recover")
         done = {trace.rel(trace.message_path(m)) for m in adopted} | {trace.rel(trace.meta_path)}

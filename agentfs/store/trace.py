@@ -56,6 +56,7 @@ from agentfs.store.steplog import lineage_log, lineage_step_of_message
 from agentfs.store.summary import SummaryFile, build_summary, now
 from agentfs.store.tracelock import TraceLock, is_locked
 from agentfs.store.unicode import escaped
+from agentfs.store.wording import counted
 from agentfs.store.workspace import (
     INBOX_DIR,
     MESSAGES_DIR,
@@ -768,7 +769,7 @@ class Trace:
         self.meta.head = sequence
         summary = f"head moved to #{sequence} ({path[-1].role})"
         if changed:
-            summary += f", {len(changed)} file(s) restored"
+            summary += f", {counted(len(changed), 'file')} restored"
         body = (f"Files restored as they were at #{sequence}:\n"
                 + "\n".join(f"  {p}" for p in changed)) if changed else ""
         commit = self.commit_step("rewind", [], summary=summary, body=body,
@@ -783,6 +784,7 @@ class Trace:
                 f"trace {self.id!r}: no commit on main added message #{sequence}, so the "
                 "workspace files at that step are not known; nothing was changed",
                 hint=f"rewind without --files: `agentfs rewind {self.id} {sequence}`",
+                api_hint='rewind with "files": false',
             )
         return plan_file_rewind(self.repo, traces, self.id, found[1].commit.encode())
 

@@ -96,7 +96,7 @@ def test_rewind_files_puts_back_what_the_agent_changed_after_the_step_and_nothin
     done = run_cli("rewind", "t", "6", "--files", cwd=ws)
     assert done.stdout.splitlines() == [
         "t: head moved from #12 to #6",
-        "t: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+        "t: restored 3 files:", "  gone.md", "  notes/a.md", "  notes/new.md"]
     assert (ws / "notes/a.md").read_text() == "one\n"  # edited after #6: as it was
     assert not (ws / "notes/new.md").exists()  # created after #6: deleted
     assert (ws / "gone.md").read_text() == "the agent removes this\n"  # deleted: back
@@ -104,7 +104,7 @@ def test_rewind_files_puts_back_what_the_agent_changed_after_the_step_and_nothin
     untouched = set(before) - {"notes/a.md", "notes/new.md"}
     assert {p: after[p] for p in untouched} == {p: before[p] for p in untouched}
     assert git(ws, "log", "-1", "--format=%s").strip() == (
-        "t: rewind #6 head moved to #6 (assistant), 3 file(s) restored")
+        "t: rewind #6 head moved to #6 (assistant), 3 files restored")
     assert "Files restored as they were at #6:\n  gone.md\n  notes/a.md\n  notes/new.md" in (
         git(ws, "log", "-1", "--format=%B"))
     assert git(ws, "show", "--name-status", "--format=", "HEAD").splitlines() == [
@@ -161,7 +161,7 @@ def test_rewinding_with_files_to_a_later_message_again_brings_the_agents_version
     run_cli("rewind", "t", "2", "--files", cwd=ws)
     assert not (ws / "notes/a.md").exists() and not (ws / "b.md").exists()
     done = run_cli("rewind", "t", "12", "--files", cwd=ws)
-    assert "restored 4 file(s): b.md, gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert "restored 4 files:\n  b.md\n  gone.md\n  notes/a.md\n  notes/new.md\n" in done.stdout
     assert (ws / "notes/a.md").read_text() == "two\n"
     assert (ws / "notes/new.md").read_text() == "new\n"
     assert not (ws / "gone.md").exists()
@@ -173,7 +173,7 @@ def test_rewind_files_at_the_head_already_restores_the_files_only(ws):
     assert (ws / "notes/a.md").read_text() == "two\n"
     done = run_cli("rewind", "t", "6", "--files", cwd=ws)
     assert done.stdout.splitlines() == [
-        "t: already at #6", "t: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+        "t: already at #6", "t: restored 3 files:", "  gone.md", "  notes/a.md", "  notes/new.md"]
     assert (ws / "notes/a.md").read_text() == "one\n"
     assert run_cli("rewind", "t", "6", "--files", cwd=ws).stdout == (
         "t: already at #6; nothing to do\n")
@@ -205,7 +205,7 @@ def test_a_rewind_with_files_cut_short_loses_nothing_and_the_same_command_finish
     assert git(ws, "status", "--porcelain").splitlines() == ["?? gone.md"]
     assert json.loads((ws / "traces/t/trace.json").read_text())["head"] == 12
     done = run_cli("rewind", "t", "6", "--files", cwd=ws)
-    assert "restored 3 file(s): gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert "restored 3 files:\n  gone.md\n  notes/a.md\n  notes/new.md\n" in done.stdout
     assert (ws / "notes/a.md").read_text() == "one\n" and not (ws / "notes/new.md").exists()
     assert_git_clean(ws)
 
@@ -249,6 +249,19 @@ def test_fork_copies_the_main_path_up_to_a_message_and_runs_on_from_there(ws):
     assert_git_clean(ws)
 
 
+def test_a_fork_s_total_counts_from_the_fork_and_says_its_copied_turns_count_in_the_source(ws):
+    run_cli("fork", "t", "--at", "6", "retry", cwd=ws)
+    shown = run_cli("show", "retry", cwd=ws).stdout
+    assert "assistant  · model " in shown  # the copied turns keep what their calls used
+    assert shown.rstrip().splitlines()[-1] == (
+        "retry: no model calls (since the fork from t at #6; its copied turns count in t)")
+    usage = json.loads(run_cli("show", "retry", "--json", cwd=ws).stdout)["usage"]
+    assert usage["calls"] == 0 and usage["text"].endswith("its copied turns count in t)")
+    run_cli("run", "retry", "-m", "again, differently", cwd=ws)
+    last = run_cli("show", "retry", cwd=ws).stdout.rstrip().splitlines()[-1]
+    assert last.startswith("retry: 2 calls · ") and "(since the fork from t at #6;" in last
+
+
 def test_fork_without_at_or_a_name_takes_the_head_and_numbers_the_copy(ws):
     assert run_cli("fork", "t", cwd=ws).stdout == "t-fork-1: forked from t at #12\n"
     assert run_cli("fork", "t", cwd=ws).stdout == "t-fork-2: forked from t at #12\n"
@@ -278,7 +291,7 @@ def test_rewind_files_in_a_fork_puts_back_what_the_steps_it_copied_changed(ws):
     done = run_cli("rewind", "retry", "6", "--files", cwd=ws)
     assert done.stdout.splitlines() == [
         "retry: head moved from #12 to #6",
-        "retry: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+        "retry: restored 3 files:", "  gone.md", "  notes/a.md", "  notes/new.md"]
     assert (ws / "notes/a.md").read_text() == "one\n" and not (ws / "notes/new.md").exists()
     assert (ws / "gone.md").read_text() == "the agent removes this\n"
     assert "Files restored as they were at #6:\n  gone.md\n  notes/a.md\n  notes/new.md" in (
@@ -289,10 +302,10 @@ def test_rewind_files_in_a_fork_puts_back_what_the_steps_it_copied_changed(ws):
     # a fork of the fork follows both: retry's own rewind, then t's steps before #6
     run_cli("fork", "retry", "again", cwd=ws)
     done = run_cli("rewind", "again", "2", "--files", cwd=ws)
-    assert "again: restored 2 file(s): b.md, notes/a.md" in done.stdout
+    assert "again: restored 2 files:\n  b.md\n  notes/a.md\n" in done.stdout
     assert not (ws / "notes/a.md").exists() and not (ws / "b.md").exists()
     done = run_cli("rewind", "again", "6", "--files", cwd=ws)
-    assert "again: restored 2 file(s): b.md, notes/a.md" in done.stdout
+    assert "again: restored 2 files:\n  b.md\n  notes/a.md\n" in done.stdout
     assert (ws / "notes/a.md").read_text() == "one\n"
     assert_git_clean(ws)
     git(ws, "fsck", "--strict", "--no-dangling")
@@ -303,7 +316,7 @@ def test_rewind_files_in_a_fork_works_after_its_origin_trace_is_deleted(ws):
     git(ws, "rm", "-rq", "traces/t")
     git(ws, "commit", "-qm", "t is done with")
     done = run_cli("rewind", "retry", "6", "--files", cwd=ws)
-    assert "retry: restored 3 file(s): gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert "retry: restored 3 files:\n  gone.md\n  notes/a.md\n  notes/new.md\n" in done.stdout
     assert_git_clean(ws)
 
 
@@ -315,7 +328,8 @@ def test_a_fork_made_at_an_earlier_message_gets_its_files_by_rewinding_there_wit
     assert (ws / "notes/a.md").read_text() == "two\n"
     done = run_cli("rewind", "retry", "6", "--files", cwd=ws)
     assert done.stdout.splitlines() == [
-        "retry: already at #6", "retry: restored 3 file(s): gone.md, notes/a.md, notes/new.md"]
+        "retry: already at #6", "retry: restored 3 files:",
+        "  gone.md", "  notes/a.md", "  notes/new.md"]
     assert (ws / "notes/a.md").read_text() == "one\n" and not (ws / "notes/new.md").exists()
     assert_git_clean(ws)
 
@@ -341,7 +355,7 @@ def test_rewind_files_leaves_the_files_another_traces_steps_wrote(ws):
     git(ws, "add", "other.json")
     git(ws, "commit", "-qm", "the other script")
     done = run_cli("rewind", "t", "2", "--files", cwd=ws)
-    assert "restored 4 file(s): b.md, gone.md, notes/a.md, notes/new.md" in done.stdout
+    assert "restored 4 files:\n  b.md\n  gone.md\n  notes/a.md\n  notes/new.md\n" in done.stdout
     assert (ws / "u.md").read_text() == "u's file\n"  # written by u, after t's #2
     assert_git_clean(ws)
 

@@ -21,7 +21,7 @@ from agentfs.store.messages import ToolCall, Usage
 from agentfs.store.meta import load_meta
 from agentfs.store.spent import Spent
 from agentfs.testing import FakeAnthropicServer, ScriptedModel
-from tests.conftest import assert_git_clean, git, run_cli, user
+from tests.conftest import assert_git_clean, git, replay_workspace, run_cli, user
 
 SONNET = "claude-sonnet-4-5-20250929"
 
@@ -166,6 +166,15 @@ def test_calls_that_reported_no_tokens_show_their_time_not_a_row_of_zeros():
     assert Totals.of({}, PriceTable()).text() == "no model calls"
     unpriced = Totals.of({"local:llama": Spent(calls=1, input_tokens=10)}, PriceTable())
     assert unpriced.text() == "10 in, 0 cached · 0 out · model 0.0 s · no price for local:llama"
+
+
+def test_a_replay_run_s_summary_shows_its_calls_and_time_without_a_cost(tmp_path):
+    root = replay_workspace(tmp_path / "ws", {"turns": [{"text": "answer"}]})
+    done = run_cli("run", "t", "-m", "go", cwd=root)
+    summary = done.stderr.strip().splitlines()[-1]
+    assert summary.startswith("t: replay:script.json, 1 model call, model ")
+    assert "$" not in summary and "tokens" not in summary  # as `show` and `status`
+    assert "$" not in run_cli("show", "t", cwd=root).stdout.splitlines()[-1]
 
 
 @pytest.mark.parametrize("entry, problem", [

@@ -92,6 +92,17 @@ def test_a_message_edited_on_both_clones_keeps_both_and_pushes_nothing(pair):
     git(bare, "fsck", "--strict", "--no-dangling")
 
 
+def test_sync_counts_the_files_it_commits_in_words(pair):
+    first, _, _ = pair
+    (first / "traces" / "a" / "inbox" / "x.md").write_text("one\n")
+    assert run_cli("sync", cwd=first).stdout.startswith("committed 1 file;")
+    assert git(first, "log", "-1", "--format=%s").startswith("sync: 1 file from ")
+    (first / "traces" / "a" / "inbox" / "y.md").write_text("two\n")
+    (first / "traces" / "b" / "inbox" / "z.md").write_text("three\n")
+    assert run_cli("sync", cwd=first).stdout.startswith("committed 2 files;")
+    assert git(first, "log", "-1", "--format=%s").startswith("sync: 2 files from ")
+
+
 def test_sync_to_an_unreachable_remote_says_so_and_keeps_the_drops(tmp_path, pair):
     first, _, _ = pair
     (first / "traces" / "a" / "inbox" / "x.md").write_text("waits\n")

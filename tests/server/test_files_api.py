@@ -54,6 +54,17 @@ def test_a_tool_results_diff_is_the_steps_diff_of_its_own_files(served: Served):
         assert client.get("/api/traces/t/messages/99/diff").status_code == 404
 
 
+def test_a_rewind_refused_for_changed_files_hints_at_the_body_field_not_the_flag(
+        served: Served):
+    (served.root / "b.md").write_text("the user's b\n")
+    with served.client() as client:
+        refused = client.post("/api/traces/t/rewind", json={"sequence": 5, "files": True})
+    assert refused.status_code == 409
+    assert refused.json()["hint"].endswith('or rewind with "files": false')
+    cli = run_cli("rewind", "t", "5", "--files", cwd=served.root, check=False)
+    assert cli.returncode == 1 and "or rewind without --files" in cli.stderr
+
+
 def test_rewind_with_files_restores_or_refuses_naming_the_files(served: Served):
     root = served.root
     with served.client() as client:
@@ -111,5 +122,5 @@ def test_a_fork_rewinds_its_files_and_shows_its_copied_diffs_through_the_api(ser
                         "files": ["a.md", "b.md"]}
         assert (root / "a.md").read_text() == "one\n" and not (root / "b.md").exists()
     assert git(root, "log", "-1", "--format=%s").strip() == (
-        "t3: rewind #5 head moved to #5 (assistant), 2 file(s) restored")
+        "t3: rewind #5 head moved to #5 (assistant), 2 files restored")
     assert_git_clean(root)

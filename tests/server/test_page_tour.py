@@ -199,7 +199,7 @@ def _diff_rewind_files_and_fork(page, root: Path, click, shots: Shots) -> None:
         "head moved from #12 to #5; restored notes/action-items.md")
     expect(page.locator("#m-5")).to_have_class("msg role-tool head")
     assert not (root / "notes/action-items.md").exists()  # the agent wrote it after #5
-    assert _last_commit(root) == "demo: rewind #5 head moved to #5 (tool), 1 file(s) restored"
+    assert _last_commit(root) == "demo: rewind #5 head moved to #5 (tool), 1 file restored"
     shots.take("rewind-files")
 
     click("Fork here", page.locator("#m-5 > header .fork"))

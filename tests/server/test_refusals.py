@@ -186,3 +186,21 @@ def test_a_port_in_use_is_refused_with_the_options_that_choose_another(workspace
     assert refused.returncode == 1
     assert refused.stderr.startswith(f"agentfs: error: cannot listen on 127.0.0.1:{port}: ")
     assert "--port 0 for a free one" in refused.stderr
+
+
+def test_a_refusals_hint_says_what_an_api_client_can_send_not_a_cli_flag(tmp_path, monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    root = replay_workspace(tmp_path / "ws", {"turns": [{"text": "hi"}]})
+    run_cli("new", "t", "-m", "hi", cwd=root)
+    project = Project.open(root)
+    app, _ = create_app(project, lambda *names: choose_model(project, *names),
+                        access=None, loopback=True, max_body=1 << 20)
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        for model, fix in (("anthropic:claude-sonnet-4-5", '"model": "replay:SCRIPT"'),
+                           ("replay:../outside.json", "relative to the workspace")):
+            refused = client.post("/api/traces/t/run", json={"model": model})
+            assert refused.status_code == 422, refused.text
+            assert fix in refused.json()["hint"] and "--model" not in refused.json()["hint"]
+    cli = run_cli("run", "t", "--model", "anthropic:claude-sonnet-4-5", "-m", "go", cwd=root,
+                  check=False, env={"ANTHROPIC_API_KEY": ""})
+    assert "--model replay:SCRIPT" in cli.stderr  # the command line keeps its own hint

@@ -305,6 +305,19 @@ def test_recover_adopts_a_new_message_continuing_the_head(project: Project, trac
     assert reopened.recover() == []
 
 
+def test_a_recover_commit_s_subject_counts_its_files_in_words(
+        project: Project, trace: Trace) -> None:
+    folder = trace.messages_dir / "000000-000999"
+    (folder / "000003-assistant.md").write_text("an answer left by a crash\n")
+    assert fresh(project).recover() == ["recover"]
+    assert last_commit(project.workspace.root)[0].endswith("adopted 1 uncommitted message file")
+
+    (folder / "000004-user.md").write_text("one more thing\n")
+    (folder / "000005-assistant.md").write_text("and its answer\n")
+    assert fresh(project).recover() == ["recover"]
+    assert last_commit(project.workspace.root)[0].endswith("adopted 2 uncommitted message files")
+
+
 def test_recover_adopts_and_commits_edits_separately(project: Project, trace: Trace) -> None:
     root = project.workspace.root
     first = trace.messages_dir / "000000-000999/000002-user.md"
