@@ -12,6 +12,7 @@ this; there is nothing agentfs-specific on the server.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from agentfs.errors import GitStateError, RemoteError
 
-__all__ = ["EMPTY_TREE", "GitRemote", "RefUpdate", "git", "identity"]
+__all__ = ["EMPTY_TREE", "GitRemote", "RefUpdate", "git", "identity", "said"]
 
 #: Git's empty tree, present in every repository without being written.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -57,9 +58,24 @@ def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
         raise RemoteError(f"git {_verb(args)} did not finish in {timeout:g} s in {root}"
                           ) from None
     if check and done.returncode != 0:
-        raise GitStateError(f"git {_verb(args)} failed in {root}: "
-                            f"{done.stderr.decode(errors='replace').strip()}")
+        raise GitStateError(f"git {_verb(args)} failed in {root}: {said(done)}")
     return done
+
+
+def said(done: subprocess.CompletedProcess[bytes]) -> str:
+    """What a failed git command wrote on stderr, or, if nothing, how it ended: a
+    `git push` killed by a signal (Ctrl-C at a terminal reaches the whole process
+    group) says nothing, and an error must still say something."""
+    text = done.stderr.decode(errors="replace").strip()
+    if text:
+        return text
+    if done.returncode < 0:
+        try:
+            name = signal.Signals(-done.returncode).name
+        except ValueError:
+            name = f"signal {-done.returncode}"
+        return f"git was stopped by {name}, before it said anything"
+    return f"git exited with status {done.returncode} and said nothing"
 
 
 def _verb(args: Sequence[str]) -> str:
@@ -109,8 +125,7 @@ class GitRemote:
             args.append("--prune")
         done = git(self.root, *args, self.remote, *refspecs, timeout=self.timeout, check=False)
         if done.returncode != 0:
-            raise RemoteError(f"cannot fetch from {self.remote}: "
-                              f"{done.stderr.decode(errors='replace').strip()}",
+            raise RemoteError(f"cannot fetch from {self.remote}: {said(done)}",
                               hint="check that the remote is reachable; agentfs retries")
 
     def push(self, updates: Sequence[RefUpdate]) -> bool:
@@ -139,7 +154,7 @@ class GitRemote:
             return False
         problem = "; ".join(f"{s[1].rpartition(':')[2]} {s[2]}" for s in rejected)
         problem = "\n".join(p for p in (problem, done.stderr.decode(errors="replace").strip())
-                             if p) or "\n".join(lines)
+                             if p) or "\n".join(lines) or said(done)
         raise RemoteError(f"cannot push to {self.remote}: {problem}",
                           hint="check that the remote is reachable and accepts pushes")
 
