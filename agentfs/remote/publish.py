@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from agentfs.errors import MergeConflict, RemoteError
+from agentfs.errors import RemoteError
 from agentfs.remote.claims import CLAIMS, SEEN_CLAIMS, SEEN_MAIN, Claims, Held
 from agentfs.remote.tracerefs import (
     MAIN_REF,
@@ -72,6 +72,7 @@ class Publisher:
         self.remote_tip = base.encode()  # what the next steps are carried onto
         self.lost = False
         self.left_on_ref = False  # the release left the steps on the ref, not on main
+        self.left_paths: list[str] = []  # why: paths of its steps main changed too
         self.backlog: dict[str, str] = {}  # other traces' unclaimed refs, as last fetched
         self.renewed_at = time.monotonic()
 
@@ -135,7 +136,7 @@ class Publisher:
         on main too) left on the trace ref. The fold takes the backlog of unclaimed
         trace refs along (each deleted on the value folded), so that leftovers reach
         main with the next job's end, and idle workers seldom have any to fold."""
-        self.left_on_ref = False
+        self.left_on_ref, self.left_paths = False, []
         if ref_tip is None:
             return []
         if fold_them or self.trace_id is None:  # no trace (a rejected file): main only
@@ -146,7 +147,8 @@ class Publisher:
                 return others + ([RefUpdate(trace_ref(own), None, self.ref)]
                                  if self.ref is not None and self.trace_id else [])
             if self.trace_id is None:
-                raise MergeConflict(folded.left[own], [])
+                raise folded.left[own]
+            self.left_paths = folded.left[own].paths
         self.left_on_ref = True
         return [self._move(ref_tip)] if ref_tip != self.ref else []
 

@@ -7,7 +7,9 @@
    inboxes and changes to other files Git already tracks, one `sync` commit.
 2. The remote's `main` and its trace refs are fetched, the refs' steps folded
    onto `main` (`agentfs/remote/tracerefs.py:fold`: sync sees every trace's
-   newest step, running ones included), and the result merged
+   newest step, running ones included; a ref the fold leaves out, its steps
+   having changed a file main changed too, is merged into it as a clone is,
+   `_merge_left`), and the result merged
    (`agentfs/store/git/carry.py:merge`):
    traces are disjoint directories, so work on different traces merges path
    by path. agentfs' own JSON files (`trace.json`, `goals.json`) changed on
@@ -59,7 +61,9 @@ class SyncReport:
     pulled: bool = False  # the remote had commits this clone did not
     pushed: bool = False
     resolved: list[str] = field(default_factory=list)
-    kept_aside: dict[str, str] = field(default_factory=dict)
+    kept_aside: dict[str, str] = field(default_factory=dict)  # path → where the copy went
+    #: path → the trace whose ref's version was kept beside main's (`_merge_left`)
+    kept_for: dict[str, str] = field(default_factory=dict)
 
 
 def sync(workspace: Workspace, remote: str, *, durable: bool = False) -> SyncReport:
@@ -111,11 +115,12 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
         # follows once, at the end.
         main = theirs = None
         folds: list[RefUpdate] = []
+        report.resolved, report.kept_aside, report.kept_for = [], {}, {}
         if has_main:
             client.fetch([f"+{MAIN_REF}:{FETCHED}", f"+{TRACES}*:{FETCHED_TRACES}*"])
             main = theirs = client.local_ref(FETCHED)
         if main is not None:
-            folded = _fold(root, main, seen_traces(client, FETCHED_TRACES))
+            folded = _fold(root, main, seen_traces(client, FETCHED_TRACES), ours, report)
             theirs = folded.tip
             folds = [u for u in folded.updates() if u.ref != MAIN_REF]  # the refs deleted
         tip, ahead = ours, True  # ahead: ours holds commits the remote lacks
@@ -129,6 +134,8 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
             report.pulled = base != theirs
         elif theirs == ours:
             ahead = False
+        if report.kept_aside:
+            _stop(root, tip, report)
         if tip == main or client.push([RefUpdate(MAIN_REF, tip, main), *folds]):
             if tip != ours:
                 _check_out(root, tip)
@@ -140,14 +147,39 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
                        hint="workers are pushing fast; run `agentfs sync` again")
 
 
-def _fold(root: Path, main: str, refs: dict[str, str]) -> Folded:
-    """The remote's main with every trace ref's steps on top (a ref whose steps meet a
-    path changed on main too is left for a fold after its job)."""
+def _fold(root: Path, main: str, refs: dict[str, str], ours: str,
+          report: SyncReport) -> Folded:
+    """The remote's main with every trace ref's steps on top, each ref folded deleted:
+    a ref whose steps meet a path changed on main too is merged (`_merge_left`)."""
     repo = GitRepo(root)
     try:
-        return fold(repo, main, refs)
+        folded = fold(repo, main, refs)
+        for trace_id in sorted(folded.left):
+            _merge_left(repo, folded, trace_id, refs[trace_id], ours=ours, report=report)
+        return folded
     finally:
         repo.close()
+
+
+def _merge_left(repo: GitRepo, folded: Folded, trace_id: str, value: str, *, ours: str,
+                report: SyncReport) -> None:
+    """Merge the steps of a trace ref (at `value`) that `fold` left out into its result,
+    as this clone is merged (`_resolve`): workers leave such a ref alone (no one there
+    can choose between two versions of a file), so sync is where it reaches main. On a
+    real conflict main's version stays at the path and the trace's is kept beside it;
+    sync then stops before pushing. A ref this clone holds already (an earlier sync
+    merged it and stopped for the person) is only deleted."""
+    if not _is_ancestor(repo.root, value, ours):
+        base = _merge_base(repo.root, value, folded.tip)
+        result = merge(repo, base.encode() if base else None, value.encode(),
+                       folded.tip.encode(), resolve=_resolve,
+                       message=f"sync: merge the steps of trace {trace_id}, which changed "
+                       f"files main changed too\n\nAgentfs-Kind: sync\n".encode())
+        folded.tip = result.commit.decode()
+        report.resolved += result.resolved
+        report.kept_aside.update(result.kept_aside)
+        report.kept_for.update(dict.fromkeys(result.kept_aside, trace_id))
+    folded.taken[trace_id] = value
 
 
 def _lock_traces(workspace: Workspace, held: ExitStack) -> None:
@@ -202,14 +234,18 @@ def _remote_has_main(root: Path, remote: str) -> bool:
     return bool(done.stdout.strip())
 
 
+def _is_ancestor(root: Path, commit: str, of: str) -> bool:
+    return git(root, "merge-base", "--is-ancestor", commit, of, check=False).returncode == 0
+
+
 def _merge_base(root: Path, ours: str, theirs: str) -> str | None:
     done = git(root, "merge-base", ours, theirs, check=False)
     return done.stdout.decode().strip() or None
 
 
 def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncReport) -> str:
-    """The merge commit of ours and theirs (not checked out). On a real conflict it is
-    checked out, with both sides kept, and `MergeConflict` raised: nothing is pushed."""
+    """The merge commit of ours and theirs (not checked out); the paths kept both ways
+    are added to `report`."""
     repo = GitRepo(root)
     try:
         result = merge(repo, base.encode() if base else None, ours.encode(), theirs.encode(),
@@ -217,18 +253,29 @@ def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncRep
                        message=b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
     finally:
         repo.close()
-    report.resolved = result.resolved
-    report.kept_aside = result.kept_aside
-    if result.kept_aside:
-        _check_out(root, result.commit.decode())
-        lines = "; ".join(f"{path}: yours is at {aside}" if aside
-                          else f"{path}: deleted here, changed there (kept)"
-                          for path, aside in result.kept_aside.items())
-        raise MergeConflict(
-            f"changed both here and on the remote: {lines}", list(result.kept_aside),
-            hint="the remote's version is at each path; keep the one you want (edit the file, "
-            "delete the .conflict- copy), then run `agentfs sync` again to push")
+    report.resolved += result.resolved
+    report.kept_aside.update(result.kept_aside)
     return result.commit.decode()
+
+
+def _stop(root: Path, tip: str, report: SyncReport) -> None:
+    """A real conflict: the merge `tip` is checked out, with both sides kept, and
+    `MergeConflict` raised: nothing is pushed."""
+    _check_out(root, tip)
+    lines = []
+    for path, aside in report.kept_aside.items():
+        trace_id = report.kept_for.get(path)
+        if trace_id is not None:  # the version of a trace ref the fold left out
+            whose = f"trace {trace_id}'s steps changed it too, theirs is at"
+            lines.append(f"{path}: {whose} {aside}" if aside
+                         else f"{path}: deleted by trace {trace_id}'s steps, changed on main (kept)")
+        else:
+            lines.append(f"{path}: yours is at {aside}" if aside
+                         else f"{path}: deleted here, changed there (kept)")
+    raise MergeConflict(
+        f"changed both here and on the remote: {'; '.join(lines)}", list(report.kept_aside),
+        hint="the remote's version is at each path; keep the one you want (edit the file, "
+        "delete the .conflict- copy), then run `agentfs sync` again to push")
 
 
 def _resolve(path: str, base: bytes | None, ours: bytes | None,

@@ -18,8 +18,8 @@ from agentfs.store.git.carry import carry
 from agentfs.store.git.remote import GitRemote, RefUpdate, git
 from agentfs.store.git.repo import GitRepo
 
-__all__ = ["MAIN_REF", "SEEN_TRACES", "TRACES", "Folded", "backlog", "fold", "seen_traces",
-           "trace_ref", "unfolded"]
+__all__ = ["MAIN_REF", "SEEN_TRACES", "TRACES", "Folded", "backlog", "fold", "removed",
+           "seen_traces", "trace_ref", "unfolded"]
 
 MAIN_REF = "refs/heads/main"
 TRACES = "refs/agentfs/traces/"
@@ -73,7 +73,8 @@ class Folded:
     main: str  # the remote's main the fold started from
     tip: str  # the result
     taken: dict[str, str] = field(default_factory=dict)  # trace id → ref value folded
-    left: dict[str, str] = field(default_factory=dict)  # trace id → why it was left out
+    #: trace id → why it was left out (its paths changed on main too)
+    left: dict[str, MergeConflict] = field(default_factory=dict)
 
     def updates(self) -> list[RefUpdate]:
         """The push that makes this fold the remote's: main moved, the refs deleted."""
@@ -84,15 +85,25 @@ class Folded:
 def fold(repo: GitRepo, main: str, refs: dict[str, str]) -> Folded:
     """Carry the unfolded steps of `refs` (trace id → ref value) onto `main`, one trace
     after another; a step `main` already holds is dropped. A trace whose steps meet a
-    path changed on `main` too is left out (`Folded.left`), never half-folded."""
+    path changed on `main` too is left out (`Folded.left`), never half-folded: a worker
+    has no one to ask which version to keep, so its steps wait on the ref for
+    `agentfs sync`, which merges them (`agentfs/remote/sync.py:_merge_left`)."""
     result = Folded(main, main)
     steps = unfolded(repo, main, refs)
     for trace_id, value in sorted(refs.items()):
         try:
             tip = carry(repo, steps[trace_id], result.tip.encode(), skip_empty=True)
         except MergeConflict as exc:
-            result.left[trace_id] = exc.message
+            result.left[trace_id] = exc
             continue
         result.tip = tip.decode()
         result.taken[trace_id] = value
     return result
+
+
+def removed(repo: GitRepo, main: str, tip: str, folder: str) -> list[str]:
+    """The files under `folder` that the steps on a trace ref (at `tip`) deleted since
+    they left `main`: for the workspace `inbox/`, the file its job made the trace from."""
+    listed = git(repo.root, "diff", "--name-only", "-z", "--no-renames", "--diff-filter=D",
+                 f"{main}...{tip}", "--", f"{folder}/").stdout
+    return [p for p in listed.decode(errors="surrogateescape").split("\0") if p]

@@ -29,7 +29,7 @@ from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceNotFou
 from agentfs.models.base import Model
 from agentfs.remote.claims import Claims, Held, new_trace_claim, rank, spread
 from agentfs.remote.publish import Publisher, fetch
-from agentfs.remote.tracerefs import backlog, fold, seen_traces
+from agentfs.remote.tracerefs import backlog, fold, removed, seen_traces
 from agentfs.store.git.lockfiles import clear_stale
 from agentfs.store.git.remote import GitRemote, git, identity
 from agentfs.store.git.repo import GitRepo
@@ -72,6 +72,11 @@ class Worker:
         self._looked: dict[str, tuple[str, bool]] = {}  # trace → (tree, had work) last look
         self._waiting: dict[str, tuple[str, float]] = {}  # backlog: trace → (ref, seen since)
         self._left: set[str] = set()  # traces whose steps this worker's release left on refs
+        #: the view's trace refs a fold leaves out (a path changed on main too): trace id →
+        #: those paths. Not jobs until `agentfs sync` folds them, nor the inbox files they
+        #: made traces of (`_taken`).
+        self.left_out: dict[str, list[str]] = {}
+        self._taken: set[str] = set()
 
     # --- the loop ---------------------------------------------------------------
 
@@ -125,8 +130,10 @@ class Worker:
         """Fetch, and make the clone exactly the remote's main with the steps of the
         trace refs in `scope` (EVERY: all, the view jobs are chosen from; a trace id:
         that one, a job's start; NO_TRACE: none) carried on top. Work this clone did
-        not push is not done (a killed worker's, or one whose claim was lost).
-        Returns the commit the clone now is; None if the remote has no main.
+        not push is not done (a killed worker's, or one whose claim was lost). The
+        view's fold may leave refs out (their steps changed a file main changed too):
+        `left_out` says which, for `jobs`. Returns the commit the clone now is; None if
+        the remote has no main.
 
         Raises:
           MergeConflict: the trace in `scope` changed on main too (a person's edit).
@@ -136,7 +143,7 @@ class Worker:
             return None
         self.trace_refs = seen_traces(self.git)
         refs = {t: sha for t, sha in self.trace_refs.items() if scope in (EVERY, t)}
-        key = (main, sorted(refs.items()))
+        key = (scope, main, sorted(refs.items()))
         if key == self._mirrored:
             return self._view  # nothing ran here since, and the remote is the same
         view = main
@@ -144,11 +151,15 @@ class Worker:
             repo = GitRepo(self.root)
             try:
                 folded = fold(repo, main, refs)
+                if folded.left and scope != EVERY:
+                    raise folded.left[scope]
+                if scope == EVERY:
+                    self._left_out(repo, main, refs, folded.left)
             finally:
                 repo.close()
-            if folded.left and scope != EVERY:
-                raise MergeConflict(folded.left[scope], [scope])
             view = folded.tip
+        elif scope == EVERY:
+            self.left_out, self._taken = {}, set()
         state = self.root / ".git" / "agentfs"
         for leftover in ("ingest", "in-flight", "intents"):  # records of unpushed work
             shutil.rmtree(state / leftover, ignore_errors=True)
@@ -159,13 +170,21 @@ class Worker:
         self._mirrored, self._view = key, view
         return view
 
+    def _left_out(self, repo: GitRepo, main: str, refs: dict[str, str],
+                  left: dict[str, MergeConflict]) -> None:
+        """Remember the trace refs the view's fold left out, and the files of the
+        workspace `inbox/` their steps took (the view still shows those waiting)."""
+        self.left_out = {t: exc.paths for t, exc in left.items()}
+        self._taken = {path for t in left for path in removed(repo, main, refs[t], INBOX_DIR)}
+
     def fold_idle(self, seen: dict) -> bool:
         """Fold into main the trace refs of traces nobody claims, when this worker has
         no job: at once if its own release left some there, else once the backlog has
         waited `Worker.fold_after` (any job's release folds the backlog along, so in a
         busy fleet it seldom waits that long). One try, a lost race is no loss.
         True if this worker's fold moved main."""
-        refs = backlog(self.trace_refs, seen)
+        refs = {t: sha for t, sha in backlog(self.trace_refs, seen).items()
+                if t not in self.left_out}  # the same fold would leave them out again
         now = time.monotonic()
         waiting = {}
         for trace_id, sha in refs.items():
@@ -205,13 +224,12 @@ class Worker:
         of many traces costs one `git ls-tree`."""
         project: Project | None = None
         found: list[tuple[str, str | None]] = [
-            (new_trace_claim(f"{INBOX_DIR}/{path.name}"), None)
-            for path in waiting(self.root / INBOX_DIR)]
+            (new_trace_claim(f"{INBOX_DIR}/{path.name}"), None) for path in self._new_files()]
         trees = self._trace_trees()
         self._looked = {t: v for t, v in self._looked.items() if t in trees}
         for trace_id, tree in trees.items():
-            if self._failed.get(trace_id) == tree:
-                continue  # its run failed, and nothing changed since
+            if self._failed.get(trace_id) == tree or trace_id in self.left_out:
+                continue  # its run failed and nothing changed since; its steps wait for sync
             if self._looked.get(trace_id, ("", False))[0] != tree:
                 project = project or Project.open(self.root)
                 self._looked[trace_id] = (tree, self._works(project, trace_id))
@@ -278,6 +296,9 @@ class Worker:
         outcome = project.start_trace(path)
         if outcome is None or isinstance(outcome, Rejected):
             return None
+        if outcome in self.trace_refs:  # made from another file, whose job the fold left out
+            raise MergeConflict(f"trace {outcome} has steps on its ref that main lacks "
+                                f"(a fold left them out); agentfs sync folds them", [outcome])
         trace = project.trace(outcome)
         with trace.lock():
             finish_staged(trace)
@@ -288,7 +309,6 @@ class Worker:
             raise MergeConflict(f"trace id {outcome} is claimed by another worker", [outcome])
         publisher.held.append(trace_claim)
         publisher.trace_id = outcome
-        publisher.ref = self.trace_refs.get(outcome)
         self.log("new_trace", {"trace": outcome, "file": path.name})
         return outcome
 
@@ -297,9 +317,14 @@ class Worker:
         the clone (None if `view` is None: the remote has no main)."""
         if view is None:
             return None
-        inbox = self.root / INBOX_DIR
-        return next((p for p in waiting(inbox)
+        return next((p for p in self._new_files()
                      if new_trace_claim(f"{INBOX_DIR}/{p.name}") == name), None)
+
+    def _new_files(self) -> list[Path]:
+        """The files waiting in the clone's workspace `inbox/` that no trace ref took:
+        one the view's fold left out shows its file still waiting here."""
+        return [p for p in waiting(self.root / INBOX_DIR)
+                if f"{INBOX_DIR}/{p.name}" not in self._taken]
 
     def _works(self, project: Project, trace_id: str) -> bool:
         """Anything a run would take up: inbox files, an unanswered user message,
@@ -389,7 +414,10 @@ class Worker:
             try:
                 if publisher.publish(release=True):
                     self.log("released", {"claims": names})
-                    if publisher.left_on_ref and publisher.trace_id:
+                    if publisher.left_paths:  # waits for `agentfs sync`: say so
+                        self.log("not_folded", {"trace": publisher.trace_id,
+                                                "paths": publisher.left_paths})
+                    elif publisher.left_on_ref and publisher.trace_id:
                         self._left.add(publisher.trace_id)
                     return
             except RemoteError as exc:
