@@ -344,15 +344,21 @@ def test_the_undo_hint_of_a_refused_edit_runs_as_given(tmp_path: Path) -> None:
     renamed = answer.with_name("000012-user.md")
     renamed.write_text(answer.read_text().replace("role: assistant", "role: user"))
     answer.unlink()
+    assert _undo_as_given(ws) == [
+        "git checkout HEAD -- traces/demo/messages/000000-000999/000012-assistant.md",
+        "rm -- traces/demo/messages/000000-000999/000012-user.md"]
+    assert_git_clean(ws)
+    run_cli("run", "demo", "-m", "go on", cwd=ws)
+
+
+def _undo_as_given(ws: Path) -> list[str]:
+    """The commands the run's refusal names, each run as given (they must work)."""
     refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
     assert refused.returncode == 1, refused.stderr
     commands = [c for c in refused.stderr.split("`")[1::2] if c.startswith(("git ", "rm "))]
-    assert commands == ["git checkout HEAD -- traces/demo/messages/000000-000999/000012-assistant.md",
-                        "rm -- traces/demo/messages/000000-000999/000012-user.md"]
     for command in commands:
         subprocess.run(command.split(), cwd=ws, check=True, capture_output=True)
-    assert_git_clean(ws)
-    run_cli("run", "demo", "-m", "go on", cwd=ws)
+    return commands
 
 
 def test_the_undo_hint_of_a_staged_rename_runs_as_given(tmp_path: Path) -> None:
@@ -363,13 +369,9 @@ def test_the_undo_hint_of_a_staged_rename_runs_as_given(tmp_path: Path) -> None:
     git(ws, "mv", f"{FOLDER}/000012-assistant.md", f"{FOLDER}/000013-assistant.md")
     moved = ws / FOLDER / "000013-assistant.md"
     moved.write_text(moved.read_text().replace("sequence: 12", "sequence: 13"))
-    refused = run_cli("run", "demo", "-m", "go on", cwd=ws, check=False)
-    assert refused.returncode == 1, refused.stderr
-    commands = [c for c in refused.stderr.split("`")[1::2] if c.startswith(("git ", "rm "))]
-    assert commands == ["git checkout HEAD -- traces/demo/messages/000000-000999/000012-assistant.md",
-                        "git rm -qf -- traces/demo/messages/000000-000999/000013-assistant.md"]
-    for command in commands:
-        subprocess.run(command.split(), cwd=ws, check=True, capture_output=True)
+    assert _undo_as_given(ws) == [
+        "git checkout HEAD -- traces/demo/messages/000000-000999/000012-assistant.md",
+        "git rm -qf -- traces/demo/messages/000000-000999/000013-assistant.md"]
     assert run_cli("doctor", cwd=ws).stdout.startswith("ok: ")
     assert_git_clean(ws)
 

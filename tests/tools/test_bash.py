@@ -69,12 +69,7 @@ def test_bash_is_off_unless_enabled_and_its_files_are_committed(project, write_s
     result = next(m for m in project.trace("t").main_path() if m.role == "tool")
     assert result.is_error and "unknown tool 'bash'" in result.text
 
-    config = project.workspace.config_path
-    config.write_text(config.read_text() + "\n[tools]\nbash = true\n")
-    git(project.workspace.root, "commit", "-qam", "enable bash")
-    from agentfs.core.project import Project
-
-    project = Project.open(project.workspace.root)
+    project = _enable_bash(project)
     project.new_trace("t2", user("go"))
     Runner(project.workspace, project.repo, ReplayModel(script), config=project.config).run("t2")
     assert (project.workspace.root / "made-by-bash.txt").read_text() == "data\n"
@@ -110,17 +105,22 @@ def test_a_file_named_in_bytes_that_are_not_utf8_is_left_uncommitted_and_named(
     assert "fine.txt" in git(root, "show", "--name-only", "--format=", "HEAD~1")
 
 
+def _enable_bash(project):
+    """`[tools] bash = true` added to agentfs.toml and committed; the project opened again."""
+    from agentfs.core.project import Project
+
+    config = project.workspace.config_path
+    config.write_text(config.read_text() + "\n[tools]\nbash = true\n")
+    git(project.workspace.root, "commit", "-qam", "enable bash")
+    return Project.open(project.workspace.root)
+
+
 def _run_bash(project, write_script, *commands: str):
     """Run trace 't' on a script calling bash with each command in turn, bash enabled;
     returns the tool results."""
     script = write_script([*({"tool_calls": [{"name": "bash", "input": {"command": c}}]}
                              for c in commands), {"text": "done"}])
-    config = project.workspace.config_path
-    config.write_text(config.read_text() + "\n[tools]\nbash = true\n")
-    git(project.workspace.root, "commit", "-qam", "enable bash")
-    from agentfs.core.project import Project
-
-    project = Project.open(project.workspace.root)
+    project = _enable_bash(project)
     project.new_trace("t", user("go"))
     Runner(project.workspace, project.repo, ReplayModel(script), config=project.config).run("t")
     return [m for m in project.trace("t").main_path() if m.role == "tool"]
