@@ -7,9 +7,9 @@
    inboxes and changes to other files Git already tracks, one `sync` commit.
 2. The remote's `main` and its trace refs are fetched, the refs' steps folded
    onto `main` (`agentfs/remote/tracerefs.py:fold`: sync sees every trace's
-   newest step, running ones included; a ref the fold leaves out, its steps
-   having changed a file main changed too, is merged into it as a clone is,
-   `_merge_left`), and the result merged
+   newest step, running ones included; the steps of a ref whose steps changed
+   a file main changed too are carried in line all the same, settled as a
+   clone's are, `_fold`), and the result merged
    (`agentfs/store/git/carry.py:merge`):
    traces are disjoint directories, so work on different traces merges path
    by path. agentfs' own JSON files (`trace.json`, `goals.json`) changed on
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
-from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
+from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces, unfolded
 from agentfs.store.git.carry import merge
 from agentfs.store.git.conflicts import CONFLICT_COPY
 from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity
@@ -62,7 +62,7 @@ class SyncReport:
     pushed: bool = False
     resolved: list[str] = field(default_factory=list)
     kept_aside: dict[str, str] = field(default_factory=dict)  # path → where the copy went
-    #: path → the trace whose ref's version was kept beside main's (`_merge_left`)
+    #: path → the trace whose ref's version was kept beside main's (`_fold`)
     kept_for: dict[str, str] = field(default_factory=dict)
 
 
@@ -149,37 +149,45 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
 
 def _fold(root: Path, main: str, refs: dict[str, str], ours: str,
           report: SyncReport) -> Folded:
-    """The remote's main with every trace ref's steps on top, each ref folded deleted:
-    a ref whose steps meet a path changed on main too is merged (`_merge_left`)."""
+    """The remote's main with every trace ref's steps carried on top, each ref folded
+    deleted. Steps that change a file main changed too (a ref the workers' folds left
+    out) are carried all the same, in line, so `git log --first-parent main` and
+    every trace's log keep them: agentfs' own JSON files merged, another file kept
+    both ways (`agentfs/store/git/carry.py:BothKept`), and sync stops for the person.
+    A ref whose every step this clone already holds a copy of (carried by an earlier
+    sync that stopped so) is only deleted: `_held`."""
     repo = GitRepo(root)
     try:
-        folded = fold(repo, main, refs)
-        for trace_id in sorted(folded.left):
-            _merge_left(repo, folded, trace_id, refs[trace_id], ours=ours, report=report)
+        held = _held(repo, main, refs, ours)
+        folded = fold(repo, main, {t: v for t, v in refs.items() if t not in held},
+                      resolve=_resolve)
+        folded.taken.update({t: refs[t] for t in held})
+        for trace_id, kept in folded.kept.items():
+            report.resolved += kept.resolved
+            report.kept_aside.update(kept.kept_aside)
+            report.kept_for.update(dict.fromkeys(kept.kept_aside, trace_id))
         return folded
     finally:
         repo.close()
 
 
-def _merge_left(repo: GitRepo, folded: Folded, trace_id: str, value: str, *, ours: str,
-                report: SyncReport) -> None:
-    """Merge the steps of a trace ref (at `value`) that `fold` left out into its result,
-    as this clone is merged (`_resolve`): workers leave such a ref alone (no one there
-    can choose between two versions of a file), so sync is where it reaches main. On a
-    real conflict main's version stays at the path and the trace's is kept beside it;
-    sync then stops before pushing. A ref this clone holds already (an earlier sync
-    merged it and stopped for the person) is only deleted."""
-    if not _is_ancestor(repo.root, value, ours):
-        base = _merge_base(repo.root, value, folded.tip)
-        result = merge(repo, base.encode() if base else None, value.encode(),
-                       folded.tip.encode(), resolve=_resolve,
-                       message=f"sync: merge the steps of trace {trace_id}, which changed "
-                       f"files main changed too\n\nAgentfs-Kind: sync\n".encode())
-        folded.tip = result.commit.decode()
-        report.resolved += result.resolved
-        report.kept_aside.update(result.kept_aside)
-        report.kept_for.update(dict.fromkeys(result.kept_aside, trace_id))
-    folded.taken[trace_id] = value
+def _held(repo: GitRepo, main: str, refs: dict[str, str], ours: str) -> set[str]:
+    """The refs whose last step this clone holds a copy of, among its commits main
+    lacks: a copy carried keeps the step's message, author, committer and times
+    (`agentfs/store/git/repo.py:GitRepo.make_commit`)."""
+    listed = git(repo.root, "rev-list", ours, f"^{main}").stdout.decode().split()
+    if not listed:
+        return set()
+    copies = {_identity(repo, sha.encode()) for sha in listed}
+    return {trace_id for trace_id, steps in unfolded(repo, main, refs).items()
+            if steps and _identity(repo, steps[-1]) in copies}
+
+
+def _identity(repo: GitRepo, sha: bytes) -> tuple[bytes, bytes, int, bytes, int]:
+    """What a carried copy of commit `sha` keeps of it."""
+    commit = repo.commit(sha)
+    return (commit.message, commit.author, commit.author_time, commit.committer,
+            commit.commit_time)
 
 
 def _lock_traces(workspace: Workspace, held: ExitStack) -> None:
@@ -232,10 +240,6 @@ def _remote_has_main(root: Path, remote: str) -> bool:
         raise RemoteError(f"cannot reach {remote}: {done.stderr.decode(errors='replace').strip()}",
                           hint="check the remote's name or URL, and the network")
     return bool(done.stdout.strip())
-
-
-def _is_ancestor(root: Path, commit: str, of: str) -> bool:
-    return git(root, "merge-base", "--is-ancestor", commit, of, check=False).returncode == 0
 
 
 def _merge_base(root: Path, ours: str, theirs: str) -> str | None:

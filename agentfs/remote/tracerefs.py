@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from agentfs.errors import MergeConflict
-from agentfs.store.git.carry import carry
+from agentfs.store.git.carry import BothKept, Resolver, carry
 from agentfs.store.git.remote import GitRemote, RefUpdate, git
 from agentfs.store.git.repo import GitRepo
 
@@ -75,6 +75,8 @@ class Folded:
     taken: dict[str, str] = field(default_factory=dict)  # trace id → ref value folded
     #: trace id → why it was left out (its paths changed on main too)
     left: dict[str, MergeConflict] = field(default_factory=dict)
+    #: trace id → how its paths changed on main too were settled (with `resolve`)
+    kept: dict[str, BothKept] = field(default_factory=dict)
 
     def updates(self) -> list[RefUpdate]:
         """The push that makes this fold the remote's: main moved, the refs deleted."""
@@ -82,20 +84,27 @@ class Folded:
         return moves + [RefUpdate(trace_ref(t), None, sha) for t, sha in sorted(self.taken.items())]
 
 
-def fold(repo: GitRepo, main: str, refs: dict[str, str]) -> Folded:
+def fold(repo: GitRepo, main: str, refs: dict[str, str], *,
+         resolve: Resolver | None = None) -> Folded:
     """Carry the unfolded steps of `refs` (trace id → ref value) onto `main`, one trace
-    after another; a step `main` already holds is dropped. A trace whose steps meet a
-    path changed on `main` too is left out (`Folded.left`), never half-folded: a worker
-    has no one to ask which version to keep, so its steps wait on the ref for
-    `agentfs sync`, which merges them (`agentfs/remote/sync.py:_merge_left`)."""
+    after another; a step `main` already holds is dropped. A trace whose steps
+    meet a path changed on `main` too is left out (`Folded.left`), never half-folded:
+    a worker has no one to ask which version to keep, so its steps wait on the ref
+    for `agentfs sync`, which passes `resolve` and has them carried all the same, in
+    line, the paths changed both ways settled as `agentfs/store/git/carry.py:BothKept`
+    says (`Folded.kept`)."""
     result = Folded(main, main)
     steps = unfolded(repo, main, refs)
     for trace_id, value in sorted(refs.items()):
         try:
             tip = carry(repo, steps[trace_id], result.tip.encode(), skip_empty=True)
         except MergeConflict as exc:
-            result.left[trace_id] = exc
-            continue
+            if resolve is None:
+                result.left[trace_id] = exc
+                continue
+            result.kept[trace_id] = BothKept(value.encode(), resolve)
+            tip = carry(repo, steps[trace_id], result.tip.encode(), skip_empty=True,
+                        keep=result.kept[trace_id])
         result.tip = tip.decode()
         result.taken[trace_id] = value
     return result

@@ -41,12 +41,12 @@ def script(root: Path, name: str, path: str, content: str) -> Path:
     return target
 
 
-def commit_and_push(person: Path, path: str, content: str) -> None:
+def commit_and_push(person: Path, path: str, content: str, message: str = "") -> None:
     """A change of a workspace file pushed to main straight (a person, or another
     trace's fold)."""
     (person / path).write_text(content)
     git(person, "add", path)
-    git(person, "commit", "-qm", f"{path} changed")
+    git(person, "commit", "-qm", message or f"{path} changed")
     git(person, "push", "-q", "origin", "main")
 
 
@@ -60,7 +60,7 @@ def run_job(clone: Path, script_path: Path, person: Path, path: str, content: st
     def gate() -> None:
         calls.append(1)
         if len(calls) == 2:  # the job's step wrote `path`: main changes it too
-            commit_and_push(person, path, content)
+            commit_and_push(person, path, content, f"{path} changed during the job")
         elif len(calls) > 2:
             runner.stopping.set()
 
@@ -113,8 +113,13 @@ def test_a_new_trace_whose_release_leaves_its_ref_out_runs_once_and_sync_folds_i
     assert copy.read_text() == "from p2\n"
     assert not (person / "inbox" / "p2.md").exists()
 
+    # main moves before the person has chosen: the next sync still only deletes the ref
+    other = worker_clone(tmp_path, url, "other")
+    commit_and_push(other, "unrelated.md", "meanwhile\n")
     resolve_with(person, "shared.md", "from both\n")
     assert "pushed" in run_cli("sync", cwd=person).stdout
+    assert git(bare(server), "show", "main:unrelated.md") == "meanwhile\n"
+    assert not list(person.glob("*.conflict-*"))
     assert remote_refs(server, "refs/agentfs/") == []
     assert git(bare(server), "show", "main:shared.md") == "from both\n"
     check_remote(person, server, ["p2: write the shared file"])
@@ -147,6 +152,12 @@ def test_sync_folds_a_finished_traces_ref_left_out_instead_of_saying_up_to_date(
     assert "pushed" in done.stdout
     assert remote_refs(server, "refs/agentfs/") == []
     check_remote(person, server, ["x: hello", "x: append to the log"])
+    # carried in line: what reached main meanwhile and x's own steps stay on the
+    # first-parent line, which `agentfs log` and the step lookups follow
+    line = git(bare(server), "log", "--first-parent", "--format=%s", "main").splitlines()
+    assert "log.txt changed during the job" in line, line
+    logged = run_cli("log", "x", cwd=person).stdout
+    assert "overwrote log.txt" in logged and "x done" in logged, logged
     # a worker looking now finds nothing to do: x is answered
     more: list = []
     worker(clone, GatedModel(x, lambda: None), more, lease=30).run_once()

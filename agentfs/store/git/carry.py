@@ -23,7 +23,8 @@ from agentfs.store.git.conflicts import conflict_copy
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.git.trees import change_tree
 
-__all__ = ["MergeResult", "carry", "changed_paths", "merge", "new_commits"]
+__all__ = ["BothKept", "MergeResult", "Resolver", "carry", "changed_paths", "merge",
+           "new_commits"]
 
 Entry = tuple[int, bytes]  # (mode, hex sha)
 #: (path, base bytes or None, ours, theirs) -> merged bytes, or None: a real conflict
@@ -63,17 +64,49 @@ def changed_paths(repo: GitRepo, old_tree: bytes | None,
     return found
 
 
+@dataclass
+class BothKept:
+    """What `carry` does with a path changed both ways when it may go on (`agentfs
+    sync`, which a person watches): `resolve` merges the two versions if it can (the
+    carried commit's as ours, the tip's as theirs); else the tip's version stays at
+    the path and the carried one is kept beside it, as `merge` keeps a clone's
+    (`conflict_copy`, named after `name`, the carried line's last commit)."""
+
+    name: bytes
+    resolve: Resolver
+    resolved: list[str] = field(default_factory=list)  # merged by the resolver
+    kept_aside: dict[str, str] = field(default_factory=dict)  # path → where the carried went
+
+    def settle(self, repo: GitRepo, path: str, old: Entry | None, new: Entry | None,
+               current: Entry | None) -> tuple[bytes, int, bytes | None] | None:
+        """The change that carries `path` (from `old` to `new` in the carried commit,
+        `current` at the tip), or None to leave the tip's version alone."""
+        merged = self.resolve(path, _read(repo, old), _read(repo, new), _read(repo, current))
+        if merged is not None:
+            blob = Blob.from_string(merged)
+            repo.objects.add_object(blob)
+            self.resolved.append(path)
+            return _change(path, ((new or current or (0o100644, b""))[0], blob.id))
+        if new is None:  # deleted by the carried line, changed at the tip: the tip's stays
+            self.kept_aside.setdefault(path, "")
+            return None
+        self.kept_aside[path] = conflict_copy(path, self.name)
+        return _change(self.kept_aside[path], new)
+
+
 def carry(repo: GitRepo, commits: Sequence[bytes], onto: bytes, *,
-          skip_empty: bool = False) -> bytes:
+          skip_empty: bool = False, keep: BothKept | None = None) -> bytes:
     """Re-make `commits` (oldest first, each on the previous) on top of `onto`.
 
     Each keeps its message, author and extra parents (a side branch's head); its
     tree is `onto`'s with the paths the commit changed applied. With `skip_empty`,
     a commit whose paths `onto` already holds as it left them is dropped (it was
-    carried before). Returns the new tip.
+    carried before). With `keep`, a path changed differently since is settled by it
+    (`BothKept`) instead of refused. Returns the new tip.
 
     Raises:
-      MergeConflict: a path the commit changes was changed differently since.
+      MergeConflict: without `keep`, a path the commit changes was changed
+        differently since.
     """
     tip = onto
     for sha in commits:
@@ -85,6 +118,10 @@ def carry(repo: GitRepo, commits: Sequence[bytes], onto: bytes, *,
         for path, (old, new) in changed_paths(repo, parent_tree, commit.tree).items():
             current = _entry(repo, tip, path)
             if current == new:
+                continue
+            if current != old and keep is not None:
+                settled = keep.settle(repo, path, old, new, current)
+                changes += [settled] if settled is not None else []
                 continue
             if current != old:
                 conflicts.append(path)
