@@ -499,7 +499,7 @@ def _what_waits(trace: Trace) -> tuple[str, bool] | None:
         return None
     inbox = trace.pending_inbox()
     if inbox:
-        return f"{len(inbox)} file(s) wait in its inbox", True
+        return f"{counted(len(inbox), 'file')} {'waits' if len(inbox) == 1 else 'wait'} in its inbox", True
     try:
         last = trace.main_path()[-1]
     except AgentfsError as exc:

@@ -468,8 +468,9 @@ def _doctor(workspace: Workspace) -> None:
         click.echo(printable(problem))
     if report.problems:
         raise click.exceptions.Exit(1)
-    click.echo(f"ok: agentfs.toml, {report.traces} trace(s), {report.messages} message "
-               "file(s), skills, knowledge, inboxes, the index under traces/")
+    click.echo(f"ok: agentfs.toml, {counted(report.traces, 'trace')}, "
+               f"{counted(report.messages, 'message file')}, skills, knowledge, inboxes, "
+               "the index under traces/")
 
 
 def _status_text(listing: Listing) -> None:
@@ -478,10 +479,10 @@ def _status_text(listing: Listing) -> None:
     if not lines:
         lines.append("no traces yet: agentfs new TRACE -m '...'")
     if listing.inbox:
-        lines.append(f"inbox/: {len(listing.inbox)} file(s) waiting")
+        lines.append(f"inbox/: {counted(len(listing.inbox), 'file')} waiting")
     if listing.inbox_rejected:
-        lines.append(f"inbox/.rejected/: {len(listing.inbox_rejected)} file(s) that could "
-                     "not be used")
+        lines.append(f"inbox/.rejected/: {counted(len(listing.inbox_rejected), 'file')} "
+                     "that could not be used")
     click.echo(for_stdout("\n".join(lines)))  # one write: a line each is 1,000 writes
 
 

@@ -148,11 +148,15 @@ def remember_names(project: Project, stop: threading.Event,
     for trace_id in project.workspace.trace_ids():
         if stop.is_set():
             break
-        if len(folders(project.workspace.trace_dir(trace_id) / MESSAGES_DIR)) - 1 <= more_than:
+        try:
+            listed = folders(project.workspace.trace_dir(trace_id) / MESSAGES_DIR)
+        except OSError:  # unreadable: its views say why
+            continue
+        if len(listed) - 1 <= more_than:
             continue  # `folders` lists messages/ itself first
         try:
             project.trace(trace_id).message_dir.sequences(0)
-        except AgentfsError:
+        except (AgentfsError, OSError):  # its views say why
             continue
         looked.append(trace_id)
     return looked

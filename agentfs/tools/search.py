@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from agentfs.store.wording import counted
 from agentfs.tools.base import ToolFailure
 from agentfs.tools.paths import GIT_DIR, open_folder, open_regular
 
@@ -192,15 +193,15 @@ class Search:
 
     def timed_out(self) -> ToolFailure:
         return ToolFailure(
-            f"grep: the search timed out after {self.timeout:g} s ({self.files} file(s) "
-            "searched); simplify the pattern (nested repeats such as (a+)+ can take "
+            f"grep: the search timed out after {self.timeout:g} s "
+            f"({counted(self.files, 'file')} searched); simplify the pattern (nested repeats such as (a+)+ can take "
             "exponential time) or narrow the search with path or glob"
         )
 
     def result(self, raw: str) -> str:
         notes = [self.full] if self.full else list(self.notes)
         if self.too_big and not self.full:
-            notes.append(f"skipped {self.too_big} file(s) over {MAX_GREP_FILE_BYTES:,} bytes; "
+            notes.append(f"skipped {counted(self.too_big, 'file')} over {MAX_GREP_FILE_BYTES:,} bytes; "
                          "read them with read_file")
         text = "\n".join(self.hits) if self.hits else f"no matches for {raw!r}"
         return text + "".join(f"\n[... {note}]" for note in notes)

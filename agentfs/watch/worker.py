@@ -297,8 +297,9 @@ class Worker:
         if outcome is None or isinstance(outcome, Rejected):
             return None
         if outcome in self.trace_refs:  # made from another file, whose job the fold left out
-            raise MergeConflict(f"trace {outcome} has steps on its ref that main lacks "
-                                f"(a fold left them out); agentfs sync folds them", [outcome])
+            raise MergeConflict(f"trace {outcome} has steps on its ref that main lacks; "
+                                "they reach main with the next fold, or with `agentfs sync` "
+                                "if a fold left them out", [outcome])
         trace = project.trace(outcome)
         with trace.lock():
             finish_staged(trace)

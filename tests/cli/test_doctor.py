@@ -31,7 +31,7 @@ def test_doctor_on_a_healthy_workspace_says_ok_and_exits_0(tmp_path: Path) -> No
     ws = make(tmp_path)
     done = run_cli("doctor", cwd=ws)
     assert done.stdout.startswith("ok: ")
-    assert "2 trace(s)" in done.stdout and "6 message file(s)" in done.stdout
+    assert "2 traces" in done.stdout and "6 message files" in done.stdout
     checked = run_cli("status", "--check", cwd=ws).stdout  # the check, then the traces
     assert checked.startswith(done.stdout) and "good " in checked
     assert_git_clean(ws)

@@ -469,3 +469,25 @@ def test_an_index_nobody_can_read_is_refused_before_main_moves(
         trace.commit_step("assistant", [trace.new_message("assistant", "hello")])
     assert caught.value.hint and "git" in caught.value.hint
     assert head(root, "main") == before
+
+
+def test_a_git_am_or_rebase_stopped_halfway_is_named_with_its_own_abort(project: Project) -> None:
+    """Both leave `.git/rebase-apply/`; `git rebase --abort` is refused during `git am`."""
+    root = project.workspace.root
+    (root / "a.txt").write_text("one\n")
+    git(root, "add", "a.txt")
+    git(root, "commit", "-qm", "one")
+    patch = git(root, "format-patch", "-1", "--stdout")
+    (root / "a.txt").write_text("two\n")
+    git(root, "commit", "-qam", "two")
+    git(root, "reset", "-q", "--hard", "HEAD~2")
+    (root / "a.txt").write_text("other\n")
+    git(root, "add", "a.txt")
+    git(root, "commit", "-qm", "other")
+    assert project.repo.unfinished() is None
+    stopped = subprocess.run(["git", "am"], cwd=root, input=patch, text=True,
+                             capture_output=True, check=False)
+    assert stopped.returncode != 0
+    assert project.repo.unfinished() == "git am --abort"
+    git(root, "am", "--abort")
+    assert project.repo.unfinished() is None

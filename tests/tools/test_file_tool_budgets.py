@@ -29,7 +29,7 @@ def test_a_catastrophic_pattern_is_stopped_with_an_error_that_says_to_simplify_i
     (ctx.root / "a.txt").write_text("a" * 5_000 + "b\n")
     result = call(ctx, "grep", timeout=0.2, pattern="(a+)+$")
     assert result.is_error
-    assert result.content.startswith("grep: the search timed out after 0.2 s (1 file(s) searched)")
+    assert result.content.startswith("grep: the search timed out after 0.2 s (1 file searched)")
     assert "simplify the pattern" in result.content
 
 
@@ -39,7 +39,7 @@ def test_grep_skips_files_over_its_size_limit_and_says_so(ctx, monkeypatch):
     (ctx.root / "big.txt").write_text("needle\n" + "x" * 2_000)
     result = call(ctx, "grep", pattern="needle").content
     assert result == ("small.txt:1: needle\n"
-                      "[... skipped 1 file(s) over 1,000 bytes; read them with read_file]")
+                      "[... skipped 1 file over 1,000 bytes; read them with read_file]")
 
 
 def test_grep_stops_after_reading_its_byte_budget(ctx, monkeypatch):

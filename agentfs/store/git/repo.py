@@ -46,8 +46,9 @@ EXEC_MODE = 0o100755
 #: Files in `.git` that say a Git command stopped halfway, and the command undoing it.
 UNFINISHED = (("REVERT_HEAD", "git revert --abort"),
               ("CHERRY_PICK_HEAD", "git cherry-pick --abort"),
-              ("MERGE_HEAD", "git merge --abort"),
-              ("rebase-merge", "git rebase --abort"), ("rebase-apply", "git rebase --abort"))
+              ("MERGE_HEAD", "git merge --abort"), ("rebase-merge", "git rebase --abort"),
+              ("rebase-apply/applying", "git am --abort"),  # `git am` uses rebase-apply/ too
+              ("rebase-apply", "git rebase --abort"))
 #: Attempts at moving a ref before giving up (another process keeps winning).
 CAS_ATTEMPTS = 200
 #: Files larger than this are committed a chunk at a time, never read whole.
