@@ -58,24 +58,6 @@ def test_drops_into_different_traces_on_two_clones_merge_and_reach_both(pair):
     git(bare, "fsck", "--strict", "--no-dangling")
 
 
-def test_a_sync_keeps_every_step_the_remote_got_meanwhile_on_mains_first_parent_line(pair):
-    """The clone's own commits are carried onto the remote's main in line, not merged
-    with them first: `agentfs log` follows first parents, and a trace run elsewhere
-    meanwhile (b, on the second clone) keeps its steps in it."""
-    first, second, bare = pair
-    run_cli("run", "b", "-m", "go on", cwd=second)
-    assert "pushed" in run_cli("sync", cwd=second).stdout
-    (first / "traces" / "a" / "inbox" / "x.md").write_text("from the first\n")
-    assert "pulled; pushed" in run_cli("sync", cwd=first).stdout
-    line = git(bare, "log", "--first-parent", "--format=%s", "main").splitlines()
-    assert line[0].startswith("sync: 1 file from") and any(s.startswith("b: ") for s in line)
-    assert git(bare, "rev-list", "--merges", "main") == ""
-    logged = run_cli("log", "b", cwd=first).stdout
-    assert "go on" in logged, logged
-    assert_git_clean(first)
-    git(bare, "fsck", "--strict", "--no-dangling")
-
-
 def test_trace_json_changed_on_both_clones_merges_key_by_key(pair):
     first, second, _ = pair
     edit_json(first / "traces" / "a" / "trace.json", model="replay:script.json")
