@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
-from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces, unfolded
+from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
 from agentfs.store.git.carry import merge
 from agentfs.store.git.conflicts import CONFLICT_COPY
 from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity
@@ -51,6 +51,10 @@ __all__ = ["SyncReport", "merge_json", "sync"]
 
 FETCHED = "refs/agentfs/sync/main"
 FETCHED_TRACES = "refs/agentfs/sync/traces/"
+#: Trace refs a sync carried with a path kept both ways, then stopped on: the copy of
+#: the ref's last step in this clone, and the ref's value then (`_held`).
+CARRIED = "refs/agentfs/sync/carried/"
+CARRIED_FROM = "refs/agentfs/sync/carried-from/"
 #: Pushes lost to workers' pushes in a row before sync gives up.
 ATTEMPTS = 100
 
@@ -113,14 +117,14 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
         # Each attempt is a fetch, a merge in the object store and a push: short, so
         # that workers pushing steps all the time leave a window; the work tree
         # follows once, at the end.
-        main = theirs = None
+        main = theirs = folded = None
         folds: list[RefUpdate] = []
         report.resolved, report.kept_aside, report.kept_for = [], {}, {}
         if has_main:
             client.fetch([f"+{MAIN_REF}:{FETCHED}", f"+{TRACES}*:{FETCHED_TRACES}*"])
             main = theirs = client.local_ref(FETCHED)
         if main is not None:
-            folded = _fold(root, main, seen_traces(client, FETCHED_TRACES), ours, report)
+            folded = _fold(client, main, seen_traces(client, FETCHED_TRACES), ours, report)
             theirs = folded.tip
             folds = [u for u in folded.updates() if u.ref != MAIN_REF]  # the refs deleted
         tip, ahead = ours, True  # ahead: ours holds commits the remote lacks
@@ -135,8 +139,10 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
         elif theirs == ours:
             ahead = False
         if report.kept_aside:
+            _remember_kept(client, folded)
             _stop(root, tip, report)
         if tip == main or client.push([RefUpdate(MAIN_REF, tip, main), *folds]):
+            _forget_kept(client)
             if tip != ours:
                 _check_out(root, tip)
             report.pushed = ahead and tip != main
@@ -147,18 +153,18 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
                        hint="workers are pushing fast; run `agentfs sync` again")
 
 
-def _fold(root: Path, main: str, refs: dict[str, str], ours: str,
+def _fold(client: GitRemote, main: str, refs: dict[str, str], ours: str,
           report: SyncReport) -> Folded:
     """The remote's main with every trace ref's steps carried on top, each ref folded
     deleted. Steps that change a file main changed too (a ref the workers' folds left
     out) are carried all the same, in line, so `git log --first-parent main` and
     every trace's log keep them: agentfs' own JSON files merged, another file kept
     both ways (`agentfs/store/git/carry.py:BothKept`), and sync stops for the person.
-    A ref whose every step this clone already holds a copy of (carried by an earlier
-    sync that stopped so) is only deleted: `_held`."""
-    repo = GitRepo(root)
+    A ref an earlier sync of this clone carried so and stopped on, unchanged since, is
+    only deleted: `_held`."""
+    repo = GitRepo(client.root)
     try:
-        held = _held(repo, main, refs, ours)
+        held = _held(client, refs, ours)
         folded = fold(repo, main, {t: v for t, v in refs.items() if t not in held},
                       resolve=_resolve)
         folded.taken.update({t: refs[t] for t in held})
@@ -171,23 +177,36 @@ def _fold(root: Path, main: str, refs: dict[str, str], ours: str,
         repo.close()
 
 
-def _held(repo: GitRepo, main: str, refs: dict[str, str], ours: str) -> set[str]:
-    """The refs whose last step this clone holds a copy of, among its commits main
-    lacks: a copy carried keeps the step's message, author, committer and times
-    (`agentfs/store/git/repo.py:GitRepo.make_commit`)."""
-    listed = git(repo.root, "rev-list", ours, f"^{main}").stdout.decode().split()
-    if not listed:
-        return set()
-    copies = {_identity(repo, sha.encode()) for sha in listed}
-    return {trace_id for trace_id, steps in unfolded(repo, main, refs).items()
-            if steps and _identity(repo, steps[-1]) in copies}
+def _held(client: GitRemote, refs: dict[str, str], ours: str) -> set[str]:
+    """The refs an earlier sync of this clone carried and stopped on (`_remember_kept`),
+    at the value they still have, with that carry still in this clone: their steps
+    reach main with this clone's, so they are only deleted."""
+    kept = client.local_refs(CARRIED)
+    held = set()
+    for name, (copy, _) in kept.items():
+        trace_id = name.removeprefix(CARRIED)
+        if client.local_ref(CARRIED_FROM + trace_id) == refs.get(trace_id) and git(
+                client.root, "merge-base", "--is-ancestor", copy, ours,
+                check=False).returncode == 0:
+            held.add(trace_id)
+    return held
 
 
-def _identity(repo: GitRepo, sha: bytes) -> tuple[bytes, bytes, int, bytes, int]:
-    """What a carried copy of commit `sha` keeps of it."""
-    commit = repo.commit(sha)
-    return (commit.message, commit.author, commit.author_time, commit.committer,
-            commit.commit_time)
+def _remember_kept(client: GitRemote, folded: Folded | None) -> None:
+    """Before a sync stops on a conflict: for each trace ref it carried with a path
+    kept both ways, its value and the copy of its last step, for `_held`."""
+    if folded is None:
+        return
+    for trace_id in folded.kept:
+        git(client.root, "update-ref", CARRIED + trace_id, folded.carried_to[trace_id])
+        git(client.root, "update-ref", CARRIED_FROM + trace_id, folded.taken[trace_id])
+
+
+def _forget_kept(client: GitRemote) -> None:
+    """After a push: no carried ref is waiting any more."""
+    for prefix in (CARRIED, CARRIED_FROM):
+        for name in client.local_refs(prefix):
+            git(client.root, "update-ref", "-d", name)
 
 
 def _lock_traces(workspace: Workspace, held: ExitStack) -> None:

@@ -77,6 +77,8 @@ class Folded:
     left: dict[str, MergeConflict] = field(default_factory=dict)
     #: trace id → how its paths changed on main too were settled (with `resolve`)
     kept: dict[str, BothKept] = field(default_factory=dict)
+    #: trace id → the tip once its steps were carried, for those in `kept`
+    carried_to: dict[str, str] = field(default_factory=dict)
 
     def updates(self) -> list[RefUpdate]:
         """The push that makes this fold the remote's: main moved, the refs deleted."""
@@ -105,6 +107,7 @@ def fold(repo: GitRepo, main: str, refs: dict[str, str], *,
             result.kept[trace_id] = BothKept(value.encode(), resolve)
             tip = carry(repo, steps[trace_id], result.tip.encode(), skip_empty=True,
                         keep=result.kept[trace_id])
+            result.carried_to[trace_id] = tip.decode()
         result.tip = tip.decode()
         result.taken[trace_id] = value
     return result
