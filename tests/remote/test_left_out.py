@@ -162,3 +162,28 @@ def test_sync_folds_a_finished_traces_ref_left_out_instead_of_saying_up_to_date(
     more: list = []
     worker(clone, GatedModel(x, lambda: None), more, lease=30).run_once()
     assert not any(e == "claimed" for e, _ in more), more
+
+
+def test_a_sync_stopped_then_abandoned_carries_the_ref_again_and_deletes_nothing(
+        tmp_path, server):
+    """The ref is only deleted while this clone holds the copy a stopped sync made:
+    a person who threw that away (`git reset --hard`) is asked again."""
+    url = server.create("ws")
+    person = person_clone(tmp_path, url, ())
+    commit_and_push(person, "shared.md", "start\n")
+    p2 = script(tmp_path, "p2", "shared.md", "from p2\n")
+    (person / "inbox" / "p2.md").write_text("write the shared file\n")
+    run_cli("sync", cwd=person)
+    run_job(worker_clone(tmp_path, url, "w1"), p2, person, "shared.md", "from the person\n")
+    before = git(person, "rev-parse", "HEAD").strip()
+    assert run_cli("sync", cwd=person, check=False).returncode == 1
+    git(person, "reset", "-q", "--hard", before)  # the stop thrown away
+    for copy in person.glob("shared.md.conflict-*"):
+        copy.unlink()
+    again = run_cli("sync", cwd=person, check=False)
+    assert again.returncode == 1 and "shared.md" in again.stderr
+    assert remote_refs(server, "refs/agentfs/traces/") == ["refs/agentfs/traces/p2"]
+    resolve_with(person, "shared.md", "from both\n")
+    assert "pushed" in run_cli("sync", cwd=person).stdout
+    assert remote_refs(server, "refs/agentfs/") == []
+    check_remote(person, server, ["p2: write the shared file"])
