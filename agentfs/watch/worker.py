@@ -77,6 +77,7 @@ class Worker:
         #: made traces of (`_taken`).
         self.left_out: dict[str, list[str]] = {}
         self._taken: set[str] = set()
+        self._said_left: set[tuple[str, tuple[str, ...]]] = set()  # `not_folded` logged
 
     # --- the loop ---------------------------------------------------------------
 
@@ -176,6 +177,17 @@ class Worker:
         workspace `inbox/` their steps took (the view still shows those waiting)."""
         self.left_out = {t: exc.paths for t, exc in left.items()}
         self._taken = {path for t in left for path in removed(repo, main, refs[t], INBOX_DIR)}
+        for trace_id, paths in sorted(self.left_out.items()):  # said once, by each worker
+            self._say_not_folded(trace_id, paths)
+
+    def _say_not_folded(self, trace_id: str, paths: list[str]) -> None:
+        """Log that a trace's steps wait on its ref for `agentfs sync`, once per worker
+        and set of paths: the release that left them there, or a view that finds them
+        (a holder this worker reaped, a worker started since)."""
+        key = (trace_id, tuple(sorted(paths)))
+        if key not in self._said_left:
+            self._said_left.add(key)
+            self.log("not_folded", {"trace": trace_id, "paths": paths})
 
     def fold_idle(self, seen: dict) -> bool:
         """Fold into main the trace refs of traces nobody claims, when this worker has
@@ -415,9 +427,8 @@ class Worker:
             try:
                 if publisher.publish(release=True):
                     self.log("released", {"claims": names})
-                    if publisher.left_paths:  # waits for `agentfs sync`: say so
-                        self.log("not_folded", {"trace": publisher.trace_id,
-                                                "paths": publisher.left_paths})
+                    if publisher.left_paths and publisher.trace_id:  # waits for sync
+                        self._say_not_folded(publisher.trace_id, publisher.left_paths)
                     elif publisher.left_on_ref and publisher.trace_id:
                         self._left.add(publisher.trace_id)
                     return

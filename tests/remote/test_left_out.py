@@ -140,6 +140,14 @@ def test_sync_folds_a_finished_traces_ref_left_out_instead_of_saying_up_to_date(
 
     assert [d["trace"] for e, d in events if e == "run_started"] == ["x"]
     assert remote_refs(server, "refs/agentfs/traces/") == ["refs/agentfs/traces/x"]
+    assert [d for e, d in events if e == "not_folded"] == [{"trace": "x", "paths": ["log.txt"]}]
+    # another worker's view finds the ref left out: it says so once, and takes nothing
+    seen: list = []
+    other = worker(worker_clone(tmp_path, url, "w2"), GatedModel(x, lambda: None), seen, lease=30)
+    other.run_once()
+    other.run_once()
+    assert [d for e, d in seen if e == "not_folded"] == [{"trace": "x", "paths": ["log.txt"]}]
+    assert not any(e == "claimed" for e, _ in seen), seen
     # the person's clone is the remote's main, but trace x's steps are not on it
     assert git(person, "rev-parse", "HEAD") == git(bare(server), "rev-parse", "main")
     stopped = run_cli("sync", cwd=person, check=False)
