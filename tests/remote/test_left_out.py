@@ -79,17 +79,23 @@ def resolve_with(person: Path, path: str, content: str) -> None:
         copy.unlink()
 
 
-def test_a_new_trace_whose_release_leaves_its_ref_out_runs_once_and_sync_folds_it(
-        tmp_path, server):
+def new_trace_left_out(tmp_path: Path, server: GitServer) -> tuple[str, Path, list]:
+    """A person's file for new trace p2, whose job writes shared.md while main changes it
+    too: (the remote's URL, the person's clone, the worker's events)."""
     url = server.create("ws")
     person = person_clone(tmp_path, url, ())
     commit_and_push(person, "shared.md", "start\n")
     p2 = script(tmp_path, "p2", "shared.md", "from p2\n")
     (person / "inbox" / "p2.md").write_text("write the shared file\n")
     run_cli("sync", cwd=person)
-    clone = worker_clone(tmp_path, url, "w1")
+    events = run_job(worker_clone(tmp_path, url, "w1"), p2, person, "shared.md",
+                     "from the person\n")
+    return url, person, events
 
-    events = run_job(clone, p2, person, "shared.md", "from the person\n")
+
+def test_a_new_trace_whose_release_leaves_its_ref_out_runs_once_and_sync_folds_it(
+        tmp_path, server):
+    url, person, events = new_trace_left_out(tmp_path, server)
 
     assert [d["file"] for e, d in events if e == "new_trace"] == ["p2.md"]  # run once
     assert [d for e, d in events if e == "not_folded"] == [
@@ -176,13 +182,7 @@ def test_a_sync_stopped_then_abandoned_carries_the_ref_again_and_deletes_nothing
         tmp_path, server):
     """The ref is only deleted while this clone holds the copy a stopped sync made:
     a person who threw that away (`git reset --hard`) is asked again."""
-    url = server.create("ws")
-    person = person_clone(tmp_path, url, ())
-    commit_and_push(person, "shared.md", "start\n")
-    p2 = script(tmp_path, "p2", "shared.md", "from p2\n")
-    (person / "inbox" / "p2.md").write_text("write the shared file\n")
-    run_cli("sync", cwd=person)
-    run_job(worker_clone(tmp_path, url, "w1"), p2, person, "shared.md", "from the person\n")
+    _, person, _ = new_trace_left_out(tmp_path, server)
     before = git(person, "rev-parse", "HEAD").strip()
     assert run_cli("sync", cwd=person, check=False).returncode == 1
     git(person, "reset", "-q", "--hard", before)  # the stop thrown away
