@@ -58,6 +58,76 @@ def test_drops_into_different_traces_on_two_clones_merge_and_reach_both(pair):
     git(bare, "fsck", "--strict", "--no-dangling")
 
 
+def test_a_sync_keeps_every_step_the_remote_got_meanwhile_on_mains_first_parent_line(pair):
+    """The clone's own commits are carried onto the remote's main in line, not merged
+    with them first: `agentfs log` follows first parents, and a trace run elsewhere
+    meanwhile (b, on the second clone) keeps its steps in it."""
+    first, second, bare = pair
+    run_cli("run", "b", "-m", "go on", cwd=second)
+    assert "pushed" in run_cli("sync", cwd=second).stdout
+    (first / "traces" / "a" / "inbox" / "x.md").write_text("from the first\n")
+    assert "pulled; pushed" in run_cli("sync", cwd=first).stdout
+    line = git(bare, "log", "--first-parent", "--format=%s", "main").splitlines()
+    assert line[0].startswith("sync: 1 file from") and any(s.startswith("b: ") for s in line)
+    assert git(bare, "rev-list", "--merges", "main") == ""
+    assert "go on" in run_cli("log", "b", cwd=first).stdout
+    assert_git_clean(first)
+    git(bare, "fsck", "--strict", "--no-dangling")
+
+
+def test_a_checkout_git_refuses_pushes_nothing_and_the_next_sync_pushes_once(pair):
+    """An untracked file where the remote adds one: Git refuses to overwrite it, and
+    that is found before the push, so a sync run again does not push a second copy."""
+    first, second, bare = pair
+    (second / "notes.md").write_text("the remote's\n")
+    git(second, "add", "notes.md")
+    git(second, "commit", "-qm", "notes")
+    git(second, "push", "-q", "origin", "main")
+    (first / "notes.md").write_text("mine, untracked\n")
+    (first / "traces" / "a" / "inbox" / "x.md").write_text("from the first\n")
+    for _ in range(2):
+        refused = run_cli("sync", cwd=first, check=False)
+        assert refused.returncode == 1 and "notes.md" in refused.stderr, refused.stderr
+    assert "sync: 1 file from" not in git(bare, "log", "--format=%s", "main")
+    (first / "notes.md").unlink()
+    assert "pushed" in run_cli("sync", cwd=first).stdout
+    subjects = git(bare, "log", "--format=%s", "main").splitlines()
+    assert sum(s.startswith("sync: 1 file from") for s in subjects) == 1, subjects
+    assert_git_clean(first)
+
+
+def test_steps_a_stopped_sync_carried_reach_main_once_when_another_clone_folds_them(
+        pair, tmp_path):
+    """The first clone's sync carries trace b's ref and stops on a conflict; the second
+    clone's sync folds the same ref; the first's next sync leaves out its copies of
+    b's steps (their change is on main already): each step once, the count of turns
+    right."""
+    first, second, bare = pair
+    worker = tmp_path / "runner"
+    git(tmp_path, "clone", "-q", str(bare), str(worker))
+    run_cli("run", "b", "-m", "go on", cwd=worker)
+    git(worker, "push", "-q", "origin", "main:refs/agentfs/traces/b")
+    message = "traces/a/messages/000000-000999/000002-user.md"
+    (second / message).write_text("theirs\n")
+    git(second, "commit", "-qam", "an edit pushed by hand")
+    git(second, "push", "-q", "origin", "main")
+    (first / message).write_text("ours\n")
+    assert run_cli("sync", cwd=first, check=False).returncode == 1  # b carried, a stops
+    (second / "other.md").write_text("meanwhile\n")
+    git(second, "add", "other.md")
+    git(second, "commit", "-qm", "meanwhile")
+    run_cli("sync", cwd=second)  # folds b's ref onto a newer main
+    assert git(bare, "for-each-ref", "refs/agentfs/traces/") == ""
+    for copy in first.glob("traces/a/messages/000000-000999/*.conflict-*"):
+        copy.unlink()
+    assert "pushed" in run_cli("sync", cwd=first).stdout
+    subjects = git(bare, "log", "--first-parent", "--format=%s", "main").splitlines()
+    steps = [s for s in subjects if s.startswith("b: ")]
+    assert len(steps) == len(set(steps)), subjects
+    assert run_cli("doctor", cwd=first).stdout.startswith("ok: ")
+    assert "go on" in run_cli("log", "b", cwd=first).stdout
+
+
 def test_trace_json_changed_on_both_clones_merges_key_by_key(pair):
     first, second, _ = pair
     edit_json(first / "traces" / "a" / "trace.json", model="replay:script.json")
