@@ -9,8 +9,8 @@
    onto `main` (`agentfs/remote/tracerefs.py:fold`: sync sees every trace's
    newest step, running ones included; the steps of a ref whose steps changed
    a file main changed too are carried in line all the same, settled as a
-   clone's are, `_fold`), and this clone's commits carried onto the result in
-   line (`_merge`, through `agentfs/store/git/carry.py:carry`):
+   clone's are, `_fold`), and the result merged
+   (`agentfs/store/git/carry.py:merge`):
    traces are disjoint directories, so work on different traces merges path
    by path. agentfs' own JSON files (`trace.json`, `goals.json`) changed on
    both sides are merged key by key (`merge_json`; a count of files, `iterations`,
@@ -20,7 +20,8 @@
    before pushing, saying which files to look at.
 3. The result is pushed with a compare and swap on `main` and on each trace ref
    folded, which it deletes (a push lost to a worker's is merged and tried
-   again); the work tree and the index follow first, with `git reset --keep`.
+   again), then the work tree and the index follow
+   with `git merge --ff-only` (Git keeps the index).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
 from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
-from agentfs.store.git.carry import BothKept, carry, merge, new_commits
+from agentfs.store.git.carry import merge
 from agentfs.store.git.conflicts import CONFLICT_COPY
 from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity
 from agentfs.store.git.repo import GitRepo
@@ -140,11 +141,10 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
         if report.kept_aside:
             _remember_kept(client, folded)
             _stop(root, tip, report)
-        if tip != ours:  # first: a checkout Git refuses pushes nothing
-            _check_out(root, tip)
-            ours = tip  # a lost push is tried again from here
         if tip == main or client.push([RefUpdate(MAIN_REF, tip, main), *folds]):
             _forget_kept(client)
+            if tip != ours:
+                _check_out(root, tip)
             report.pushed = ahead and tip != main
             return report
         has_main = True
@@ -232,15 +232,8 @@ def _conflict_copies(root: Path) -> list[str]:
 
 
 def _check_out(root: Path, tip: str) -> None:
-    """Move main, the index and the work tree to `tip` (this clone's commits may be
-    carried onto the remote's, so `tip` need not descend from main); what `sync`
-    committed first leaves no change of a tracked file for Git to keep, and Git
-    refuses, as for a merge, to overwrite an untracked file.
-
-    Raises:
-      GitStateError: Git refused, naming the file; nothing was pushed.
-    """
-    git(root, "reset", "--keep", "--quiet", tip)
+    """Move main, the index and the work tree to `tip`, a descendant of main."""
+    git(root, "merge", "--ff-only", "--quiet", tip)
 
 
 def _commit_local(workspace: Workspace) -> int:
@@ -274,43 +267,18 @@ def _merge_base(root: Path, ours: str, theirs: str) -> str | None:
 
 
 def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncReport) -> str:
-    """This clone's commits since `base` carried onto theirs, in line, as a worker's
-    steps are folded (`agentfs/store/git/carry.py:carry`), so `main`'s first-parent
-    line keeps every step that reached the remote meanwhile, which `agentfs log` and
-    the step lookups of `rewind --files` follow. A commit whose change theirs holds
-    already (`git cherry`: a copy an earlier sync carried, a fold of the same trace
-    ref) is left out; a path changed both ways is settled as
-    `agentfs/store/git/carry.py:BothKept` says (the remote's version at the path,
-    this clone's beside it). Where this clone's history since `base` is no line (a
-    merge an earlier agentfs made), the two are merged instead. Not checked out; the
-    paths kept both ways are added to `report`."""
+    """The merge commit of ours and theirs (not checked out); the paths kept both ways
+    are added to `report`."""
     repo = GitRepo(root)
     try:
-        try:
-            line = new_commits(repo, base.encode() if base else None, ours.encode())
-        except ValueError:  # base is no first-parent ancestor: merge
-            result = merge(repo, base.encode() if base else None, ours.encode(),
-                           theirs.encode(), resolve=_resolve,
-                           message=b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
-            report.resolved += result.resolved
-            report.kept_aside.update(result.kept_aside)
-            return result.commit.decode()
-        held = _already_in(root, theirs, ours, base)
-        keep = BothKept(ours.encode(), _resolve)
-        tip = carry(repo, [c for c in line if c.decode() not in held], theirs.encode(),
-                    keep=keep)
+        result = merge(repo, base.encode() if base else None, ours.encode(), theirs.encode(),
+                       resolve=_resolve,
+                       message=b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
     finally:
         repo.close()
-    report.resolved += keep.resolved
-    report.kept_aside.update(keep.kept_aside)
-    return tip.decode()
-
-
-def _already_in(root: Path, theirs: str, ours: str, base: str | None) -> set[str]:
-    """This clone's commits since `base` whose change `theirs` holds already, by patch
-    id (`git cherry`)."""
-    listed = git(root, "cherry", theirs, ours, *([base] if base else [])).stdout.decode()
-    return {line[2:].strip() for line in listed.splitlines() if line.startswith("- ")}
+    report.resolved += result.resolved
+    report.kept_aside.update(result.kept_aside)
+    return result.commit.decode()
 
 
 def _stop(root: Path, tip: str, report: SyncReport) -> None:
