@@ -98,15 +98,14 @@ def fold(repo: GitRepo, main: str, refs: dict[str, str], *,
     result = Folded(main, main)
     steps = unfolded(repo, main, refs)
     for trace_id, value in sorted(refs.items()):
+        keep = BothKept(value.encode(), resolve) if resolve is not None else None
         try:
-            tip = carry(repo, steps[trace_id], result.tip.encode(), skip_empty=True)
-        except MergeConflict as exc:
-            if resolve is None:
-                result.left[trace_id] = exc
-                continue
-            result.kept[trace_id] = BothKept(value.encode(), resolve)
-            tip = carry(repo, steps[trace_id], result.tip.encode(), skip_empty=True,
-                        keep=result.kept[trace_id])
+            tip = carry(repo, steps[trace_id], result.tip.encode(), skip_empty=True, keep=keep)
+        except MergeConflict as exc:  # without `resolve` only
+            result.left[trace_id] = exc
+            continue
+        if keep is not None and (keep.resolved or keep.kept_aside):
+            result.kept[trace_id] = keep
             result.carried_to[trace_id] = tip.decode()
         result.tip = tip.decode()
         result.taken[trace_id] = value

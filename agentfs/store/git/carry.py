@@ -156,7 +156,7 @@ def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes, *,
     """
     base_tree = repo.commit(base).tree if base is not None else None
     theirs_changed = changed_paths(repo, base_tree, repo.commit(theirs).tree)
-    result = MergeResult(commit=b"")
+    keep = BothKept(ours, resolve)  # ours is the side kept beside the path
     changes = []
     for path, (old, new) in changed_paths(repo, base_tree, repo.commit(ours).tree).items():
         if path not in theirs_changed:
@@ -165,25 +165,13 @@ def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes, *,
         other = theirs_changed[path][1]
         if other == new:
             continue
-        merged = resolve(path, _read(repo, old), _read(repo, new), _read(repo, other))
-        if merged is not None:
-            blob = Blob.from_string(merged)
-            repo.objects.add_object(blob)
-            mode = (new or other or (0o100644, b""))[0]
-            changes.append(_change(path, (mode, blob.id)))
-            result.resolved.append(path)
-        elif new is not None:
-            aside = conflict_copy(path, ours)
-            changes.append(_change(aside, new))
-            result.kept_aside[path] = aside
-        else:  # deleted here, changed there: theirs stays, and the deletion is history
-            result.kept_aside[path] = ""
+        settled = keep.settle(repo, path, old, new, other)
+        changes += [settled] if settled is not None else []
     tree = _tree(repo, repo.commit(theirs).tree, changes)
     mine = repo.commit(ours)
     commit = repo.make_commit(tree, message, [ours, theirs],
                               when=(mine.commit_time, mine.commit_timezone))
-    result.commit = commit.id
-    return result
+    return MergeResult(commit.id, keep.resolved, keep.kept_aside)
 
 
 def _entry(repo: GitRepo, commit: bytes, path: str) -> Entry | None:
