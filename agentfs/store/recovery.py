@@ -269,12 +269,13 @@ def _undo_hint(trace: Trace, changed: list[str], head_commit: bytes | None) -> s
                 "lists them; then run again")
     committed = [p for p in changed if trace.repo.tree_lookup(head_commit, p) is not None]
     new = [p for p in changed if p not in committed]
-    staged = trace.repo.stat_cache()
     undo = ([f"`git checkout HEAD -- {' '.join(map(shlex.quote, committed))}`"]
             if committed else [])
-    for command, paths in (("git rm -qf --", [p for p in new if staged.has(p)]),
-                           ("rm --", [p for p in new if not staged.has(p)])):
-        undo += [f"`{command} {' '.join(map(shlex.quote, paths))}`"] if paths else []
+    if new:  # the index is read only for them: a staged one is removed from it too
+        staged = trace.repo.stat_cache()
+        for command, paths in (("git rm -qf --", [p for p in new if staged.has(p)]),
+                               ("rm --", [p for p in new if not staged.has(p)])):
+            undo += [f"`{command} {' '.join(map(shlex.quote, paths))}`"] if paths else []
     return f"{unfinished}fix the file, or undo the change: {' and '.join(undo)}; then run again"
 
 
