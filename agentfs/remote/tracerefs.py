@@ -46,8 +46,15 @@ def backlog(refs: dict[str, str], claimed: Iterable[str]) -> dict[str, str]:
 
 def unfolded(repo: GitRepo, main: str, tips: dict[str, str]) -> dict[str, list[bytes]]:
     """The steps of each trace ref (trace id → its tip) that `main` does not hold: its
-    first-parent line down to the commit of `main` it started from, oldest first. One
-    `git rev-list` for all of them."""
+    first-parent line down to the commit of `main` it started from, oldest first.
+
+    One `git rev-list` lists the lines for all of them. Its walk ends early when commit
+    times are out of order (a step re-made on main keeps its times; clocks differ), and
+    then lists commits `main` holds too, off its first-parent line (the remote's main a
+    sync merged, on the merge's second parent): carried again, such a step meets the
+    newer ones of its trace and the ref waits forever. So each line's oldest commit is
+    checked with `git merge-base --is-ancestor`, and a line that starts inside `main`
+    is cut where it leaves it (`_cut`)."""
     if not tips:
         return {}
     listed = git(repo.root, "rev-list", "--first-parent", "--parents",
@@ -56,14 +63,35 @@ def unfolded(repo: GitRepo, main: str, tips: dict[str, str]) -> dict[str, list[b
     for entry in listed.decode().splitlines():
         sha, *parents = entry.split()
         first_parent[sha] = parents[0] if parents else ""
-    found: dict[str, list[bytes]] = {}
-    for trace_id, tip in tips.items():
+    lines: dict[str, list[bytes]] = {}  # by tip: refs of two traces may share one
+    for tip in set(tips.values()):
         steps, commit = [], tip
         while commit in first_parent:
             steps.append(commit.encode())
             commit = first_parent[commit]
-        found[trace_id] = steps[::-1]
-    return found
+        lines[tip] = _cut(repo, main, steps[::-1])
+    return {trace_id: lines[tip] for trace_id, tip in tips.items()}
+
+
+def _cut(repo: GitRepo, main: str, line: list[bytes]) -> list[bytes]:
+    """`line` (oldest first) without the commits `main` holds. Those are its oldest
+    ones (a commit's first parent is in every history the commit is in), so one check
+    settles the usual line, none of whose commits main holds, and a search the rest."""
+    if not line or not _in(repo, line[0], main):
+        return line
+    lo, hi = 1, len(line)  # line[lo - 1] is in main; the first commit not in it is in [lo, hi]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _in(repo, line[mid], main):
+            lo = mid + 1
+        else:
+            hi = mid
+    return line[lo:]
+
+
+def _in(repo: GitRepo, commit: bytes, main: str) -> bool:
+    return git(repo.root, "merge-base", "--is-ancestor", commit.decode(), main,
+               check=False).returncode == 0
 
 
 @dataclass

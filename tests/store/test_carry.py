@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentfs.errors import MergeConflict
+from agentfs.remote.tracerefs import fold, unfolded
 from agentfs.store.git.carry import carry, merge, new_commits
 from agentfs.store.git.repo import GitRepo
 from tests.conftest import git
@@ -104,3 +105,60 @@ def test_a_file_made_a_link_is_one_change_shown_as_git_shows_it(repo):
     assert render_diff(git_repo, [change]) == shown
     carried = carry(git_repo, [tip.encode()], base.encode())  # onto its own parent
     assert git(repo, "ls-tree", carried.decode(), "shared.md").startswith("120000")
+
+
+
+
+def test_a_carried_commit_is_never_older_than_its_new_parent(repo, monkeypatch):
+    """Re-made on a newer tip, a commit keeps its author and author time, and takes the
+    tip's commit time if its own is older, so that Git's walks see times in order."""
+    base = git(repo, "rev-parse", "HEAD").strip()
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "1700000100 +0000")
+    mine = commit(repo, {"traces/a/m2.md": "a2\n"}, "a: step 2")
+    git(repo, "checkout", "-q", "-b", "other", base)
+    monkeypatch.setenv("GIT_COMMITTER_DATE", "1700000900 +0000")
+    theirs = commit(repo, {"traces/b/m2.md": "b2\n"}, "b: step 2")
+    gitrepo = GitRepo(repo)
+    try:
+        tip = carry(gitrepo, [mine.encode()], theirs.encode()).decode()
+        again = carry(gitrepo, [mine.encode()], theirs.encode()).decode()
+    finally:
+        gitrepo.close()
+    shown = git(repo, "log", "-1", "--format=%at %ct", tip).split()
+    assert shown == [git(repo, "log", "-1", "--format=%at", mine).strip(), "1700000900"]
+    assert again == tip
+
+def test_a_trace_ref_started_from_a_main_that_a_merge_put_on_its_second_parent_folds(
+        repo, monkeypatch):
+    """A sync merge puts the person's clone first: the remote's main it merged (with a
+    step of trace a) hangs off a second parent. A trace ref b started from that earlier
+    main carries only its own step, though commit times out of order (a step re-made
+    keeps its times) end `git rev-list b ^main`'s walk before it finds a's step on
+    main: carried again, that step would meet a's later one, and b would wait forever."""
+    def at(seconds: int) -> None:
+        monkeypatch.setenv("GIT_COMMITTER_DATE", f"{1_700_000_000 + seconds} +0000")
+
+    base = git(repo, "rev-parse", "HEAD").strip()
+    at(2000)
+    old_main = commit(repo, {"traces/a/trace.json": "1\n"}, "a: step")
+    at(3000)
+    ref = commit(repo, {"traces/b/m2.md": "b2\n"}, "b: step")
+    git(repo, "checkout", "-q", "-b", "person", base)
+    at(100)
+    commit(repo, {"traces/a/inbox/q.md": "q\n"}, "sync: 1 file")
+    git(repo, "merge", "-q", "--no-edit", old_main)
+    for n in range(8):  # a's later steps, pushed by a clock behind the others
+        at(900 - n)
+        commit(repo, {"traces/a/trace.json": f"{n + 2}\n"}, f"a: step {n + 2}")
+    at(4000)
+    main = commit(repo, {"traces/c/m1.md": "c1\n"}, "c: step")
+    gitrepo = GitRepo(repo)
+    try:
+        assert unfolded(gitrepo, main, {"b": ref}) == {"b": [ref.encode()]}
+        folded = fold(gitrepo, main, {"b": ref})
+    finally:
+        gitrepo.close()
+    assert (folded.left, folded.taken) == ({}, {"b": ref})
+    log = git(repo, "log", "--format=%s", "--first-parent", folded.tip).splitlines()
+    assert log[:3] == ["b: step", "c: step", "a: step 9"]
+    assert git(repo, "show", f"{folded.tip}:traces/a/trace.json") == "9\n"

@@ -16,7 +16,7 @@ import random
 import stat
 import time
 import weakref
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -258,16 +258,6 @@ class GitRepo:
                 else:
                     files[path] = (entry.mode, entry.sha)
         return files
-
-    def first_parent_log(self, ref: bytes = MAIN, *,
-                         start: bytes | None = None) -> Iterator[tuple[bytes, Commit]]:
-        """Commits from `ref` (or commit `start`) back along first parents (cheap: no
-        tree diffs)."""
-        sha = start if start is not None else self.head(ref)
-        while sha is not None:
-            commit = self.commit(sha)
-            yield sha, commit
-            sha = commit.parents[0] if commit.parents else None
 
     def branches(self, prefix: str) -> list[str]:
         """Branch names under `prefix` (e.g. `agentfs/demo/`)."""
@@ -544,7 +534,9 @@ class GitRepo:
                     when: tuple[int, int] | None = None, like: Commit | None = None) -> Commit:
         """Write a commit of `tree` by this repository's identity, now or at `when`
         (seconds, UTC offset); or by the author and committer of `like`, at its times
-        (a commit re-made on another tip)."""
+        (a commit re-made on another tip), its commit time made no earlier than its
+        first parent's: Git's walks (`git log main..ref`) stop early on a commit older
+        than its parent, and the same commit re-made on the same tip is the same."""
         commit = Commit()
         commit.tree = tree
         commit.parents = ids.object_ids(parents)
@@ -552,6 +544,8 @@ class GitRepo:
         if like is not None:
             commit.author, commit.committer = like.author, like.committer
             commit.author_time, commit.commit_time = like.author_time, like.commit_time
+            if parents:
+                commit.commit_time = max(commit.commit_time, self.commit(parents[0]).commit_time)
             commit.author_timezone = like.author_timezone
             commit.commit_timezone = like.commit_timezone
             commit.encoding = like.encoding
