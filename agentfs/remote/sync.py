@@ -36,6 +36,7 @@ from typing import Any
 
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
 from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
+from agentfs.store.commits import StepKind
 from agentfs.store.git.carry import merge
 from agentfs.store.git.conflicts import CONFLICT_COPY
 from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity
@@ -249,7 +250,8 @@ def _commit_local(workspace: Workspace) -> int:
     count = len([n for n in names if n])
     if count:
         git(root, *identity(root), "commit", "-q", "--no-verify", "-m",
-            f"sync: {counted(count, 'file')} from {root.name}\n\nAgentfs-Kind: sync")
+            f"sync: {counted(count, 'file')} from {root.name}\n\n"
+            f"Agentfs-Kind: {StepKind.SYNC}")
     return count
 
 
@@ -273,7 +275,8 @@ def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncRep
     try:
         result = merge(repo, base.encode() if base else None, ours.encode(), theirs.encode(),
                        resolve=_resolve,
-                       message=b"sync: merge the remote's main\n\nAgentfs-Kind: sync\n")
+                       message=f"sync: merge the remote's main\n\n"
+                               f"Agentfs-Kind: {StepKind.SYNC}\n".encode())
     finally:
         repo.close()
     report.resolved += result.resolved

@@ -39,6 +39,7 @@ class StepKind(enum.StrEnum):
     QUEUE = "queue"  # a side-branch queue planned or abandoned (trace.json only)
     ERROR = "error"  # a run failed; trace.json's context.last_error says why
     UPGRADE = "upgrade"  # files moved to the current trace format (agentfs/store/upgrade.py)
+    SYNC = "sync"  # `agentfs sync`: a clone's dropped files, or its merge with the remote
 
 
 @dataclass(frozen=True)

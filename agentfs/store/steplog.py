@@ -1,11 +1,16 @@
 """A trace's steps read back from Git: the commits on `main` whose trailers name the
-trace, newest first, along first parents only (cheap: no tree diffs); for a fork,
-followed back into the trace it was copied from (`lineage_log`)."""
+trace, newest first, along first parents and the remote's lines that `agentfs sync`
+merged (`main_log`; cheap: no tree diffs); for a fork, followed back into the trace
+it was copied from (`lineage_log`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import heapq
+import itertools
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
+
+from dulwich.objects import Commit
 
 from agentfs.store.commits import StepKind, parse_trailers, parse_usage, subject
 from agentfs.store.git.repo import GitRepo
@@ -13,7 +18,7 @@ from agentfs.store.meta import parse_meta
 from agentfs.store.spent import Spent
 
 __all__ = ["ADDS_MESSAGES", "LoggedStep", "Version", "file_versions", "lineage_log",
-           "lineage_step_of_message", "step_of_message", "trace_log"]
+           "lineage_step_of_message", "main_log", "step_of_message", "trace_log"]
 
 #: Kinds of step that may change a file already committed under a trace.
 CHANGES_FILES = frozenset({StepKind.EDIT, StepKind.RECOVER, StepKind.UPGRADE})
@@ -40,7 +45,7 @@ def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None, *,
     """The trace's steps on `main` (from commit `start` back, if given), newest first;
     at most `limit` of them."""
     shown = 0
-    for sha, commit in repo.first_parent_log(start=start):
+    for sha, commit in main_log(repo, start):
         if limit is not None and shown >= limit:
             return
         trailers = parse_trailers(commit.message)
@@ -53,6 +58,111 @@ def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None, *,
                          int(sequence) if sequence.isdigit() else None, summary,
                          parse_usage(usage) if usage else None)
         shown += 1
+
+
+def main_log(repo: GitRepo, start: bytes | None = None) -> Iterator[tuple[bytes, Commit]]:
+    """The commits of `main` (from commit `start` back, if given), newest first, each
+    once: back along first parents, and at a sync merge along both parents down to
+    where their lines meet. `agentfs sync` puts the person's clone first, so steps
+    that reached the remote meanwhile (a worker's, another person's sync) are on the
+    merge's second parent.
+
+    A commit always comes before its parents (between two lines, the newer commit
+    first). A side branch (an `outcome` commit's second parent) is never walked,
+    and no tree is read."""
+    given: set[bytes] = set()  # commits a merge's stretch gave
+    sha = start if start is not None else repo.head()
+    while sha is not None:
+        commit = repo.commit(sha)
+        if _is_sync(commit):
+            sha = yield from _stretch(repo, sha, given)
+            continue
+        if sha not in given:
+            yield sha, commit
+        sha = commit.parents[0] if commit.parents else None
+
+
+def _is_sync(commit: Commit) -> bool:
+    return len(commit.parents) == 2 and (
+        parse_trailers(commit.message).get("Agentfs-Kind") == StepKind.SYNC)
+
+
+def _stretch(repo: GitRepo, merge: bytes,
+             given: set[bytes]) -> Generator[tuple[bytes, Commit], None, bytes | None]:
+    """Give sync merge `merge` and the commits of both its lines down to where they
+    meet (`_stretch_commits`), children before parents: Kahn's order, the newest
+    ready commit first. Returns where the lines meet, to walk on from (None: they
+    never do)."""
+    meet, commits = _stretch_commits(repo, merge, given)
+    waiting = dict.fromkeys(commits, 0)  # how many children in the stretch wait
+    for commit in commits.values():
+        for parent in _walked_parents(commit):
+            if parent in waiting:
+                waiting[parent] += 1
+    order = itertools.count()
+    ready = [(-commits[merge].commit_time, next(order), merge)]
+    while ready:
+        _, _, sha = heapq.heappop(ready)
+        commit = commits[sha]
+        if sha not in given:
+            given.add(sha)
+            yield sha, commit
+        for parent in _walked_parents(commit):
+            if parent in waiting:
+                waiting[parent] -= 1
+                if waiting[parent] == 0:
+                    heapq.heappush(ready, (-commits[parent].commit_time, next(order), parent))
+    return meet
+
+
+def _stretch_commits(repo: GitRepo, merge: bytes,
+                     given: set[bytes]) -> tuple[bytes | None, dict[bytes, Commit]]:
+    """Where the lines of sync merge `merge` meet, and the commits down to there: the
+    merge, both lines, and the lines of sync merges among them, each down to a
+    commit already found (or given) or to where its own lines meet."""
+    commits = {merge: repo.commit(merge)}
+    meet, *lines = _meeting(repo, *commits[merge].parents)
+    for line in lines:
+        commits.update(line)
+    merges = [sha for sha, commit in commits.items() if sha != merge and _is_sync(commit)]
+    while merges:  # a merged line's own merges, in turn
+        _, _, inner = _meeting(repo, *commits[merges.pop()].parents)
+        for sha, commit in inner.items():
+            if sha in commits or sha in given or sha == meet:
+                break
+            commits[sha] = commit
+            if _is_sync(commit):
+                merges.append(sha)
+    return meet, commits
+
+
+def _walked_parents(commit: Commit) -> list[bytes]:
+    """The parents `main_log` walks to: the first, and a sync merge's second."""
+    return list(commit.parents if _is_sync(commit) else commit.parents[:1])
+
+
+def _meeting(repo: GitRepo, ours: bytes,
+             theirs: bytes) -> tuple[bytes | None, dict[bytes, Commit], dict[bytes, Commit]]:
+    """Where the first-parent lines from `ours` and `theirs` meet (None: nowhere), and
+    each line's commits before it, newest first. Both lines are walked a commit at a
+    time, in turn, so the walk is as long as they are apart: for a sync, what happened
+    on each side since the clone last met the remote."""
+    lines: tuple[dict[bytes, Commit], dict[bytes, Commit]] = ({}, {})
+    tips: list[bytes | None] = [ours, theirs]
+    while tips != [None, None]:
+        for side in (0, 1):
+            sha = tips[side]
+            if sha is None:
+                continue
+            if sha in lines[1 - side]:
+                other = lines[1 - side]
+                kept = list(other)[:list(other).index(sha)]
+                trimmed = {c: other[c] for c in kept}
+                return (sha, lines[0], trimmed) if side == 0 else (sha, trimmed, lines[1])
+            commit = repo.commit(sha)
+            lines[side][sha] = commit
+            tips[side] = commit.parents[0] if commit.parents else None
+    return None, lines[0], lines[1]
 
 
 def step_of_message(repo: GitRepo, trace_id: str, sequence: int) -> LoggedStep | None:

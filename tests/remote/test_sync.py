@@ -58,6 +58,40 @@ def test_drops_into_different_traces_on_two_clones_merge_and_reach_both(pair):
     git(bare, "fsck", "--strict", "--no-dangling")
 
 
+
+def logged(clone: Path, trace: str) -> list[str]:
+    """The commits `agentfs log TRACE --json` lists, newest first."""
+    return [step["commit"] for step in
+            json.loads(run_cli("log", trace, "--json", cwd=clone).stdout)["steps"]]
+
+
+def test_agentfs_log_lists_the_steps_a_sync_merge_put_on_its_second_parent(pair):
+    """A sync merges with the clone's commits first, so steps the remote got meanwhile
+    (trace b, run and synced on the second clone) hang off the merge's second parent:
+    `agentfs log` lists them all the same, and every step of a and b once, also
+    after the second clone's sync merges that merge (a merged line within a line)."""
+    first, second, bare = pair
+    run_cli("run", "b", "-m", "go on", cwd=second)
+    assert "pushed" in run_cli("sync", cwd=second).stdout
+    (first / "traces" / "a" / "inbox" / "x.md").write_text("from the first\n")
+    assert "pulled; pushed" in run_cli("sync", cwd=first).stdout
+    run_cli("run", "a", cwd=first)
+    run_cli("run", "b", "-m", "and on", cwd=second)
+    assert "pushed" in run_cli("sync", cwd=first).stdout
+    assert "pulled; pushed" in run_cli("sync", cwd=second).stdout
+    assert len(git(bare, "rev-list", "--merges", "main").split()) == 2
+    for trace in ("a", "b"):
+        every = git(bare, "log", "--format=%H", f"--grep=^Agentfs-Trace: {trace}$",
+                    "main").split()
+        assert sorted(logged(second, trace)) == sorted(every), trace
+    assert "go on" in run_cli("log", "b", cwd=first).stdout
+    steps = json.loads(run_cli("log", "b", "--json", cwd=second).stdout)["steps"]
+    assert [s["summary"] for s in steps if s["kind"] == "user"] == ["and on", "go on", "hello"]
+    go_on = next(s["sequence"] for s in steps if s["summary"] == "go on")
+    rewound = run_cli("rewind", "b", str(go_on), "--files", cwd=first)
+    assert rewound.stdout.endswith(f"to #{go_on}\n"), rewound.stdout
+
+
 def test_trace_json_changed_on_both_clones_merges_key_by_key(pair):
     first, second, _ = pair
     edit_json(first / "traces" / "a" / "trace.json", model="replay:script.json")
