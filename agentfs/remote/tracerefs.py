@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agentfs.errors import MergeConflict
 from agentfs.store.git.carry import BothKept, Resolver, carry
@@ -140,9 +141,10 @@ def fold(repo: GitRepo, main: str, refs: dict[str, str], *,
     return result
 
 
-def removed(repo: GitRepo, main: str, tip: str, folder: str) -> list[str]:
+def removed(root: Path, main: str, tip: str, folder: str) -> list[str]:
     """The files under `folder` that the steps on a trace ref (at `tip`) deleted since
-    they left `main`: for the workspace `inbox/`, the file its job made the trace from."""
-    listed = git(repo.root, "diff", "--name-only", "-z", "--no-renames", "--diff-filter=D",
+    they left `main`, in the clone at `root`: for the workspace `inbox/`, the file its
+    job made the trace from."""
+    listed = git(root, "diff", "--name-only", "-z", "--no-renames", "--diff-filter=D",
                  f"{main}...{tip}", "--", f"{folder}/").stdout
     return [p for p in listed.decode(errors="surrogateescape").split("\0") if p]

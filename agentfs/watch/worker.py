@@ -29,7 +29,7 @@ from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceNotFou
 from agentfs.models.base import Model
 from agentfs.remote.claims import Claims, Held, new_trace_claim, rank, spread
 from agentfs.remote.publish import Publisher, fetch
-from agentfs.remote.tracerefs import backlog, fold, removed, seen_traces
+from agentfs.remote.tracerefs import Folded, backlog, fold, removed, seen_traces
 from agentfs.store.git.lockfiles import clear_stale
 from agentfs.store.git.remote import GitRemote, git, identity
 from agentfs.store.git.repo import GitRepo
@@ -139,28 +139,26 @@ class Worker:
         Raises:
           MergeConflict: the trace in `scope` changed on main too (a person's edit).
         """
-        main = self.main = fetch(self.git)
-        if main is None:
-            return None
-        self.trace_refs = seen_traces(self.git)
-        refs = {t: sha for t, sha in self.trace_refs.items() if scope in (EVERY, t)}
-        key = (scope, main, sorted(refs.items()))
-        if key == self._mirrored:
-            return self._view  # nothing ran here since, and the remote is the same
-        view = main
-        if refs:
-            repo = GitRepo(self.root)
-            try:
-                folded = fold(repo, main, refs)
-                if folded.left and scope != EVERY:
-                    raise folded.left[scope]
-                if scope == EVERY:
-                    self._left_out(repo, main, refs, folded.left)
-            finally:
-                repo.close()
-            view = folded.tip
-        elif scope == EVERY:
-            self.left_out, self._taken = {}, set()
+        for look in (1, 2):
+            main = self.main = fetch(self.git)
+            if main is None:
+                return None
+            self.trace_refs = seen_traces(self.git)
+            refs = {t: sha for t, sha in self.trace_refs.items() if scope in (EVERY, t)}
+            key = (scope, main, sorted(refs.items()))
+            if key == self._mirrored:
+                return self._view  # nothing ran here since, and the remote is the same
+            folded = self._fold(main, refs) if refs else Folded(main, main)
+            # A fold's push moves main before the remote deletes the refs it folded,
+            # and a fetch in between sees both: such a ref seems left out. Once more.
+            if not folded.left or look == 2:
+                break
+        assert main is not None  # the loop returned otherwise
+        if folded.left and scope != EVERY:
+            raise folded.left[scope]
+        if scope == EVERY:
+            self._left_out(main, refs, folded.left)
+        view = folded.tip
         state = self.root / ".git" / "agentfs"
         for leftover in ("ingest", "in-flight", "intents"):  # records of unpushed work
             shutil.rmtree(state / leftover, ignore_errors=True)
@@ -171,12 +169,19 @@ class Worker:
         self._mirrored, self._view = key, view
         return view
 
-    def _left_out(self, repo: GitRepo, main: str, refs: dict[str, str],
+    def _fold(self, main: str, refs: dict[str, str]) -> Folded:
+        repo = GitRepo(self.root)
+        try:
+            return fold(repo, main, refs)
+        finally:
+            repo.close()
+
+    def _left_out(self, main: str, refs: dict[str, str],
                   left: dict[str, MergeConflict]) -> None:
         """Remember the trace refs the view's fold left out, and the files of the
         workspace `inbox/` their steps took (the view still shows those waiting)."""
         self.left_out = {t: exc.paths for t, exc in left.items()}
-        self._taken = {path for t in left for path in removed(repo, main, refs[t], INBOX_DIR)}
+        self._taken = {path for t in left for path in removed(self.root, main, refs[t], INBOX_DIR)}
         for trace_id, paths in sorted(self.left_out.items()):  # said once, by each worker
             self._say_not_folded(trace_id, paths)
 

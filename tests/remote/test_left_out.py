@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from agentfs.remote.publish import fetch
 from agentfs.testing.gitserver import GitServer
+from agentfs.watch import worker as worker_module
 from tests.conftest import git, run_cli
 from tests.remote.fleet import person_clone, worker_clone
 from tests.remote.test_partition import GatedModel, check_remote, worker
@@ -195,3 +197,36 @@ def test_a_sync_stopped_then_abandoned_carries_the_ref_again_and_deletes_nothing
     assert "pushed" in run_cli("sync", cwd=person).stdout
     assert remote_refs(server, "refs/agentfs/") == []
     check_remote(person, server, ["p2: write the shared file"])
+
+
+def test_a_ref_fetched_beside_the_main_that_folded_it_is_looked_at_again_not_left_out(
+        tmp_path, server, monkeypatch):
+    """A fold's push moves main before the remote deletes the refs it folded, so a
+    fetch in between sees main holding a ref's steps (re-made) and the ref still
+    there: its older step meets its newer one on main, as a ref left out would. The
+    worker fetches once more before it believes that: no `not_folded`."""
+    url = server.create("ws")
+    person = person_clone(tmp_path, url, ("a",))
+    start = git(person, "rev-parse", "HEAD").strip()
+    for line, target in (("ref", "refs/agentfs/traces/a"), ("fold", "main")):
+        git(person, "reset", "-q", "--hard", start)
+        for n in (1, 2):  # two steps of trace a that change one file
+            (person / "traces" / "a" / "notes.md").write_text(f"v{n}\n")
+            git(person, "add", "traces/a/notes.md")
+            git(person, "commit", "-qm", f"a: step {n} ({line})")
+        git(person, "push", "-q", "-f", "origin", f"HEAD:{target}")
+    clone = worker_clone(tmp_path, url, "w1")
+    events: list = []
+    looks: list[str | None] = []
+
+    def fetch_while_the_fold_lands(remote):
+        looks.append(fetch(remote))
+        if len(looks) == 1:  # the remote deletes the folded ref right after this fetch
+            git(bare(server), "update-ref", "-d", "refs/agentfs/traces/a")
+        return looks[-1]
+
+    monkeypatch.setattr(worker_module, "fetch", fetch_while_the_fold_lands)
+    runner = worker(clone, None, events, lease=30)
+    assert runner.mirror() == git(bare(server), "rev-parse", "main").strip()
+    assert len(looks) == 2 and runner.left_out == {}
+    assert [event for event, _ in events if event == "not_folded"] == []
