@@ -358,8 +358,12 @@ class Worker:
 
     def _run(self, project: Project, trace_id: str, publisher: Publisher) -> None:
         """Run the trace while a thread pushes its steps and renews the claims."""
-        trace = project.trace(trace_id)
-        self._interrupted(trace)
+        try:
+            trace = project.trace(trace_id)
+            self._interrupted(trace)
+        except AgentfsError as exc:  # a trace that cannot be read: not again until fixed
+            self._failed_run(trace_id, exc)
+            return
         done = threading.Event()
         pusher = threading.Thread(target=self._push_while, args=(publisher, done), daemon=True)
         pusher.start()
@@ -380,14 +384,18 @@ class Worker:
             done.set()
             pusher.join()
         if failure is not None:
-            self.log("error", {"trace": trace_id, "error": str(failure)})
-            # Not again until its folder changes: the tree as this run left it (a
-            # trace this job created has no earlier look to go by).
-            self._failed[trace_id] = self._trace_trees().get(trace_id, "")
+            self._failed_run(trace_id, failure)
             return
         self.log("run_finished", {"trace": trace_id, "iterations": result.iterations,
                                   "stop": result.stop,
                                   "seconds": round(time.monotonic() - started, 3)})
+
+    def _failed_run(self, trace_id: str, failure: AgentfsError) -> None:
+        """Log a run that failed, and take the trace up again only once its folder
+        changes: the tree as the run left it (a trace this job created has no
+        earlier look to go by)."""
+        self.log("error", {"trace": trace_id, "error": str(failure)})
+        self._failed[trace_id] = self._trace_trees().get(trace_id, "")
 
     def _interrupted(self, trace: Any) -> None:
         """Tool calls at the head that no step answered were in flight on a worker

@@ -6,6 +6,7 @@ before folding them itself. Against a real git daemon."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,8 @@ from agentfs.remote import publish
 from agentfs.remote.claims import Claims
 from agentfs.store.git.remote import GitRemote
 from agentfs.testing.gitserver import GitServer
-from tests.conftest import assert_git_clean
-from tests.remote.fleet import person_clone, worker_clone
+from tests.conftest import assert_git_clean, git
+from tests.remote.fleet import person_clone, wait_for, worker_clone
 from tests.remote.test_partition import GatedModel, check_remote, worker
 from tests.remote.test_tracerefs import remote_refs
 
@@ -125,3 +126,33 @@ def test_a_failed_git_command_is_named_by_its_verb_not_an_option(tmp_path: Path)
 
     with pytest.raises(GitStateError, match=r"^git commit failed in "):
         git(tmp_path, "-c", "user.name=agentfs", f"--git-dir={tmp_path}/none", "commit")
+
+
+def test_a_trace_no_run_can_read_is_taken_once_not_at_every_look(tmp_path, server):
+    """Two message files with one sequence number (pushed by hand): the run cannot
+    read the trace. The worker says so once and leaves the trace until its folder
+    changes, instead of claiming and releasing it at every look."""
+    person, url = two_traces(tmp_path, server)
+    messages = person / "traces" / "a" / "messages" / "000000-000999"
+    clash = messages / "000002-assistant.md"
+    clash.write_text((messages / "000002-user.md").read_text().replace("user", "assistant"))
+    git(person, "add", "-A")
+    git(person, "commit", "-qm", "a second message numbered 2")
+    git(person, "push", "-q", "origin", "main")
+    events: list = []
+    runner = worker(worker_clone(tmp_path, url, "w1"), GatedModel(person / "script.json",
+                                                                  lambda: None), events, lease=30)
+    looks = []
+    jobs = runner.jobs
+    runner.jobs = lambda: looks.append(1) or jobs()  # type: ignore[method-assign]
+    thread = threading.Thread(target=runner.run_forever)
+    thread.start()
+    try:
+        wait_for(lambda: len(looks) >= 8, 60, "eight looks")
+    finally:
+        runner.stopping.set()
+        thread.join(timeout=30)
+    claims = [d["claim"] for e, d in events if e == "claimed"]
+    assert sorted(claims) == ["a", "b"], events
+    errors = [d for e, d in events if e == "error"]
+    assert len(errors) == 1 and "sequence 2" in errors[0]["error"], errors
