@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentfs.errors import MergeConflict
+from agentfs.errors import GitStateError, MergeConflict
 from agentfs.store.git.carry import BothKept, Resolver, carry
-from agentfs.store.git.remote import GitRemote, RefUpdate, git
+from agentfs.store.git.remote import GitRemote, RefUpdate, git, said
 from agentfs.store.git.repo import GitRepo
 
 __all__ = ["MAIN_REF", "SEEN_TRACES", "TRACES", "Folded", "backlog", "fold", "removed",
@@ -91,8 +91,12 @@ def _cut(repo: GitRepo, main: str, line: list[bytes]) -> list[bytes]:
 
 
 def _in(repo: GitRepo, commit: bytes, main: str) -> bool:
-    return git(repo.root, "merge-base", "--is-ancestor", commit.decode(), main,
-               check=False).returncode == 0
+    """Whether `main` holds `commit`; a failure of git is raised, never taken for a no
+    (the steps would be carried again)."""
+    done = git(repo.root, "merge-base", "--is-ancestor", commit.decode(), main, check=False)
+    if done.returncode not in (0, 1):
+        raise GitStateError(f"git merge-base failed in {repo.root}: {said(done)}")
+    return done.returncode == 0
 
 
 @dataclass

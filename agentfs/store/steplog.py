@@ -5,14 +5,13 @@ it was copied from (`lineage_log`)."""
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from dulwich.objects import Commit
 
 from agentfs.store.commits import StepKind, parse_trailers, parse_usage, subject
+from agentfs.store.git.remote import git_lines
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.meta import parse_meta
 from agentfs.store.spent import Spent
@@ -61,24 +60,26 @@ def trace_log(repo: GitRepo, trace_id: str, limit: int | None = None, *,
 
 
 def main_log(repo: GitRepo, start: bytes | None = None) -> Iterator[tuple[bytes, Commit]]:
-    """The commits of `main` (from commit `start` back, if given), newest first, each
-    once: back along first parents, and at a sync merge along both parents down to
-    where their lines meet. `agentfs sync` puts the person's clone first, so steps
-    that reached the remote meanwhile (a worker's, another person's sync) are on the
-    merge's second parent.
+    """The commits of `main` (from commit `start` back, if given), each after all its
+    children, each once: back along first parents, and at a sync merge along both
+    parents. `agentfs sync` puts the person's clone first, so steps that reached the
+    remote meanwhile (a worker's, another person's sync) are on the merge's second
+    parent. A side branch (an `outcome` commit's second parent) is never walked.
 
-    A commit always comes before its parents (between two lines, the newer commit
-    first). A side branch (an `outcome` commit's second parent) is never walked,
-    and no tree is read."""
-    given: set[bytes] = set()  # commits a merge's stretch gave
+    Along first parents only commits are read, no tree. From the first sync merge
+    down, the order is Git's (`git rev-list --topo-order`, `_below`), which a walk of
+    our own could only rebuild: two people's first-parent lines meet only where they
+    cloned, so no shorter walk can tell where each merge's lines part."""
     sha = start if start is not None else repo.head()
     while sha is not None:
         commit = repo.commit(sha)
         if _is_sync(commit):
-            sha = yield from _stretch(repo, sha, given)
-            continue
-        if sha not in given:
-            yield sha, commit
+            try:
+                yield from _below(repo, sha)
+                return
+            except FileNotFoundError:  # no `git` binary: first parents only, as before
+                pass
+        yield sha, commit
         sha = commit.parents[0] if commit.parents else None
 
 
@@ -87,82 +88,19 @@ def _is_sync(commit: Commit) -> bool:
         parse_trailers(commit.message).get("Agentfs-Kind") == StepKind.SYNC)
 
 
-def _stretch(repo: GitRepo, merge: bytes,
-             given: set[bytes]) -> Generator[tuple[bytes, Commit], None, bytes | None]:
-    """Give sync merge `merge` and the commits of both its lines down to where they
-    meet (`_stretch_commits`), children before parents: Kahn's order, the newest
-    ready commit first. Returns where the lines meet, to walk on from (None: they
-    never do)."""
-    meet, commits = _stretch_commits(repo, merge, given)
-    waiting = dict.fromkeys(commits, 0)  # how many children in the stretch wait
-    for commit in commits.values():
-        for parent in _walked_parents(commit):
-            if parent in waiting:
-                waiting[parent] += 1
-    order = itertools.count()
-    ready = [(-commits[merge].commit_time, next(order), merge)]
-    while ready:
-        _, _, sha = heapq.heappop(ready)
-        commit = commits[sha]
-        if sha not in given:
-            given.add(sha)
-            yield sha, commit
-        for parent in _walked_parents(commit):
-            if parent in waiting:
-                waiting[parent] -= 1
-                if waiting[parent] == 0:
-                    heapq.heappush(ready, (-commits[parent].commit_time, next(order), parent))
-    return meet
-
-
-def _stretch_commits(repo: GitRepo, merge: bytes,
-                     given: set[bytes]) -> tuple[bytes | None, dict[bytes, Commit]]:
-    """Where the lines of sync merge `merge` meet, and the commits down to there: the
-    merge, both lines, and the lines of sync merges among them, each down to a
-    commit already found (or given) or to where its own lines meet."""
-    commits = {merge: repo.commit(merge)}
-    meet, *lines = _meeting(repo, *commits[merge].parents)
-    for line in lines:
-        commits.update(line)
-    merges = [sha for sha, commit in commits.items() if sha != merge and _is_sync(commit)]
-    while merges:  # a merged line's own merges, in turn
-        _, _, inner = _meeting(repo, *commits[merges.pop()].parents)
-        for sha, commit in inner.items():
-            if sha in commits or sha in given or sha == meet:
-                break
-            commits[sha] = commit
-            if _is_sync(commit):
-                merges.append(sha)
-    return meet, commits
-
-
-def _walked_parents(commit: Commit) -> list[bytes]:
-    """The parents `main_log` walks to: the first, and a sync merge's second."""
-    return list(commit.parents if _is_sync(commit) else commit.parents[:1])
-
-
-def _meeting(repo: GitRepo, ours: bytes,
-             theirs: bytes) -> tuple[bytes | None, dict[bytes, Commit], dict[bytes, Commit]]:
-    """Where the first-parent lines from `ours` and `theirs` meet (None: nowhere), and
-    each line's commits before it, newest first. Both lines are walked a commit at a
-    time, in turn, so the walk is as long as they are apart: for a sync, what happened
-    on each side since the clone last met the remote."""
-    lines: tuple[dict[bytes, Commit], dict[bytes, Commit]] = ({}, {})
-    tips: list[bytes | None] = [ours, theirs]
-    while tips != [None, None]:
-        for side in (0, 1):
-            sha = tips[side]
-            if sha is None:
-                continue
-            if sha in lines[1 - side]:
-                other = lines[1 - side]
-                kept = list(other)[:list(other).index(sha)]
-                trimmed = {c: other[c] for c in kept}
-                return (sha, lines[0], trimmed) if side == 0 else (sha, trimmed, lines[1])
-            commit = repo.commit(sha)
-            lines[side][sha] = commit
-            tips[side] = commit.parents[0] if commit.parents else None
-    return None, lines[0], lines[1]
+def _below(repo: GitRepo, merge: bytes) -> Iterator[tuple[bytes, Commit]]:
+    """`merge` and what `main_log` walks to from it, in Git's topological order: every
+    commit comes after all its children, so whether a walked parent leads to it is
+    known when it comes."""
+    wanted = {merge}
+    for line in git_lines(repo.root, "rev-list", "--topo-order", merge.decode()):
+        if line in wanted:
+            wanted.discard(line)
+            commit = repo.commit(line)
+            yield line, commit
+            wanted.update(commit.parents if _is_sync(commit) else commit.parents[:1])
+            if not wanted:
+                return
 
 
 def step_of_message(repo: GitRepo, trace_id: str, sequence: int) -> LoggedStep | None:

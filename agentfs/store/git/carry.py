@@ -147,18 +147,23 @@ class MergeResult:
 
 
 def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes, *,
-          resolve: Resolver, message: bytes) -> MergeResult:
+          resolve: Resolver, message: bytes,
+          theirs_wins: Callable[[str], bool] = lambda path: False) -> MergeResult:
     """Three-way merge of `ours` and `theirs` (parents in that order).
 
     A path changed only on one side takes that side. A path changed both ways is
     given to `resolve`; when it cannot merge them, theirs stays at the path and
     ours is kept beside it as `<path>.conflict-<ours, 12 hex>`: nothing is lost.
+    A path for which `theirs_wins` is true keeps theirs, whatever ours did to it
+    (the caller kept ours elsewhere).
     """
     base_tree = repo.commit(base).tree if base is not None else None
     theirs_changed = changed_paths(repo, base_tree, repo.commit(theirs).tree)
     keep = BothKept(ours, resolve)  # ours is the side kept beside the path
     changes = []
     for path, (old, new) in changed_paths(repo, base_tree, repo.commit(ours).tree).items():
+        if theirs_wins(path):
+            continue
         if path not in theirs_changed:
             changes.append(_change(path, new))
             continue
@@ -168,9 +173,10 @@ def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes, *,
         settled = keep.settle(repo, path, old, new, other)
         changes += [settled] if settled is not None else []
     tree = _tree(repo, repo.commit(theirs).tree, changes)
-    mine = repo.commit(ours)
-    commit = repo.make_commit(tree, message, [ours, theirs],
-                              when=(mine.commit_time, mine.commit_timezone))
+    mine, their_tip = repo.commit(ours), repo.commit(theirs)
+    commit = repo.make_commit(tree, message, [ours, theirs],  # never older than a parent
+                              when=(max(mine.commit_time, their_tip.commit_time),
+                                    mine.commit_timezone))
     return MergeResult(commit.id, keep.resolved, keep.kept_aside)
 
 

@@ -14,13 +14,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from agentfs.errors import GitStateError, RemoteError
 
-__all__ = ["EMPTY_TREE", "GitRemote", "RefUpdate", "git", "identity", "said"]
+__all__ = ["EMPTY_TREE", "GitRemote", "RefUpdate", "git", "git_lines", "identity", "said"]
 
 #: Git's empty tree, present in every repository without being written.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -60,6 +60,21 @@ def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
     if check and done.returncode != 0:
         raise GitStateError(f"git {_verb(args)} failed in {root}: {said(done)}")
     return done
+
+
+def git_lines(root: Path, *args: str) -> Iterator[bytes]:
+    """The lines `git` writes, read as it writes them, for a long listing that the
+    caller may stop early: closing the iterator ends git."""
+    with subprocess.Popen(["git", *_OPTIONS, *args], cwd=root, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          env={**os.environ, **_ENV}) as listing:
+        assert listing.stdout is not None
+        try:
+            yield from (line.rstrip(b"\n") for line in listing.stdout)
+        finally:
+            listing.kill()
+    if listing.returncode not in (0, -signal.SIGKILL):
+        raise GitStateError(f"git {_verb(args)} failed in {root} (exit {listing.returncode})")
 
 
 def said(done: subprocess.CompletedProcess[bytes]) -> str:
