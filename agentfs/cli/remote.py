@@ -26,7 +26,9 @@ def sync(remote: str, workspace: Path | None) -> None:
     traces merges path by path; trace.json and goals.json changed on both
     sides are merged key by key. A file changed both here and on the remote
     stops the sync before pushing: the remote's version is at the path, yours
-    beside it as PATH.conflict-SHA; keep one and sync again.
+    beside it as PATH.conflict-SHA; keep one and sync again. A trace run
+    both here and on the remote keeps the remote's run; yours goes on in a
+    new trace forked from it (TRACE-fork-N), pushed too.
     """
     from agentfs.core.doctor import load_valid_config
     from agentfs.remote.sync import sync as run_sync
@@ -38,6 +40,9 @@ def sync(remote: str, workspace: Path | None) -> None:
              "pulled" if report.pulled else "", f"pushed to {remote}" if report.pushed else "",
              f"merged {', '.join(report.resolved)}" if report.resolved else ""]
     click.echo("; ".join(p for p in parts if p) or "up to date")
+    for trace_id, fork in report.forked.items():
+        click.echo(f"trace {trace_id} was run here and on the remote: the remote's run stays "
+                   f"in {trace_id}, yours goes on in trace {fork} (a fork of it)")
 
 
 def run_worker(  # noqa: PLR0913 -- the options of `agentfs watch --remote`, passed on

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
+from agentfs.remote.diverged import diverged, fork_aside, remote_wins
 from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
 from agentfs.store.commits import StepKind
 from agentfs.store.git.carry import merge
@@ -69,6 +70,9 @@ class SyncReport:
     kept_aside: dict[str, str] = field(default_factory=dict)  # path → where the copy went
     #: path → the trace whose ref's version was kept beside main's (`_fold`)
     kept_for: dict[str, str] = field(default_factory=dict)
+    #: trace id → the fork this clone's run of it went to: it was run here and on the
+    #: remote, and the remote's run stays in the trace (`agentfs/remote/diverged.py`)
+    forked: dict[str, str] = field(default_factory=dict)
 
 
 def sync(workspace: Workspace, remote: str, *, durable: bool = False) -> SyncReport:
@@ -135,6 +139,7 @@ def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
             if not ahead:
                 tip = theirs
             elif base != theirs:
+                ours = _fork_diverged(workspace, base, ours, theirs, report)
                 tip = _merge(root, base, ours, theirs, report)
             report.pulled = base != theirs
         elif theirs == ours:
@@ -268,13 +273,28 @@ def _merge_base(root: Path, ours: str, theirs: str) -> str | None:
     return done.stdout.decode().strip() or None
 
 
+def _fork_diverged(workspace: Workspace, base: str | None, ours: str, theirs: str,
+                   report: SyncReport) -> str:
+    """Fork this clone's run of each trace that was run here and on the remote since
+    `base` (`agentfs/remote/diverged.py`), once per sync; returns the clone's main."""
+    repo = GitRepo(workspace.root)
+    try:
+        for trace_id in diverged(repo, base, ours, theirs):
+            if trace_id not in report.forked:
+                report.forked[trace_id] = fork_aside(workspace, repo, trace_id, base, theirs)
+        head = repo.head()
+        return head.decode() if report.forked and head is not None else ours
+    finally:
+        repo.close()
+
+
 def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncReport) -> str:
     """The merge commit of ours and theirs (not checked out); the paths kept both ways
-    are added to `report`."""
+    are added to `report`; the traces in `report.forked` keep the remote's files."""
     repo = GitRepo(root)
     try:
         result = merge(repo, base.encode() if base else None, ours.encode(), theirs.encode(),
-                       resolve=_resolve,
+                       resolve=_resolve, theirs_wins=remote_wins(report.forked),
                        message=f"sync: merge the remote's main\n\n"
                                f"Agentfs-Kind: {StepKind.SYNC}\n".encode())
     finally:

@@ -92,6 +92,39 @@ def test_agentfs_log_lists_the_steps_a_sync_merge_put_on_its_second_parent(pair)
     assert rewound.stdout.endswith(f"to #{go_on}\n"), rewound.stdout
 
 
+
+def test_a_trace_run_here_and_on_the_remote_keeps_the_remotes_run_and_forks_yours(pair):
+    """Both clones answered the same dropped message and went on: two messages with
+    one number each, which a path-by-path merge would push side by side (a trace no
+    run can read). The remote's run stays in the trace; this clone's goes on in a
+    fork of it, pushed with the rest; nothing is lost, every trace reads."""
+    first, second, bare = pair
+    (first / "traces" / "a" / "inbox" / "q.md").write_text("the question\n")
+    run_cli("sync", cwd=first)
+    run_cli("sync", cwd=second)
+    run_cli("run", "a", cwd=second)
+    run_cli("run", "a", "-m", "theirs next", cwd=second)
+    run_cli("sync", cwd=second)
+    run_cli("run", "a", "-m", "mine next", cwd=first)
+    (first / "traces" / "b" / "inbox" / "later.md").write_text("for b\n")
+    (first / "traces" / "a" / "inbox" / "later.md").write_text("for a, later\n")
+    out = run_cli("sync", cwd=first).stdout
+    assert "trace a was run here and on the remote" in out and "a-fork-1" in out, out
+    for clone in (first, second):
+        if clone is second:
+            run_cli("sync", cwd=second)
+        assert run_cli("doctor", cwd=clone).stdout.startswith("ok: ")
+        theirs = run_cli("show", "a", cwd=clone).stdout
+        mine = run_cli("show", "a-fork-1", cwd=clone).stdout
+        assert "theirs next" in theirs and "mine next" not in theirs
+        assert "mine next" in mine and "theirs next" not in mine and "the question" in mine
+        assert (clone / "traces" / "a" / "inbox" / "later.md").is_file()
+        assert (clone / "traces" / "b" / "inbox" / "later.md").is_file()
+        assert_git_clean(clone)
+    assert run_cli("sync", cwd=first).stdout.strip() == "up to date"
+    git(bare, "fsck", "--strict", "--no-dangling")
+
+
 def test_trace_json_changed_on_both_clones_merges_key_by_key(pair):
     first, second, _ = pair
     edit_json(first / "traces" / "a" / "trace.json", model="replay:script.json")
