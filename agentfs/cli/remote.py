@@ -36,6 +36,10 @@ def sync(remote: str, workspace: Path | None) -> None:
 
     found = find_workspace(workspace)
     report = run_sync(found, remote, durable=load_valid_config(found).fsync == "all")
+    for trace_id, kinds in report.recovered.items():  # as a run would (`agentfs log`)
+        steps = (f"{'an' if kinds[0][0] in 'aeiou' else 'a'} {kinds[0]} step" if len(kinds) == 1
+                 else f"{' and '.join(kinds)} steps")
+        click.echo(f"{trace_id}: committed what changed here as {steps}")
     parts = [f"committed {counted(report.committed, 'file')}" if report.committed else "",
              "pulled" if report.pulled else "", f"pushed to {remote}" if report.pushed else "",
              f"merged {', '.join(report.resolved)}" if report.resolved else ""]

@@ -64,6 +64,8 @@ ATTEMPTS = 100
 @dataclass
 class SyncReport:
     committed: int = 0  # local files committed before the merge
+    #: trace id → the kinds of step its uncommitted files were committed as (`edit`...)
+    recovered: dict[str, list[str]] = field(default_factory=dict)
     pulled: bool = False  # the remote had commits this clone did not
     pushed: bool = False
     resolved: list[str] = field(default_factory=list)
@@ -95,24 +97,26 @@ def sync(workspace: Workspace, remote: str, *, durable: bool = False) -> SyncRep
             "copy), then run `agentfs sync` again")
     with ExitStack() as held:
         _lock_traces(workspace, held)
-        _recover_traces(workspace, durable)
-        return _sync_locked(workspace, remote)
+        recovered = _recover_traces(workspace, durable)
+        return _sync_locked(workspace, remote, recovered)
 
 
-def _recover_traces(workspace: Workspace, durable: bool) -> None:
+def _recover_traces(workspace: Workspace, durable: bool) -> dict[str, list[str]]:
     """Commit each trace's uncommitted files as the next run would, before the
-    `sync` commit takes what is left (the caller holds every trace's lock)."""
+    `sync` commit takes what is left (the caller holds every trace's lock); returns
+    the kinds of step committed, by trace."""
     repo = GitRepo(workspace.root, durable=durable)
     try:
-        for trace_id in workspace.trace_ids():
-            Trace(workspace, repo, trace_id).recover()
+        done = {t: Trace(workspace, repo, t).recover() for t in workspace.trace_ids()}
+        return {t: kinds for t, kinds in done.items() if kinds}
     finally:
         repo.close()
 
 
-def _sync_locked(workspace: Workspace, remote: str) -> SyncReport:
+def _sync_locked(workspace: Workspace, remote: str,
+                 recovered: dict[str, list[str]]) -> SyncReport:
     root = workspace.root
-    report = SyncReport(committed=_commit_local(workspace))
+    report = SyncReport(committed=_commit_local(workspace), recovered=recovered)
     client = GitRemote(root, remote)
     ours = client.local_ref(MAIN_REF)
     if ours is None:

@@ -224,6 +224,7 @@ def test_sync_commits_a_trace_edit_as_a_run_would_and_pushes_the_right_count(pai
     off_path.unlink()
     out = run_cli("sync", cwd=first).stdout
     assert "pulled" in out and "pushed" in out
+    assert out.startswith("a: committed what changed here as an edit step\n"), out
     assert "edit" in git(first, "log", "--format=%s", "-3")
     assert turns(first, "a") == (2, 2)
     assert run_cli("doctor", cwd=first).stdout.startswith("ok: ")
