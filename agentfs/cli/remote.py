@@ -17,7 +17,11 @@ from agentfs.store.wording import counted
 @click.argument("remote", default="origin")
 @click.option("--workspace", "-w", type=click.Path(file_okay=False, path_type=Path),
               help="The workspace (default: the one holding the current directory).")
-def sync(remote: str, workspace: Path | None) -> None:
+@click.option("--theirs", "theirs", multiple=True, metavar="TRACE",
+              help="Take the remote's version of TRACE's files, whatever this clone did to "
+              "them (its inbox aside); for a trace run both here and on the remote. "
+              "Repeatable.")
+def sync(remote: str, workspace: Path | None, theirs: tuple[str, ...]) -> None:
     """Commit what waits here, pull the remote's main, push the result.
 
     REMOTE is a remote's name or a URL (default: origin). Each trace's edits are
@@ -27,15 +31,16 @@ def sync(remote: str, workspace: Path | None) -> None:
     sides are merged key by key. A file changed both here and on the remote
     stops the sync before pushing: the remote's version is at the path, yours
     beside it as PATH.conflict-SHA; keep one and sync again. A trace run
-    both here and on the remote keeps the remote's run; yours goes on in a
-    new trace forked from it (TRACE-fork-N), pushed too.
+    both here and on the remote stops the sync before it merges anything: fork
+    your run to keep it (agentfs fork), then sync with --theirs TRACE.
     """
     from agentfs.core.doctor import load_valid_config
     from agentfs.remote.sync import sync as run_sync
     from agentfs.store.workspace import find_workspace
 
     found = find_workspace(workspace)
-    report = run_sync(found, remote, durable=load_valid_config(found).fsync == "all")
+    report = run_sync(found, remote, durable=load_valid_config(found).fsync == "all",
+                      theirs=theirs)
     for trace_id, kinds in report.recovered.items():  # as a run would (`agentfs log`)
         steps = (f"{'an' if kinds[0][0] in 'aeiou' else 'a'} {kinds[0]} step" if len(kinds) == 1
                  else f"{' and '.join(kinds)} steps")
@@ -44,9 +49,9 @@ def sync(remote: str, workspace: Path | None) -> None:
              "pulled" if report.pulled else "", f"pushed to {remote}" if report.pushed else "",
              f"merged {', '.join(report.resolved)}" if report.resolved else ""]
     click.echo("; ".join(p for p in parts if p) or "up to date")
-    for trace_id, fork in report.forked.items():
-        click.echo(f"trace {trace_id} was run here and on the remote: the remote's run stays "
-                   f"in {trace_id}, yours goes on in trace {fork} (a fork of it)")
+    for trace_id in report.theirs_kept:
+        click.echo(f"{trace_id}: took the remote's version; your changes to it are in the "
+                   "history (`git log`)")
 
 
 def run_worker(  # noqa: PLR0913 -- the options of `agentfs watch --remote`, passed on

@@ -29,13 +29,14 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Collection
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
-from agentfs.remote.diverged import diverged, fork_aside, remote_wins
+from agentfs.remote.diverged import diverged, refusal, remote_wins
 from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
 from agentfs.store.commits import StepKind
 from agentfs.store.git.carry import merge
@@ -47,7 +48,7 @@ from agentfs.store.trace import Trace
 from agentfs.store.tracelock import TraceLock
 from agentfs.store.unicode import load_json
 from agentfs.store.wording import counted
-from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, Workspace
+from agentfs.store.workspace import GOALS_FILE, TRACE_FILE, TRACES_DIR, Workspace
 
 __all__ = ["SyncReport", "merge_json", "sync"]
 
@@ -72,20 +73,24 @@ class SyncReport:
     kept_aside: dict[str, str] = field(default_factory=dict)  # path → where the copy went
     #: path → the trace whose ref's version was kept beside main's (`_fold`)
     kept_for: dict[str, str] = field(default_factory=dict)
-    #: trace id → the fork this clone's run of it went to: it was run here and on the
-    #: remote, and the remote's run stays in the trace (`agentfs/remote/diverged.py`)
-    forked: dict[str, str] = field(default_factory=dict)
+    #: traces asked for with `theirs` whose changes here the merge left out
+    theirs_kept: list[str] = field(default_factory=list)
 
 
-def sync(workspace: Workspace, remote: str, *, durable: bool = False) -> SyncReport:
+def sync(workspace: Workspace, remote: str, *, durable: bool = False,
+         theirs: Collection[str] = ()) -> SyncReport:
     """Commit, pull and push `workspace` against `remote` (a name or a URL);
-    `durable`: the traces' own commits fsync what they write (`fsync = "all"`).
+    `durable`: the traces' own commits fsync what they write (`fsync = "all"`);
+    `theirs`: traces whose remote version the merge keeps, whatever this clone did
+    to them (their inboxes aside).
 
     Raises:
       MergeConflict: files were changed both here and on the remote; both are kept
         (see `SyncReport.kept_aside` in the error's hint) and nothing was pushed.
       RemoteError: the remote cannot be reached.
       AgentfsError: a trace is running here (its files are half-way through a step).
+      MergeConflict: also when a trace not in `theirs` was run both here and on the
+        remote (`agentfs/remote/diverged.py`); nothing was merged then.
     """
     root = workspace.root
     copies = _conflict_copies(root)
@@ -98,7 +103,7 @@ def sync(workspace: Workspace, remote: str, *, durable: bool = False) -> SyncRep
     with ExitStack() as held:
         _lock_traces(workspace, held)
         recovered = _recover_traces(workspace, durable)
-        return _sync_locked(workspace, remote, recovered)
+        return _sync_locked(workspace, remote, recovered, theirs)
 
 
 def _recover_traces(workspace: Workspace, durable: bool) -> dict[str, list[str]]:
@@ -113,8 +118,8 @@ def _recover_traces(workspace: Workspace, durable: bool) -> dict[str, list[str]]
         repo.close()
 
 
-def _sync_locked(workspace: Workspace, remote: str,
-                 recovered: dict[str, list[str]]) -> SyncReport:
+def _sync_locked(workspace: Workspace, remote: str, recovered: dict[str, list[str]],
+                 keep_theirs: Collection[str]) -> SyncReport:
     root = workspace.root
     report = SyncReport(committed=_commit_local(workspace), recovered=recovered)
     client = GitRemote(root, remote)
@@ -143,8 +148,8 @@ def _sync_locked(workspace: Workspace, remote: str,
             if not ahead:
                 tip = theirs
             elif base != theirs:
-                ours = _fork_diverged(workspace, base, ours, theirs, report)
-                tip = _merge(root, base, ours, theirs, report)
+                _settle_diverged(root, base, ours, theirs, keep_theirs=keep_theirs, report=report)
+                tip = _merge(root, base, ours, theirs, keep_theirs=keep_theirs, report=report)
             report.pulled = base != theirs
         elif theirs == ours:
             ahead = False
@@ -277,28 +282,38 @@ def _merge_base(root: Path, ours: str, theirs: str) -> str | None:
     return done.stdout.decode().strip() or None
 
 
-def _fork_diverged(workspace: Workspace, base: str | None, ours: str, theirs: str,
-                   report: SyncReport) -> str:
-    """Fork this clone's run of each trace that was run here and on the remote since
-    `base` (`agentfs/remote/diverged.py`), once per sync; returns the clone's main."""
-    repo = GitRepo(workspace.root)
+def _settle_diverged(root: Path, base: str | None, ours: str, theirs: str, *,
+                     keep_theirs: Collection[str], report: SyncReport) -> None:
+    """Stop before the merge if a trace was run both here and on the remote since
+    `base`, unless the person asked for the remote's version of it
+    (`agentfs/remote/diverged.py`)."""
+    repo = GitRepo(root)
     try:
-        for trace_id in diverged(repo, base, ours, theirs):
-            if trace_id not in report.forked:
-                report.forked[trace_id] = fork_aside(workspace, repo, trace_id, base, theirs)
-        head = repo.head()
-        return head.decode() if report.forked and head is not None else ours
+        found = diverged(repo, base, ours, theirs)
     finally:
         repo.close()
+    unsettled = {t: runs for t, runs in found.items() if t not in keep_theirs}
+    if unsettled:
+        raise refusal(unsettled)
+    report.theirs_kept = sorted(found.keys() | (set(keep_theirs) & _changed_here(root, base, ours)))
 
 
-def _merge(root: Path, base: str | None, ours: str, theirs: str, report: SyncReport) -> str:
+def _changed_here(root: Path, base: str | None, ours: str) -> set[str]:
+    """The traces whose files this clone changed since `base`."""
+    if base is None:
+        return set()
+    listed = git(root, "diff", "--name-only", "-z", base, ours, "--", f"{TRACES_DIR}/").stdout
+    return {p.split("/")[1] for p in listed.decode(errors="replace").split("\0") if "/" in p}
+
+
+def _merge(root: Path, base: str | None, ours: str, theirs: str, *,
+           keep_theirs: Collection[str], report: SyncReport) -> str:
     """The merge commit of ours and theirs (not checked out); the paths kept both ways
-    are added to `report`; the traces in `report.forked` keep the remote's files."""
+    are added to `report`; the traces in `keep_theirs` keep the remote's files."""
     repo = GitRepo(root)
     try:
         result = merge(repo, base.encode() if base else None, ours.encode(), theirs.encode(),
-                       resolve=_resolve, theirs_wins=remote_wins(report.forked),
+                       resolve=_resolve, theirs_wins=remote_wins(keep_theirs),
                        message=f"sync: merge the remote's main\n\n"
                                f"Agentfs-Kind: {StepKind.SYNC}\n".encode())
     finally:

@@ -93,11 +93,12 @@ def test_agentfs_log_lists_the_steps_a_sync_merge_put_on_its_second_parent(pair)
 
 
 
-def test_a_trace_run_here_and_on_the_remote_keeps_the_remotes_run_and_forks_yours(pair):
+def test_a_trace_run_here_and_on_the_remote_stops_the_sync_until_the_person_chooses(pair):
     """Both clones answered the same dropped message and went on: two messages with
     one number each, which a path-by-path merge would push side by side (a trace no
-    run can read). The remote's run stays in the trace; this clone's goes on in a
-    fork of it, pushed with the rest; nothing is lost, every trace reads."""
+    run can read). Sync stops before merging, saying where each run went and how to
+    choose; the person forks their run, then takes the remote's: every trace reads,
+    inbox files dropped meanwhile are kept."""
     first, second, bare = pair
     (first / "traces" / "a" / "inbox" / "q.md").write_text("the question\n")
     run_cli("sync", cwd=first)
@@ -108,14 +109,23 @@ def test_a_trace_run_here_and_on_the_remote_keeps_the_remotes_run_and_forks_your
     run_cli("run", "a", "-m", "mine next", cwd=first)
     (first / "traces" / "b" / "inbox" / "later.md").write_text("for b\n")
     (first / "traces" / "a" / "inbox" / "later.md").write_text("for a, later\n")
-    out = run_cli("sync", cwd=first).stdout
-    assert "trace a was run here and on the remote" in out and "a-fork-1" in out, out
+    before = git(bare, "rev-parse", "main")
+    stopped = run_cli("sync", cwd=first, check=False)
+    assert stopped.returncode == 1
+    assert ("trace a was run both here and on the remote since this clone last synced "
+            "(a: #") in stopped.stderr, stopped.stderr
+    assert "to #5 here" in stopped.stderr and "to #6 on the remote" in stopped.stderr
+    assert "agentfs fork a --at 5" in stopped.stderr and "--theirs a" in stopped.stderr
+    assert git(bare, "rev-parse", "main") == before
+    assert run_cli("doctor", cwd=first).stdout.startswith("ok: ")
+    run_cli("fork", "a", "--at", "5", "mine", cwd=first)
+    out = run_cli("sync", "--theirs", "a", cwd=first).stdout
+    assert "a: took the remote's version" in out and "pushed" in out, out
+    run_cli("sync", cwd=second)
     for clone in (first, second):
-        if clone is second:
-            run_cli("sync", cwd=second)
         assert run_cli("doctor", cwd=clone).stdout.startswith("ok: ")
         theirs = run_cli("show", "a", cwd=clone).stdout
-        mine = run_cli("show", "a-fork-1", cwd=clone).stdout
+        mine = run_cli("show", "mine", cwd=clone).stdout
         assert "theirs next" in theirs and "mine next" not in theirs
         assert "mine next" in mine and "theirs next" not in mine and "the question" in mine
         assert (clone / "traces" / "a" / "inbox" / "later.md").is_file()
@@ -271,7 +281,7 @@ def test_sync_holds_every_traces_lock_until_it_is_done(pair, monkeypatch):
     workspace = Workspace(first)
     tried: list[str] = []
 
-    def during(workspace, remote):
+    def during(workspace, *_):
         for trace_id in ("a", "b"):
             try:
                 with TraceLock(workspace.state_dir / "locks", trace_id):
