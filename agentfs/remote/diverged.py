@@ -10,15 +10,18 @@ trace's files (its inbox aside: files waiting there are kept from both sides).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 from agentfs.errors import MergeConflict
 from agentfs.store.git.carry import Entry, changed_paths
+from agentfs.store.git.remote import git
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.message_dir import parse_message_relpath
 from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACES_DIR
 
-__all__ = ["diverged", "refusal", "remote_wins"]
+__all__ = ["diverged", "numbered_twice", "refusal", "remote_wins"]
 
 
 def diverged(repo: GitRepo, base: str | None, ours: str,
@@ -78,3 +81,24 @@ def remote_wins(traces: Collection[str]) -> Callable[[str], bool]:
     folders = tuple(f"{TRACES_DIR}/{t}/" for t in traces)
     inboxes = tuple(f"{TRACES_DIR}/{t}/{INBOX_DIR}/" for t in traces)
     return lambda path: path.startswith(folders) and not path.startswith(inboxes)
+
+
+def numbered_twice(root: Path, main: str, tip: str) -> dict[str, list[int]]:
+    """The traces that `tip` changed since `main` and that hold two message files with
+    one number (trace id → those numbers): what a push of `tip` must never bring.
+    The last check before a sync pushes, whichever way the files met (a trace ref's
+    steps carried onto newer steps of the same trace, or a merge)."""
+    changed = git(root, "diff", "--name-only", "-z", main, tip, "--", f"{TRACES_DIR}/").stdout
+    traces = {p.split("/")[1] for p in changed.decode(errors="replace").split("\0") if "/" in p}
+    found = {}
+    for trace_id in sorted(traces):
+        listed = git(root, "ls-tree", "-r", "--name-only", "-z", tip,
+                     f"{TRACES_DIR}/{trace_id}/{MESSAGES_DIR}/").stdout
+        prefix = f"{TRACES_DIR}/{trace_id}/{MESSAGES_DIR}/"
+        parsed = [parse_message_relpath(p.removeprefix(prefix))
+                  for p in listed.decode(errors="replace").split("\0") if p]
+        numbers = Counter(p[0] for p in parsed if p is not None)
+        twice = sorted(n for n, count in numbers.items() if count > 1)
+        if twice:
+            found[trace_id] = twice
+    return found

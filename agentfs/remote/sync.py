@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
-from agentfs.remote.diverged import diverged, refusal, remote_wins
+from agentfs.remote.diverged import diverged, numbered_twice, refusal, remote_wins
 from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
 from agentfs.store.commits import StepKind
 from agentfs.store.git.carry import merge
@@ -153,6 +153,7 @@ def _sync_locked(workspace: Workspace, remote: str, recovered: dict[str, list[st
             report.pulled = base != theirs
         elif theirs == ours:
             ahead = False
+        _check_readable(client, main, tip, folded)  # before anything is checked out
         if report.kept_aside:
             _remember_kept(client, folded)
             _stop(root, tip, report)
@@ -304,6 +305,28 @@ def _changed_here(root: Path, base: str | None, ours: str) -> set[str]:
         return set()
     listed = git(root, "diff", "--name-only", "-z", base, ours, "--", f"{TRACES_DIR}/").stdout
     return {p.split("/")[1] for p in listed.decode(errors="replace").split("\0") if "/" in p}
+
+
+def _check_readable(client: GitRemote, main: str | None, tip: str,
+                    folded: Folded | None) -> None:
+    """Refuse to push a trace with two message files of one number: a trace ref's
+    steps (a worker's run) carried onto newer steps of the same trace on main, made
+    meanwhile by a run elsewhere (`agentfs/remote/diverged.py:numbered_twice`)."""
+    found = numbered_twice(client.root, main, tip) if main not in (None, tip) else {}
+    if not found:
+        return
+    trace_id = next(iter(found))
+    named = "; ".join(f"{t}: #{', #'.join(map(str, n))}" for t, n in found.items())
+    ref = f"{TRACES}{trace_id}"
+    on_ref = folded is not None and trace_id in folded.taken
+    raise MergeConflict(
+        f"pushing would give two messages one number ({named}); nothing was pushed",
+        [f"{TRACES_DIR}/{t}" for t in found],
+        hint=(f"trace {trace_id}'s steps on {ref} (a run elsewhere) cross newer steps of "
+              f"it on main. To keep that run, save it: `git fetch {client.remote} "
+              f"{ref}:refs/heads/{trace_id}-run`; then drop it from the remote: "
+              f"`git push {client.remote} :{ref}`, and sync again") if on_ref else
+        f"run `agentfs sync --theirs {trace_id}` to keep the remote's {trace_id}")
 
 
 def _merge(root: Path, base: str | None, ours: str, theirs: str, *,

@@ -135,6 +135,31 @@ def test_a_trace_run_here_and_on_the_remote_stops_the_sync_until_the_person_choo
     git(bare, "fsck", "--strict", "--no-dangling")
 
 
+
+def test_a_trace_refs_run_crossing_newer_steps_on_main_is_never_pushed_side_by_side(pair):
+    """A run elsewhere (here: the second clone, pushed to the trace's ref as a worker
+    pushes) started before the person's own run of the trace reached main. Carried
+    onto it, its messages would take the same numbers: sync pushes nothing and says
+    how to keep that run, and after that the trace reads on every side."""
+    first, second, bare = pair
+    run_cli("run", "a", cwd=first)  # answers hello: #3 is an answer here, a question there
+    run_cli("sync", cwd=first)
+    run_cli("run", "a", "-m", "the worker's", cwd=second)
+    git(second, "push", "-q", "origin", "main:refs/agentfs/traces/a")
+    before = git(bare, "rev-parse", "main")
+    stopped = run_cli("sync", cwd=first, check=False)
+    assert stopped.returncode == 1, stopped.stdout
+    assert "pushing would give two messages one number (a: #" in stopped.stderr, stopped.stderr
+    assert git(bare, "rev-parse", "main") == before
+    save = "git fetch origin refs/agentfs/traces/a:refs/heads/a-run"
+    assert save in stopped.stderr
+    git(first, *save.split()[1:])
+    git(first, "push", "-q", "origin", ":refs/agentfs/traces/a")
+    assert run_cli("sync", cwd=first).stdout.strip() == "up to date"
+    assert "the worker's" in git(first, "log", "--format=%s", "a-run")
+    assert run_cli("doctor", cwd=first).stdout.startswith("ok: ")
+
+
 def test_trace_json_changed_on_both_clones_merges_key_by_key(pair):
     first, second, _ = pair
     edit_json(first / "traces" / "a" / "trace.json", model="replay:script.json")
