@@ -19,8 +19,8 @@ from agentfs.store.wording import counted
               help="The workspace (default: the one holding the current directory).")
 @click.option("--theirs", "theirs", multiple=True, metavar="TRACE",
               help="Take the remote's version of TRACE's files, whatever this clone did to "
-              "them (its inbox aside); for a trace run both here and on the remote. "
-              "Repeatable.")
+              "them (its inbox aside); for a trace run both here and on the remote, "
+              "refused for any other. Repeatable.")
 def sync(remote: str, workspace: Path | None, theirs: tuple[str, ...]) -> None:
     """Commit what waits here, pull the remote's main, push the result.
 

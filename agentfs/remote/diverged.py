@@ -12,16 +12,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentfs.errors import MergeConflict
+from agentfs.store.fork import default_fork_id
 from agentfs.store.git.carry import Entry, changed_paths
 from agentfs.store.git.remote import git
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.message_dir import parse_message_relpath
-from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACES_DIR
+from agentfs.store.meta import parse_meta
+from agentfs.store.workspace import INBOX_DIR, MESSAGES_DIR, TRACE_FILE, TRACES_DIR
 
-__all__ = ["diverged", "numbered_twice", "refusal", "remote_wins"]
+__all__ = ["Crossed", "crossed", "diverged", "numbered_twice", "refusal", "remote_wins"]
 
 
 def diverged(repo: GitRepo, base: str | None, ours: str,
@@ -57,48 +60,93 @@ def _sequences(files: dict[str, Entry]) -> list[int]:
     return sorted({p[0] for p in parsed if p is not None})
 
 
-def refusal(found: dict[str, tuple[list[int], list[int]]]) -> MergeConflict:
+@dataclass(frozen=True)
+class Crossed:
+    """A trace run on both sides: the numbers of the message files each side added
+    that the other lacks, this clone's head, and an id free on both sides for a fork
+    of this clone's run."""
+
+    here: list[int]
+    there: list[int]
+    head: int | None
+    fork_id: str
+
+
+def crossed(repo: GitRepo, base: str | None, ours: str, theirs: str) -> dict[str, Crossed]:
+    """`diverged`, with what the refusal names (trace id → `Crossed`)."""
+    found = diverged(repo, base, ours, theirs)
+    taken = _trace_ids(repo, ours) | _trace_ids(repo, theirs)
+    result = {}
+    for trace_id, (here, there) in found.items():
+        data = repo.read_file(ours.encode(), f"{TRACES_DIR}/{trace_id}/{TRACE_FILE}")
+        try:
+            head = parse_meta(data).head if data is not None else None
+        except ValueError:
+            head = None
+        fork_id = default_fork_id(trace_id, taken)
+        taken.add(fork_id)
+        result[trace_id] = Crossed(here, there, head, fork_id)
+    return result
+
+
+def _trace_ids(repo: GitRepo, commit: str) -> set[str]:
+    listed = git(repo.root, "ls-tree", "--name-only", "-z", commit, f"{TRACES_DIR}/").stdout
+    return {p.removeprefix(f"{TRACES_DIR}/") for p in listed.decode(errors="replace").split("\0")
+            if p}
+
+
+def refusal(found: dict[str, Crossed]) -> MergeConflict:
     """The error that stops a sync before it merges traces run on both sides."""
     def span(sequences: list[int]) -> str:
         return (f"#{sequences[0]}" if len(sequences) == 1
                 else f"#{sequences[0]} to #{sequences[-1]}")
 
-    named = "; ".join(f"{t}: {span(here)} here, {span(there)} on the remote"
-                      for t, (here, there) in found.items())
-    first, (here, _) = next(iter(found.items()))
-    which = f"trace {first}" if len(found) == 1 else f"traces {', '.join(found)}"
+    named = "; ".join(f"{t}: {span(c.here)} here, {span(c.there)} on the remote"
+                      for t, c in found.items())
+    which = f"trace {next(iter(found))}" if len(found) == 1 else f"traces {', '.join(found)}"
+    forks = " and ".join(f"`agentfs fork {t} --at {c.head} {c.fork_id}`"
+                         for t, c in found.items() if c.head is not None)
+    theirs = " ".join(f"--theirs {t}" for t in found)
     return MergeConflict(
         f"{which} {'was' if len(found) == 1 else 'were'} run both here and on the remote "
-        f"since this clone last synced ({named}); nothing was merged or pushed", [f"{TRACES_DIR}/{t}" for t in found],
-        hint=f"to keep your run, fork it first (`agentfs fork {first} --at {here[-1]}`); then "
-        f"`agentfs sync --theirs {first}` takes the remote's {first} (yours stays in the "
-        "history)")
+        f"since this clone last synced ({named}); nothing was merged or pushed",
+        [f"{TRACES_DIR}/{t}" for t in found],
+        hint=(f"to keep your run, fork it first: {forks}. " if forks else "")
+        + f"Then `agentfs sync {theirs}` takes the remote's version; yours stays in the "
+        "history")
 
 
-def remote_wins(traces: Collection[str]) -> Callable[[str], bool]:
-    """For the merge: the paths of `traces` whose remote version is kept, whatever
-    this clone did to them: all but their inbox."""
+def remote_wins(traces: Collection[str]) -> Callable[[str, Entry | None], bool]:
+    """For the merge: whether the remote's version of a path of `traces` is kept,
+    whatever this clone did to it (given what this clone made of it, None: deleted).
+    All of it but the files this clone added to their inbox: a file this clone's run
+    took from the inbox stays there for the remote's run."""
     folders = tuple(f"{TRACES_DIR}/{t}/" for t in traces)
     inboxes = tuple(f"{TRACES_DIR}/{t}/{INBOX_DIR}/" for t in traces)
-    return lambda path: path.startswith(folders) and not path.startswith(inboxes)
+    return lambda path, mine: path.startswith(folders) and not (
+        path.startswith(inboxes) and mine is not None)
 
 
 def numbered_twice(root: Path, main: str, tip: str) -> dict[str, list[int]]:
     """The traces that `tip` changed since `main` and that hold two message files with
-    one number (trace id → those numbers): what a push of `tip` must never bring.
-    The last check before a sync pushes, whichever way the files met (a trace ref's
-    steps carried onto newer steps of the same trace, or a merge)."""
+    one number that `main` does not (trace id → those numbers): what a push of `tip`
+    must never bring. The last check before a sync pushes, whichever way the files
+    met (a trace ref's steps carried onto newer steps of the same trace, or a merge)."""
     changed = git(root, "diff", "--name-only", "-z", main, tip, "--", f"{TRACES_DIR}/").stdout
     traces = {p.split("/")[1] for p in changed.decode(errors="replace").split("\0") if "/" in p}
     found = {}
     for trace_id in sorted(traces):
-        listed = git(root, "ls-tree", "-r", "--name-only", "-z", tip,
-                     f"{TRACES_DIR}/{trace_id}/{MESSAGES_DIR}/").stdout
-        prefix = f"{TRACES_DIR}/{trace_id}/{MESSAGES_DIR}/"
-        parsed = [parse_message_relpath(p.removeprefix(prefix))
-                  for p in listed.decode(errors="replace").split("\0") if p]
-        numbers = Counter(p[0] for p in parsed if p is not None)
-        twice = sorted(n for n, count in numbers.items() if count > 1)
+        twice = sorted(_twice(root, tip, trace_id) - _twice(root, main, trace_id))
         if twice:
             found[trace_id] = twice
     return found
+
+
+def _twice(root: Path, commit: str, trace_id: str) -> set[int]:
+    """The numbers two message files of the trace have at `commit`."""
+    prefix = f"{TRACES_DIR}/{trace_id}/{MESSAGES_DIR}/"
+    listed = git(root, "ls-tree", "-r", "--name-only", "-z", commit, prefix).stdout
+    parsed = [parse_message_relpath(p.removeprefix(prefix))
+              for p in listed.decode(errors="replace").split("\0") if p]
+    numbers = Counter(p[0] for p in parsed if p is not None)
+    return {n for n, count in numbers.items() if count > 1}

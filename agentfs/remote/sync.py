@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfs.errors import AgentfsError, MergeConflict, RemoteError, TraceLocked
-from agentfs.remote.diverged import diverged, numbered_twice, refusal, remote_wins
+from agentfs.remote.diverged import crossed, numbered_twice, refusal, remote_wins
 from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
 from agentfs.store.commits import StepKind
 from agentfs.store.git.carry import merge
@@ -153,7 +153,8 @@ def _sync_locked(workspace: Workspace, remote: str, recovered: dict[str, list[st
             report.pulled = base != theirs
         elif theirs == ours:
             ahead = False
-        _check_readable(client, main, tip, folded)  # before anything is checked out
+        _check_before_push(client, main, tip, folded=folded, keep_theirs=keep_theirs,
+                           report=report)  # before anything is checked out
         if report.kept_aside:
             _remember_kept(client, folded)
             _stop(root, tip, report)
@@ -290,28 +291,29 @@ def _settle_diverged(root: Path, base: str | None, ours: str, theirs: str, *,
     (`agentfs/remote/diverged.py`)."""
     repo = GitRepo(root)
     try:
-        found = diverged(repo, base, ours, theirs)
+        found = crossed(repo, base, ours, theirs)
     finally:
         repo.close()
-    unsettled = {t: runs for t, runs in found.items() if t not in keep_theirs}
+    unsettled = {t: c for t, c in found.items() if t not in keep_theirs}
     if unsettled:
         raise refusal(unsettled)
-    report.theirs_kept = sorted(found.keys() | (set(keep_theirs) & _changed_here(root, base, ours)))
+    report.theirs_kept = sorted(found)
 
 
-def _changed_here(root: Path, base: str | None, ours: str) -> set[str]:
-    """The traces whose files this clone changed since `base`."""
-    if base is None:
-        return set()
-    listed = git(root, "diff", "--name-only", "-z", base, ours, "--", f"{TRACES_DIR}/").stdout
-    return {p.split("/")[1] for p in listed.decode(errors="replace").split("\0") if "/" in p}
-
-
-def _check_readable(client: GitRemote, main: str | None, tip: str,
-                    folded: Folded | None) -> None:
-    """Refuse to push a trace with two message files of one number: a trace ref's
-    steps (a worker's run) carried onto newer steps of the same trace on main, made
-    meanwhile by a run elsewhere (`agentfs/remote/diverged.py:numbered_twice`)."""
+def _check_before_push(client: GitRemote, main: str | None, tip: str, *,
+                       folded: Folded | None, keep_theirs: Collection[str],
+                       report: SyncReport) -> None:
+    """Refuse `--theirs` for a trace that was not run on both sides (it would take
+    whatever the remote has of it, even nothing), and a push that gives a trace two
+    message files of one number: a trace ref's steps (a worker's run) carried onto
+    newer steps of the same trace on main, made meanwhile by a run elsewhere
+    (`agentfs/remote/diverged.py:numbered_twice`)."""
+    unknown = sorted(set(keep_theirs) - set(report.theirs_kept))
+    if unknown:
+        raise AgentfsError(
+            f"--theirs {unknown[0]}: trace {unknown[0]} was not run both here and on the "
+            "remote since this clone last synced; nothing was merged or pushed",
+            hint="sync without --theirs: the merge keeps both sides' work")
     found = numbered_twice(client.root, main, tip) if main not in (None, tip) else {}
     if not found:
         return
@@ -319,14 +321,16 @@ def _check_readable(client: GitRemote, main: str | None, tip: str,
     named = "; ".join(f"{t}: #{', #'.join(map(str, n))}" for t, n in found.items())
     ref = f"{TRACES}{trace_id}"
     on_ref = folded is not None and trace_id in folded.taken
+    sha = folded.taken[trace_id] if folded is not None and on_ref else ""
     raise MergeConflict(
         f"pushing would give two messages one number ({named}); nothing was pushed",
         [f"{TRACES_DIR}/{t}" for t in found],
         hint=(f"trace {trace_id}'s steps on {ref} (a run elsewhere) cross newer steps of "
-              f"it on main. To keep that run, save it: `git fetch {client.remote} "
-              f"{ref}:refs/heads/{trace_id}-run`; then drop it from the remote: "
-              f"`git push {client.remote} :{ref}`, and sync again") if on_ref else
-        f"run `agentfs sync --theirs {trace_id}` to keep the remote's {trace_id}")
+              f"it on main. To keep that run, save it as a branch (sync fetched it): "
+              f"`git branch {trace_id}-run-{sha[:8]} {sha}`; then drop it "
+              f"from the remote if it has not moved: `git push --force-with-lease={ref}:"
+              f"{sha} {client.remote} :{ref}`, and sync again") if on_ref else
+        "`agentfs doctor` says which files to rename or delete")
 
 
 def _merge(root: Path, base: str | None, ours: str, theirs: str, *,

@@ -5,6 +5,7 @@ stops the sync with both versions kept, nothing pushed until the person chooses.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -151,13 +152,49 @@ def test_a_trace_refs_run_crossing_newer_steps_on_main_is_never_pushed_side_by_s
     assert stopped.returncode == 1, stopped.stdout
     assert "pushing would give two messages one number (a: #" in stopped.stderr, stopped.stderr
     assert git(bare, "rev-parse", "main") == before
-    save = "git fetch origin refs/agentfs/traces/a:refs/heads/a-run"
-    assert save in stopped.stderr
-    git(first, *save.split()[1:])
-    git(first, "push", "-q", "origin", ":refs/agentfs/traces/a")
+    commands = re.findall(r"`(git [^`]+)`", stopped.stderr)  # as the hint says
+    assert [c.split()[1] for c in commands] == ["branch", "push"], stopped.stderr
+    for command in commands:
+        git(first, *command.split()[1:])
     assert run_cli("sync", cwd=first).stdout.strip() == "up to date"
-    assert "the worker's" in git(first, "log", "--format=%s", "a-run")
+    branch = commands[0].split()[2]
+    assert "the worker's" in git(first, "log", "--format=%s", branch)
     assert run_cli("doctor", cwd=first).stdout.startswith("ok: ")
+
+
+
+def test_theirs_for_a_trace_not_run_on_both_sides_is_refused_and_nothing_is_pushed(pair):
+    """`--theirs` takes whatever the remote has of a trace, even nothing: asked for a
+    trace only this clone changed (or one it does not have), sync refuses."""
+    first, second, bare = pair
+    run_cli("run", "b", "-m", "go on", cwd=second)
+    run_cli("sync", cwd=second)
+    run_cli("new", "mine", "-m", "only here", cwd=first)
+    before = git(bare, "rev-parse", "main")
+    for trace in ("mine", "nosuch"):
+        refused = run_cli("sync", "--theirs", trace, cwd=first, check=False)
+        assert refused.returncode == 1
+        assert f"--theirs {trace}: trace {trace} was not run both here and on the remote" \
+            in refused.stderr, refused.stderr
+    assert git(bare, "rev-parse", "main") == before
+    assert "pushed" in run_cli("sync", cwd=first).stdout
+    run_cli("sync", cwd=second)
+    assert run_cli("doctor", cwd=second).stdout.startswith("ok: ")
+
+
+def test_a_trace_already_broken_on_the_remote_does_not_stop_a_sync_that_did_not_break_it(pair):
+    """Two files with one number pushed by hand (or by an older sync): a sync that adds
+    a drop to that trace still goes through; only what a push would add is refused."""
+    first, second, _ = pair
+    messages = second / "traces" / "a" / "messages" / "000000-000999"
+    (messages / "000002-assistant.md").write_text(
+        (messages / "000002-user.md").read_text().replace("user", "assistant"))
+    git(second, "add", "-A")
+    git(second, "commit", "-qm", "a second message numbered 2")
+    git(second, "push", "-q", "origin", "main")
+    run_cli("sync", cwd=first)
+    (first / "traces" / "a" / "inbox" / "q.md").write_text("still here\n")
+    assert "pushed" in run_cli("sync", cwd=first).stdout
 
 
 def test_trace_json_changed_on_both_clones_merges_key_by_key(pair):

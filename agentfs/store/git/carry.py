@@ -148,21 +148,22 @@ class MergeResult:
 
 def merge(repo: GitRepo, base: bytes | None, ours: bytes, theirs: bytes, *,
           resolve: Resolver, message: bytes,
-          theirs_wins: Callable[[str], bool] = lambda path: False) -> MergeResult:
+          theirs_wins: Callable[[str, Entry | None], bool] = lambda path, mine: False
+          ) -> MergeResult:
     """Three-way merge of `ours` and `theirs` (parents in that order).
 
     A path changed only on one side takes that side. A path changed both ways is
     given to `resolve`; when it cannot merge them, theirs stays at the path and
     ours is kept beside it as `<path>.conflict-<ours, 12 hex>`: nothing is lost.
-    A path for which `theirs_wins` is true keeps theirs, whatever ours did to it
-    (the caller kept ours elsewhere).
+    A path for which `theirs_wins(path, ours' entry or None)` is true keeps theirs,
+    whatever ours did to it.
     """
     base_tree = repo.commit(base).tree if base is not None else None
     theirs_changed = changed_paths(repo, base_tree, repo.commit(theirs).tree)
     keep = BothKept(ours, resolve)  # ours is the side kept beside the path
     changes = []
     for path, (old, new) in changed_paths(repo, base_tree, repo.commit(ours).tree).items():
-        if theirs_wins(path):
+        if theirs_wins(path, new):
             continue
         if path not in theirs_changed:
             changes.append(_change(path, new))
