@@ -197,6 +197,24 @@ def test_a_trace_already_broken_on_the_remote_does_not_stop_a_sync_that_did_not_
     assert "pushed" in run_cli("sync", cwd=first).stdout
 
 
+
+def test_theirs_leaves_a_dropped_file_this_clones_run_took_for_the_remotes_run(pair):
+    """A file dropped here reached the remote's inbox, but the remote's run of the
+    trace had started without it; this clone's run took it. Taking the remote's
+    trace must not take the file with this clone's run: it waits in the inbox."""
+    first, second, bare = pair
+    run_cli("run", "a", "-m", "theirs", cwd=second)  # before the drop reaches it
+    (first / "traces" / "a" / "inbox" / "q.md").write_text("the question\n")
+    run_cli("sync", cwd=first)
+    run_cli("sync", cwd=second)
+    run_cli("run", "a", cwd=first)  # takes q.md from the inbox
+    assert run_cli("sync", cwd=first, check=False).returncode == 1
+    run_cli("sync", "--theirs", "a", cwd=first)
+    assert (first / "traces" / "a" / "inbox" / "q.md").read_text() == "the question\n"
+    assert "traces/a/inbox/q.md" in git(bare, "ls-tree", "-r", "--name-only", "main")
+    assert run_cli("doctor", cwd=first).stdout.startswith("ok: ")
+
+
 def test_trace_json_changed_on_both_clones_merges_key_by_key(pair):
     first, second, _ = pair
     edit_json(first / "traces" / "a" / "trace.json", model="replay:script.json")
