@@ -18,7 +18,7 @@ from pathlib import Path
 from agentfs.errors import MergeConflict
 from agentfs.store.fork import default_fork_id
 from agentfs.store.git.carry import Entry, changed_paths
-from agentfs.store.git.remote import git
+from agentfs.store.git.remote import git_paths
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.message_dir import parse_message_relpath
 from agentfs.store.meta import parse_meta
@@ -90,9 +90,8 @@ def crossed(repo: GitRepo, base: str | None, ours: str, theirs: str) -> dict[str
 
 
 def _trace_ids(repo: GitRepo, commit: str) -> set[str]:
-    listed = git(repo.root, "ls-tree", "--name-only", "-z", commit, f"{TRACES_DIR}/").stdout
-    return {p.removeprefix(f"{TRACES_DIR}/") for p in listed.decode(errors="replace").split("\0")
-            if p}
+    listed = git_paths(repo.root, "ls-tree", "--name-only", "-z", commit, f"{TRACES_DIR}/")
+    return {p.removeprefix(f"{TRACES_DIR}/") for p in listed}
 
 
 def refusal(found: dict[str, Crossed]) -> MergeConflict:
@@ -132,8 +131,8 @@ def numbered_twice(root: Path, main: str, tip: str) -> dict[str, list[int]]:
     one number that `main` does not (trace id → those numbers): what a push of `tip`
     must never bring. The last check before a sync pushes, whichever way the files
     met (a trace ref's steps carried onto newer steps of the same trace, or a merge)."""
-    changed = git(root, "diff", "--name-only", "-z", main, tip, "--", f"{TRACES_DIR}/").stdout
-    traces = {p.split("/")[1] for p in changed.decode(errors="replace").split("\0") if "/" in p}
+    changed = git_paths(root, "diff", "--name-only", "-z", main, tip, "--", f"{TRACES_DIR}/")
+    traces = {p.split("/")[1] for p in changed}
     found = {}
     for trace_id in sorted(traces):
         twice = sorted(_twice(root, tip, trace_id) - _twice(root, main, trace_id))
@@ -145,8 +144,7 @@ def numbered_twice(root: Path, main: str, tip: str) -> dict[str, list[int]]:
 def _twice(root: Path, commit: str, trace_id: str) -> set[int]:
     """The numbers two message files of the trace have at `commit`."""
     prefix = f"{TRACES_DIR}/{trace_id}/{MESSAGES_DIR}/"
-    listed = git(root, "ls-tree", "-r", "--name-only", "-z", commit, prefix).stdout
     parsed = [parse_message_relpath(p.removeprefix(prefix))
-              for p in listed.decode(errors="replace").split("\0") if p]
+              for p in git_paths(root, "ls-tree", "-r", "--name-only", "-z", commit, prefix)]
     numbers = Counter(p[0] for p in parsed if p is not None)
     return {n for n, count in numbers.items() if count > 1}

@@ -41,7 +41,7 @@ from agentfs.remote.tracerefs import MAIN_REF, TRACES, Folded, fold, seen_traces
 from agentfs.store.commits import StepKind
 from agentfs.store.git.carry import merge
 from agentfs.store.git.conflicts import CONFLICT_COPY
-from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity
+from agentfs.store.git.remote import GitRemote, RefUpdate, git, identity, is_ancestor
 from agentfs.store.git.repo import GitRepo
 from agentfs.store.inbox import waiting
 from agentfs.store.trace import Trace
@@ -202,9 +202,8 @@ def _held(client: GitRemote, refs: dict[str, str], ours: str) -> set[str]:
     held = set()
     for name, (copy, _) in kept.items():
         trace_id = name.removeprefix(CARRIED)
-        if client.local_ref(CARRIED_FROM + trace_id) == refs.get(trace_id) and git(
-                client.root, "merge-base", "--is-ancestor", copy, ours,
-                check=False).returncode == 0:
+        if client.local_ref(CARRIED_FROM + trace_id) == refs.get(trace_id) and is_ancestor(
+                client.root, copy, ours):
             held.add(trace_id)
     return held
 

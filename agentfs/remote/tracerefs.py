@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agentfs.errors import GitStateError, MergeConflict
+from agentfs.errors import MergeConflict
 from agentfs.store.git.carry import BothKept, Resolver, carry
-from agentfs.store.git.remote import GitRemote, RefUpdate, git, said
+from agentfs.store.git.remote import GitRemote, RefUpdate, git, git_paths, is_ancestor
 from agentfs.store.git.repo import GitRepo
 
 __all__ = ["MAIN_REF", "SEEN_TRACES", "TRACES", "Folded", "backlog", "fold", "removed",
@@ -93,10 +93,7 @@ def _cut(repo: GitRepo, main: str, line: list[bytes]) -> list[bytes]:
 def _in(repo: GitRepo, commit: bytes, main: str) -> bool:
     """Whether `main` holds `commit`; a failure of git is raised, never taken for a no
     (the steps would be carried again)."""
-    done = git(repo.root, "merge-base", "--is-ancestor", commit.decode(), main, check=False)
-    if done.returncode not in (0, 1):
-        raise GitStateError(f"git merge-base failed in {repo.root}: {said(done)}")
-    return done.returncode == 0
+    return is_ancestor(repo.root, commit.decode(), main)
 
 
 @dataclass
@@ -149,6 +146,5 @@ def removed(root: Path, main: str, tip: str, folder: str) -> list[str]:
     """The files under `folder` that the steps on a trace ref (at `tip`) deleted since
     they left `main`, in the clone at `root`: for the workspace `inbox/`, the file its
     job made the trace from."""
-    listed = git(root, "diff", "--name-only", "-z", "--no-renames", "--diff-filter=D",
-                 f"{main}...{tip}", "--", f"{folder}/").stdout
-    return [p for p in listed.decode(errors="surrogateescape").split("\0") if p]
+    return git_paths(root, "diff", "--name-only", "-z", "--no-renames", "--diff-filter=D",
+                     f"{main}...{tip}", "--", f"{folder}/")

@@ -170,6 +170,7 @@ class Worker:
         return view
 
     def _fold(self, main: str, refs: dict[str, str]) -> Folded:
+        """`refs` folded onto `main` in this clone (a view, or an idle fold)."""
         repo = GitRepo(self.root)
         try:
             return fold(repo, main, refs)
@@ -213,11 +214,7 @@ class Worker:
                 t in self._left or now - since >= self.fold_after(sha)
                 for t, (sha, since) in waiting.items()):
             return False
-        repo = GitRepo(self.root)
-        try:
-            folded = fold(repo, self.main, refs)
-        finally:
-            repo.close()
+        folded = self._fold(self.main, refs)
         if folded.taken and self.git.push(folded.updates()):
             self.log("folded", {"traces": sorted(folded.taken)})
             return True

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from agentfs.errors import GitStateError, RemoteError
 
-__all__ = ["EMPTY_TREE", "GitRemote", "RefUpdate", "git", "git_lines", "identity", "said"]
+__all__ = ["EMPTY_TREE", "GitRemote", "RefUpdate", "git", "git_lines", "git_paths",
+           "identity", "is_ancestor", "said"]
 
 #: Git's empty tree, present in every repository without being written.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -60,6 +61,22 @@ def git(root: Path, *args: str, timeout: float = 120.0, check: bool = True,
     if check and done.returncode != 0:
         raise GitStateError(f"git {_verb(args)} failed in {root}: {said(done)}")
     return done
+
+
+def git_paths(root: Path, *args: str) -> list[str]:
+    """The paths a `git ... -z` listing names, as the file system spells them (a name
+    that is not UTF-8 keeps its bytes as surrogates)."""
+    listed = git(root, *args).stdout
+    return [p for p in listed.decode(errors="surrogateescape").split("\0") if p]
+
+
+def is_ancestor(root: Path, commit: str, of: str) -> bool:
+    """Whether commit `of` holds `commit` (`git merge-base --is-ancestor`, which does
+    not go by commit times). A failure of git is raised, never taken for a no."""
+    done = git(root, "merge-base", "--is-ancestor", commit, of, check=False)
+    if done.returncode not in (0, 1):
+        raise GitStateError(f"git merge-base failed in {root}: {said(done)}")
+    return done.returncode == 0
 
 
 def git_lines(root: Path, *args: str) -> Iterator[bytes]:
